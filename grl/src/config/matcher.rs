@@ -1,0 +1,167 @@
+//! Which bucket a request belongs to: the most specific match wins.
+//!
+//! Order: caller+procedure, then caller only, then procedure only. Among procedure patterns
+//! of the same class an exact procedure beats a prefix (`Pay/*`), and a longer prefix beats
+//! a shorter one. Overrides (incident rules) are tried before ordinary buckets.
+
+use std::collections::HashMap;
+
+use super::MatchRule;
+
+/// A procedure pattern: exact, or a prefix when written with a trailing `*`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ProcedurePattern {
+    /// Matches exactly this procedure.
+    Exact(String),
+    /// Matches every procedure starting with this prefix (`*` alone matches all).
+    Prefix(String),
+}
+
+impl ProcedurePattern {
+    /// Parses `Pay/*` as a prefix and anything else as exact.
+    pub fn parse(s: &str) -> Self {
+        match s.strip_suffix('*') {
+            Some(prefix) => Self::Prefix(prefix.to_string()),
+            None => Self::Exact(s.to_string()),
+        }
+    }
+
+    /// Whether `procedure` matches.
+    pub fn matches(&self, procedure: &str) -> bool {
+        match self {
+            Self::Exact(p) => p == procedure,
+            Self::Prefix(p) => procedure.starts_with(p.as_str()),
+        }
+    }
+
+    /// Higher is more specific: exact beats any prefix, a longer prefix beats a shorter one.
+    fn specificity(&self) -> usize {
+        match self {
+            Self::Exact(_) => usize::MAX,
+            Self::Prefix(p) => p.len(),
+        }
+    }
+
+    /// The pattern as written.
+    pub fn as_written(&self) -> String {
+        match self {
+            Self::Exact(p) => p.clone(),
+            Self::Prefix(p) => format!("{p}*"),
+        }
+    }
+}
+
+/// An index over one service's rules answering "which bucket?" without scanning all rules.
+#[derive(Debug, Clone, Default)]
+pub struct Matcher {
+    overrides: Vec<(MatchRule, usize)>,
+    by_caller: HashMap<String, Vec<(Option<ProcedurePattern>, usize)>>,
+    procedure_only: Vec<(ProcedurePattern, usize)>,
+}
+
+impl Matcher {
+    /// Builds the index; `rules[i]` is bucket `i`, `is_override[i]` puts it ahead of the rest.
+    pub fn new<'a>(rules: impl IntoIterator<Item = (&'a MatchRule, bool)>) -> Self {
+        let mut m = Matcher::default();
+        for (i, (rule, is_override)) in rules.into_iter().enumerate() {
+            if is_override {
+                m.overrides.push((rule.clone(), i));
+                continue;
+            }
+            match (&rule.caller, &rule.procedure) {
+                (Some(c), p) => m
+                    .by_caller
+                    .entry(c.clone())
+                    .or_default()
+                    .push((p.clone(), i)),
+                (None, Some(p)) => m.procedure_only.push((p.clone(), i)),
+                (None, None) => {}
+            }
+        }
+        let rank = |p: &Option<ProcedurePattern>| match p {
+            Some(p) => p.specificity(),
+            None => 0,
+        };
+        for rules in m.by_caller.values_mut() {
+            rules.sort_by_key(|(p, i)| (std::cmp::Reverse(rank(p)), *i));
+            // A caller-only rule (procedure None) sorts last: it is less specific.
+            rules.sort_by_key(|(p, _)| p.is_none());
+        }
+        m.procedure_only
+            .sort_by_key(|(p, i)| (std::cmp::Reverse(p.specificity()), *i));
+        m
+    }
+
+    /// The index of the bucket `caller` calling `procedure` belongs to, if any.
+    pub fn find(&self, caller: &str, procedure: &str) -> Option<usize> {
+        for (rule, i) in &self.overrides {
+            if rule.matches(caller, procedure) {
+                return Some(*i);
+            }
+        }
+        if let Some(rules) = self.by_caller.get(caller) {
+            for (p, i) in rules {
+                match p {
+                    Some(p) if p.matches(procedure) => return Some(*i),
+                    None => return Some(*i),
+                    _ => {}
+                }
+            }
+        }
+        self.procedure_only
+            .iter()
+            .find(|(p, _)| p.matches(procedure))
+            .map(|(_, i)| *i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(caller: Option<&str>, procedure: Option<&str>) -> MatchRule {
+        MatchRule {
+            caller: caller.map(str::to_string),
+            procedure: procedure.map(ProcedurePattern::parse),
+        }
+    }
+
+    #[test]
+    fn most_specific_wins() {
+        let rules = [
+            rule(None, Some("Pay/*")),
+            rule(Some("gw"), None),
+            rule(Some("gw"), Some("Pay/*")),
+            rule(Some("gw"), Some("Pay/Card")),
+            rule(None, Some("Pay/Card*")),
+        ];
+        let m = Matcher::new(rules.iter().map(|r| (r, false)));
+        assert_eq!(m.find("gw", "Pay/Card"), Some(3));
+        assert_eq!(m.find("gw", "Pay/Cash"), Some(2));
+        assert_eq!(m.find("gw", "Refund"), Some(1));
+        assert_eq!(m.find("web", "Pay/Cash"), Some(0));
+        assert_eq!(m.find("web", "Pay/CardX"), Some(4));
+        assert_eq!(m.find("web", "Refund"), None);
+    }
+
+    #[test]
+    fn overrides_come_first() {
+        let rules = [rule(Some("gw"), Some("Pay")), rule(Some("gw"), None)];
+        let m = Matcher::new([(&rules[0], false), (&rules[1], true)]);
+        assert_eq!(m.find("gw", "Pay"), Some(1));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_found_bucket_always_matches(caller in "[a-c]{1,2}", procedure in "[A-C/]{0,4}") {
+            let rules = [
+                rule(Some("a"), Some("A*")), rule(Some("b"), None), rule(None, Some("B/*")),
+                rule(None, Some("*")), rule(Some("ab"), Some("C")),
+            ];
+            let m = Matcher::new(rules.iter().map(|r| (r, false)));
+            let found = m.find(&caller, &procedure);
+            proptest::prop_assert!(found.is_some());
+            proptest::prop_assert!(rules[found.unwrap()].matches(&caller, &procedure));
+        }
+    }
+}
