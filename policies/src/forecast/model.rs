@@ -225,15 +225,17 @@ impl Model {
             peak_log = peak_log.max(self.log_at((ts - self.now) as f64, self.bin(ts)));
             ts += step.max(1);
         }
-        // Gumbel fit (method of moments) to the daily peak excess; the peak of `days`
-        // independent days is Gumbel with location shifted by beta * ln(days).
-        let n = self.day_excess.len() as f64;
-        let mean = self.day_excess.iter().sum::<f64>() / n;
-        let var = self.day_excess.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (n - 1.0);
-        let beta = var.max(0.0).sqrt() * 6f64.sqrt() / std::f64::consts::PI;
+        // Gumbel fit to the daily peak excess from its median and 90th percentile (robust:
+        // holidays and outages in the lower tail do not widen it); the peak of `days`
+        // independent days is Gumbel with its location shifted by beta * ln(days).
+        let mut excess = self.day_excess.clone();
+        let q50 = quantile_in_place(&mut excess, 0.5).unwrap_or(0.0);
+        let q90 = quantile_in_place(&mut excess, 0.9).unwrap_or(0.0);
+        let gumbel = |p: f64| -(-f64::ln(p)).ln();
+        let beta = ((q90 - q50) / (gumbel(0.9) - gumbel(0.5))).max(0.0);
         let days = ((end - start) as f64 / DAY as f64).max(1.0);
-        let mu = mean - 0.577_215_664_9 * beta + beta * days.ln();
-        let quantile = |p: f64| mu - beta * (-p.ln()).ln();
+        let mu = q50 - beta * gumbel(0.5) + beta * days.ln();
+        let quantile = |p: f64| mu + beta * gumbel(p);
         let to_rate = |log: f64| (log.exp() - self.offset).max(0.0);
         PeakForecast {
             peak: to_rate(peak_log),
