@@ -27,7 +27,10 @@ fn synthetic(now: i64) -> Series {
 }
 
 fn real(now_out: &mut i64) -> Series {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/data/traffic/Twitter_volume_AAPL.csv");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/data/traffic/Twitter_volume_AAPL.csv"
+    );
     let s = Series::from_csv_str(&std::fs::read_to_string(path).expect("read AAPL")).expect("csv");
     let now = s.end().expect("non-empty");
     *now_out = now;
@@ -36,7 +39,10 @@ fn real(now_out: &mut i64) -> Series {
 
 fn bench(name: &str, series: &Series, now: i64) -> bool {
     let policy = Forecast::default();
-    let ctx = Context { now, previous_limit: None };
+    let ctx = Context {
+        now,
+        previous_limit: None,
+    };
     for _ in 0..5 {
         std::hint::black_box(policy.recommend(series, &ctx).expect("fit"));
     }
@@ -44,7 +50,11 @@ fn bench(name: &str, series: &Series, now: i64) -> bool {
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         let start = Instant::now();
-        std::hint::black_box(policy.recommend(std::hint::black_box(series), &ctx).expect("fit"));
+        std::hint::black_box(
+            policy
+                .recommend(std::hint::black_box(series), &ctx)
+                .expect("fit"),
+        );
         times.push(start.elapsed());
     }
     times.sort();

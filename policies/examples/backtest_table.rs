@@ -19,29 +19,49 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     files.sort();
     let mut rows = Vec::new();
     for path in &files {
-        let name = path.file_stem().unwrap_or_default().to_string_lossy().to_string();
+        let name = path
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
         let series = Series::from_csv_str(&std::fs::read_to_string(path)?)?;
         if name == "Twitter_volume_AAPL" || name == "nyc_taxi" {
             let start = series.start().unwrap_or_default();
-            let ramp = series.map_values(|ts, v| v * (1.0 + 0.05 * (ts - start) as f64 / WEEK as f64));
+            let ramp =
+                series.map_values(|ts, v| v * (1.0 + 0.05 * (ts - start) as f64 / WEEK as f64));
             rows.push((format!("{name} x ramp +5%/week"), ramp));
         }
         rows.push((name, series));
     }
     rows.sort_by(|a, b| a.0.cmp(&b.0));
-    println!("| series | window / horizon | policy | origins | refused | exceedance rate | peak headroom | median headroom |");
+    println!(
+        "| series | window / horizon | policy | origins | refused | exceedance rate | peak headroom | median headroom |"
+    );
     println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |");
     for (name, series) in &rows {
-        let (window, horizon) = if name.starts_with("elb") { ("7d", "1d") } else { ("28d", "7d") };
-        let stride = std::env::var("STRIDE_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(DAY);
+        let (window, horizon) = if name.starts_with("elb") {
+            ("7d", "1d")
+        } else {
+            ("28d", "7d")
+        };
+        let stride = std::env::var("STRIDE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(DAY);
         let cfg = BacktestConfig {
             window_secs: policies::duration::parse(window)?.as_secs() as i64,
             horizon_secs: policies::duration::parse(horizon)?.as_secs() as i64,
             stride_secs: stride,
         };
         let specs = [
-            ("historical-peak", serde_json::json!({ "window": window, "buffer": 0.25 })),
-            ("forecast", serde_json::json!({ "window": window, "horizon": horizon })),
+            (
+                "historical-peak",
+                serde_json::json!({ "window": window, "buffer": 0.25 }),
+            ),
+            (
+                "forecast",
+                serde_json::json!({ "window": window, "horizon": horizon }),
+            ),
         ];
         for (kind, params) in specs {
             let policy: Box<dyn Policy> = from_spec(kind, params.as_object().expect("object"))?;

@@ -143,14 +143,29 @@ mod tests {
     }
 
     fn series(values: &[(i64, f64)]) -> Series {
-        Series::new(1, values.iter().map(|&(ts, value)| Point { ts, value }).collect())
+        Series::new(
+            1,
+            values
+                .iter()
+                .map(|&(ts, value)| Point { ts, value })
+                .collect(),
+        )
     }
 
     #[test]
     fn hand_made_series_gives_exact_figures() {
         // ts:     0  1  2  3  4  5  6  7
         // value:  1  2  5  3  4  9  1  1
-        let s = series(&[(0, 1.), (1, 2.), (2, 5.), (3, 3.), (4, 4.), (5, 9.), (6, 1.), (7, 1.)]);
+        let s = series(&[
+            (0, 1.),
+            (1, 2.),
+            (2, 5.),
+            (3, 3.),
+            (4, 4.),
+            (5, 9.),
+            (6, 1.),
+            (7, 1.),
+        ]);
         let cfg = BacktestConfig::new(2, 3);
         let r = backtest(&LastTimesTwo, &s, &cfg);
         // Origins t = 2 and t = 5 (t + 3 <= end = 8).
@@ -184,10 +199,18 @@ mod tests {
 
     #[test]
     fn too_short_series_has_no_origins() {
-        let r = backtest(&LastTimesTwo, &series(&[(0, 1.), (1, 1.)]), &BacktestConfig::new(2, 1));
+        let r = backtest(
+            &LastTimesTwo,
+            &series(&[(0, 1.), (1, 1.)]),
+            &BacktestConfig::new(2, 1),
+        );
         assert_eq!((r.origins, r.scored), (0, 0));
         assert!(r.exceedance_rate.is_nan());
-        let r = backtest(&LastTimesTwo, &Series::default(), &BacktestConfig::new(2, 1));
+        let r = backtest(
+            &LastTimesTwo,
+            &Series::default(),
+            &BacktestConfig::new(2, 1),
+        );
         assert_eq!(r.origins, 0);
     }
 }

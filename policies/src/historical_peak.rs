@@ -37,7 +37,10 @@ impl FromSpec for HistoricalPeak {
     fn from_params(params: &Params<'_>) -> Result<Self, SpecError> {
         let quantile = match params.opt_f64("quantile")? {
             Some(q) if !(0.0..=1.0).contains(&q) => {
-                return Err(SpecError::new("quantile", format!("must be in [0, 1], got {q}")));
+                return Err(SpecError::new(
+                    "quantile",
+                    format!("must be in [0, 1], got {q}"),
+                ));
             }
             q => q,
         };

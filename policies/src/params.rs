@@ -71,7 +71,10 @@ impl<'a> Params<'a> {
         if (lo..=hi).contains(&x) {
             Ok(x)
         } else {
-            Err(SpecError::new(name, format!("must be in [{lo}, {hi}], got {x}")))
+            Err(SpecError::new(
+                name,
+                format!("must be in [{lo}, {hi}], got {x}"),
+            ))
         }
     }
 
@@ -79,7 +82,9 @@ impl<'a> Params<'a> {
     /// (in the same notation) when absent.
     pub fn duration(&self, name: &str, default: &str) -> Result<Duration, SpecError> {
         let d = match self.get(name) {
-            None => crate::duration::parse(default).map_err(|e| SpecError::new(name, e.to_string()))?,
+            None => {
+                crate::duration::parse(default).map_err(|e| SpecError::new(name, e.to_string()))?
+            }
             Some(Value::String(s)) => {
                 crate::duration::parse(s).map_err(|e| SpecError::new(name, e.to_string()))?
             }

@@ -66,7 +66,10 @@ pub fn from_spec(kind: &str, params: &Map<String, Value>) -> Result<Box<dyn Poli
     let entry = ENTRIES.iter().find(|e| e.kind == kind).ok_or_else(|| {
         SpecError::new(
             "kind",
-            format!("unknown policy {kind:?}, expected one of {}", KINDS.join(", ")),
+            format!(
+                "unknown policy {kind:?}, expected one of {}",
+                KINDS.join(", ")
+            ),
         )
     })?;
     let params = Params::new(params);
@@ -100,7 +103,10 @@ mod tests {
     fn unknown_kind_names_the_kind_field() {
         let err = spec("magic", json!({})).unwrap_err();
         assert_eq!(err.field, "kind");
-        assert!(err.to_string().starts_with("kind: unknown policy \"magic\""));
+        assert!(
+            err.to_string()
+                .starts_with("kind: unknown policy \"magic\"")
+        );
     }
 
     #[test]

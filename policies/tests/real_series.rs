@@ -23,7 +23,11 @@ fn load(name: &str) -> Series {
 
 /// Window and horizon per series: elb has only 14 days, so it gets 7 days / 1 day.
 fn window_horizon(name: &str) -> (&'static str, &'static str) {
-    if name.starts_with("elb") { ("7d", "1d") } else { ("28d", "7d") }
+    if name.starts_with("elb") {
+        ("7d", "1d")
+    } else {
+        ("28d", "7d")
+    }
 }
 
 fn policy(kind: &str, params: serde_json::Value) -> Box<dyn Policy> {
@@ -32,14 +36,23 @@ fn policy(kind: &str, params: serde_json::Value) -> Box<dyn Policy> {
 
 fn both(name: &str, series: &Series, stride: i64) -> (BacktestReport, BacktestReport) {
     let (window, horizon) = window_horizon(name);
-    let hp = policy("historical-peak", serde_json::json!({ "window": window, "buffer": 0.25 }));
-    let fc = policy("forecast", serde_json::json!({ "window": window, "horizon": horizon }));
+    let hp = policy(
+        "historical-peak",
+        serde_json::json!({ "window": window, "buffer": 0.25 }),
+    );
+    let fc = policy(
+        "forecast",
+        serde_json::json!({ "window": window, "horizon": horizon }),
+    );
     let cfg = BacktestConfig {
         window_secs: hp.window().as_secs() as i64,
         horizon_secs: policies::duration::parse(horizon).unwrap().as_secs() as i64,
         stride_secs: stride,
     };
-    (backtest(hp.as_ref(), series, &cfg), backtest(fc.as_ref(), series, &cfg))
+    (
+        backtest(hp.as_ref(), series, &cfg),
+        backtest(fc.as_ref(), series, &cfg),
+    )
 }
 
 #[test]
@@ -57,10 +70,19 @@ fn forecast_on_real_series_is_finite_and_above_the_median() {
         let s = load(name);
         let now = s.end().unwrap();
         let history = s.window(now - 28 * DAY, now);
-        let ctx = Context { now, previous_limit: None };
-        let rec = policy("forecast", serde_json::json!({})).recommend(&history, &ctx).unwrap();
+        let ctx = Context {
+            now,
+            previous_limit: None,
+        };
+        let rec = policy("forecast", serde_json::json!({}))
+            .recommend(&history, &ctx)
+            .unwrap();
         let median = history.quantile(0.5).unwrap();
-        assert!(rec.rps.is_finite() && rec.rps > median, "{name}: {} vs median {median}", rec.rps);
+        assert!(
+            rec.rps.is_finite() && rec.rps > median,
+            "{name}: {} vs median {median}",
+            rec.rps
+        );
         assert_eq!(rec.evidence["model"], "log-seasonal-trend/weekly", "{name}");
     }
 }
@@ -72,10 +94,16 @@ fn forecast_is_never_worse_on_both_figures() {
     for name in SERIES {
         let s = load(name);
         let (hp, fc) = both(name, &s, DAY);
-        assert!(hp.scored >= 7 && fc.scored == hp.scored, "{name}: {hp:?} {fc:?}");
+        assert!(
+            hp.scored >= 7 && fc.scored == hp.scored,
+            "{name}: {hp:?} {fc:?}"
+        );
         let worse_on_both =
             fc.exceedance_rate > hp.exceedance_rate && fc.peak_headroom > hp.peak_headroom;
-        assert!(!worse_on_both, "{name}: forecast {fc:?} vs historical-peak {hp:?}");
+        assert!(
+            !worse_on_both,
+            "{name}: forecast {fc:?} vs historical-peak {hp:?}"
+        );
     }
 }
 

@@ -159,7 +159,11 @@ impl Model {
                     quantile_in_place(v, 0.5).map(|m| (t, m))
                 })
                 .collect();
-            let lag = if seasonality == Seasonality::Weekly { 7 } else { 1 };
+            let lag = if seasonality == Seasonality::Weekly {
+                7
+            } else {
+                1
+            };
             model.slope = theil_sen_slope(&daily, lag as f64 * DAY as f64);
             let mut offsets: Vec<f64> = daily.iter().map(|(t, d)| d - model.slope * t).collect();
             model.level = quantile_in_place(&mut offsets, 0.5).unwrap_or(0.0);
@@ -263,7 +267,13 @@ fn theil_sen_slope(daily: &[(f64, f64)], lag: f64) -> f64 {
 
 /// Median residual per bin; bins with fewer than 2 samples take the median of their
 /// slot of the day instead (0 if that is empty too).
-fn profile(resid: &[f64], bin: &[usize], daily_bin: &[usize], bins: usize, bin_secs: i64) -> Vec<f64> {
+fn profile(
+    resid: &[f64],
+    bin: &[usize],
+    daily_bin: &[usize],
+    bins: usize,
+    bin_secs: i64,
+) -> Vec<f64> {
     let day_bins = ((DAY + bin_secs - 1) / bin_secs) as usize;
     let mut by_bin: Vec<Vec<f64>> = vec![Vec::new(); bins];
     let mut by_day_bin: Vec<Vec<f64>> = vec![Vec::new(); day_bins];

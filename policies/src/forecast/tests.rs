@@ -82,31 +82,46 @@ fn assert_recovers_structure(series: &Series) {
     assert_eq!(model.seasonality, Seasonality::Weekly);
 
     // Trend: mean of next week's prediction minus mean of last week's fit, per day.
-    let slope = |f: &dyn Fn(i64) -> f64| {
-        (mean(f, now, now + WEEK) - mean(f, now - WEEK, now)) / 7.0
-    };
+    let slope =
+        |f: &dyn Fn(i64) -> f64| (mean(f, now, now + WEEK) - mean(f, now - WEEK, now)) / 7.0;
     let (fitted, expected) = (slope(&|t| model.predict(t)), slope(&truth));
     assert!((expected / SLOPE_PER_DAY - 1.0).abs() < 0.01);
-    assert!((fitted / expected - 1.0).abs() < 0.2, "slope {fitted} vs {expected}");
+    assert!(
+        (fitted / expected - 1.0).abs() < 0.2,
+        "slope {fitted} vs {expected}"
+    );
 
     // Daily amplitude on the first predicted day.
     let day = (0..DAY / STEP).map(|i| now + i * STEP);
     let fitted = half_range(day.clone().map(|t| model.predict(t)));
     let expected = half_range(day.map(truth));
-    assert!((fitted / expected - 1.0).abs() < 0.1, "daily {fitted} vs {expected}");
+    assert!(
+        (fitted / expected - 1.0).abs() < 0.1,
+        "daily {fitted} vs {expected}"
+    );
 
     // Weekly amplitude: spread of the daily means over the predicted week.
     let daily_means = |f: &dyn Fn(i64) -> f64| {
-        (0..7).map(|d| mean(f, now + d * DAY, now + (d + 1) * DAY)).collect::<Vec<_>>()
+        (0..7)
+            .map(|d| mean(f, now + d * DAY, now + (d + 1) * DAY))
+            .collect::<Vec<_>>()
     };
     let fitted = half_range(daily_means(&|t| model.predict(t)).into_iter());
     let expected = half_range(daily_means(&truth).into_iter());
-    assert!((fitted / expected - 1.0).abs() < 0.25, "weekly {fitted} vs {expected}");
+    assert!(
+        (fitted / expected - 1.0).abs() < 0.25,
+        "weekly {fitted} vs {expected}"
+    );
 
     for i in 0..WEEK / STEP {
         let t = now + i * STEP;
         let err = model.predict(t) / truth(t) - 1.0;
-        assert!(err.abs() < 0.06, "at {t}: predicted {} truth {}", model.predict(t), truth(t));
+        assert!(
+            err.abs() < 0.06,
+            "at {t}: predicted {} truth {}",
+            model.predict(t),
+            truth(t)
+        );
     }
 }
 
@@ -126,7 +141,11 @@ fn recovers_structure_with_20_percent_of_points_missing() {
 fn a_missing_day_is_skipped() {
     let s = synthetic(35, 0.0, 3);
     let gap = (T0 + 20 * DAY, T0 + 21 * DAY + 3_600);
-    let points = s.points.into_iter().filter(|p| p.ts < gap.0 || p.ts >= gap.1).collect();
+    let points = s
+        .points
+        .into_iter()
+        .filter(|p| p.ts < gap.0 || p.ts >= gap.1)
+        .collect();
     assert_recovers_structure(&Series::new(STEP, points));
 }
 
@@ -139,7 +158,10 @@ fn limit_covers_the_next_week_with_evidence() {
     assert!(rec.rps > actual_peak, "{} <= {actual_peak}", rec.rps);
     assert!(rec.rps < 1.5 * actual_peak, "{} too generous", rec.rps);
     let interval = &rec.evidence["interval"];
-    let (lower, upper) = (interval["lower"].as_f64().unwrap(), interval["upper"].as_f64().unwrap());
+    let (lower, upper) = (
+        interval["lower"].as_f64().unwrap(),
+        interval["upper"].as_f64().unwrap(),
+    );
     let predicted = rec.evidence["predicted_peak"].as_f64().unwrap();
     assert!(lower <= upper && predicted <= upper);
     assert!((rec.rps - upper * 1.1).abs() < 1e-6 * rec.rps);
@@ -156,11 +178,20 @@ fn recovers_compound_growth() {
             let ts = T0 + i * STEP;
             let t = (ts - T0) as f64;
             let season = 1.0 + 0.3 * (TAU * t / DAY as f64).sin();
-            Point { ts, value: 500.0 * 1.05f64.powf(t / WEEK as f64) * season }
+            Point {
+                ts,
+                value: 500.0 * 1.05f64.powf(t / WEEK as f64) * season,
+            }
         })
         .collect();
-    let model = Forecast::default().fit(&Series::new(STEP, points), &ctx(T0 + 35 * DAY)).unwrap();
-    assert!((model.growth_per_week() - 0.05).abs() < 0.005, "{}", model.growth_per_week());
+    let model = Forecast::default()
+        .fit(&Series::new(STEP, points), &ctx(T0 + 35 * DAY))
+        .unwrap();
+    assert!(
+        (model.growth_per_week() - 0.05).abs() < 0.005,
+        "{}",
+        model.growth_per_week()
+    );
 }
 
 #[test]
@@ -168,16 +199,22 @@ fn short_history_falls_back_to_daily_then_refuses() {
     let now = T0 + 35 * DAY;
     let series = synthetic(35, 0.0, 1);
     let five_days = series.window(now - 5 * DAY, now);
-    let rec = Forecast::default().recommend(&five_days, &ctx(now)).unwrap();
+    let rec = Forecast::default()
+        .recommend(&five_days, &ctx(now))
+        .unwrap();
     assert_eq!(rec.evidence["model"], "log-seasonal-trend/daily");
     assert!(rec.rps.is_finite() && rec.rps > 0.0);
 
     let two_days = series.window(now - 2 * DAY, now);
-    let err = Forecast::default().recommend(&two_days, &ctx(now)).unwrap_err();
+    let err = Forecast::default()
+        .recommend(&two_days, &ctx(now))
+        .unwrap_err();
     assert!(err.reason.contains("2 usable days"), "{}", err.reason);
     assert!(err.reason.contains("needs 3"), "{}", err.reason);
 
-    let err = Forecast::default().recommend(&Series::default(), &ctx(now)).unwrap_err();
+    let err = Forecast::default()
+        .recommend(&Series::default(), &ctx(now))
+        .unwrap_err();
     assert!(err.reason.contains("0 usable days"), "{}", err.reason);
 }
 
@@ -192,13 +229,23 @@ fn sparse_days_do_not_count() {
 
 #[test]
 fn zeros_and_constant_series_are_handled() {
-    let points = (0..21 * DAY / STEP).map(|i| Point { ts: T0 + i * STEP, value: 0.0 }).collect();
+    let points = (0..21 * DAY / STEP)
+        .map(|i| Point {
+            ts: T0 + i * STEP,
+            value: 0.0,
+        })
+        .collect();
     let rec = Forecast::default()
         .recommend(&Series::new(STEP, points), &ctx(T0 + 21 * DAY))
         .unwrap();
     assert!(rec.rps.is_finite() && rec.rps >= 0.0);
 
-    let points = (0..21 * DAY / STEP).map(|i| Point { ts: T0 + i * STEP, value: 50.0 }).collect();
+    let points = (0..21 * DAY / STEP)
+        .map(|i| Point {
+            ts: T0 + i * STEP,
+            value: 50.0,
+        })
+        .collect();
     let rec = Forecast::default()
         .recommend(&Series::new(STEP, points), &ctx(T0 + 21 * DAY))
         .unwrap();

@@ -69,7 +69,9 @@ fn parse_timestamp(text: &str) -> Option<i64> {
     if let Ok(t) = NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S") {
         return Some(t.and_utc().timestamp());
     }
-    DateTime::parse_from_rfc3339(text).ok().map(|t| t.timestamp())
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.timestamp())
 }
 
 /// Median of the positive gaps between consecutive (sorted, unique) timestamps.

@@ -141,14 +141,23 @@ mod tests {
     use super::*;
 
     fn pts(values: &[(i64, f64)]) -> Vec<Point> {
-        values.iter().map(|&(ts, value)| Point { ts, value }).collect()
+        values
+            .iter()
+            .map(|&(ts, value)| Point { ts, value })
+            .collect()
     }
 
     #[test]
     fn new_sorts_drops_non_finite_and_dedups() {
         let s = Series::new(
             10,
-            pts(&[(20, 2.0), (0, f64::NAN), (10, 1.0), (20, 3.0), (30, f64::INFINITY)]),
+            pts(&[
+                (20, 2.0),
+                (0, f64::NAN),
+                (10, 1.0),
+                (20, 3.0),
+                (30, f64::INFINITY),
+            ]),
         );
         assert_eq!(s.points, pts(&[(10, 1.0), (20, 3.0)]));
         assert_eq!(Series::new(0, vec![]).step_secs, 1);
