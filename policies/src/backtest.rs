@@ -1,7 +1,6 @@
 //! Rolling-origin backtest: how often a policy's limits would have been exceeded on a
 //! series, and how much headroom they would have left.
 
-use crate::historical_peak::window_secs;
 use crate::policy::{Context, Policy};
 use crate::series::{Series, quantile_in_place};
 
@@ -110,12 +109,6 @@ pub fn backtest(policy: &dyn Policy, series: &Series, cfg: &BacktestConfig) -> B
         report.median_headroom = median_sum / median_n as f64;
     }
     report
-}
-
-/// The config used for the real series in tests and `POLICIES.md`: `window` of history,
-/// `horizon` scored, stride = horizon.
-pub fn config_for(window: std::time::Duration, horizon: std::time::Duration) -> BacktestConfig {
-    BacktestConfig::new(window_secs(window), window_secs(horizon))
 }
 
 #[cfg(test)]

@@ -95,6 +95,11 @@ pub fn format(duration: Duration) -> String {
     out
 }
 
+/// A duration as whole seconds in `i64` (unix-time arithmetic), saturating at `i64::MAX`.
+pub fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,7 +62,7 @@ impl Policy for HistoricalPeak {
     }
 
     fn recommend(&self, history: &Series, ctx: &Context) -> Result<Recommendation, Refusal> {
-        let window = window_secs(self.window);
+        let window = duration::secs(self.window);
         let recent = history.window(ctx.now.saturating_sub(window), ctx.now);
         let (key, observed) = match self.quantile {
             None => ("observed_peak", recent.max()),
@@ -84,11 +84,6 @@ impl Policy for HistoricalPeak {
         }
         Ok(rec)
     }
-}
-
-/// A window as seconds, saturating at `i64::MAX`.
-pub(crate) fn window_secs(d: Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -41,7 +41,6 @@ mod tests;
 pub use model::{Model, PeakForecast, Seasonality};
 
 use crate::duration;
-use crate::historical_peak::window_secs;
 use crate::params::{Params, SpecError};
 use crate::policy::{Context, Policy, Recommendation, Refusal};
 use crate::registry::FromSpec;
@@ -102,7 +101,7 @@ impl FromSpec for Forecast {
 impl Forecast {
     /// Fits the model to the window of `history` before `ctx.now`.
     pub fn fit(&self, history: &Series, ctx: &Context) -> Result<Model, Refusal> {
-        let recent = history.window(ctx.now.saturating_sub(window_secs(self.window)), ctx.now);
+        let recent = history.window(ctx.now.saturating_sub(duration::secs(self.window)), ctx.now);
         Model::fit(&recent, ctx.now)
     }
 }
@@ -118,7 +117,7 @@ impl Policy for Forecast {
 
     fn recommend(&self, history: &Series, ctx: &Context) -> Result<Recommendation, Refusal> {
         let model = self.fit(history, ctx)?;
-        let end = ctx.now.saturating_add(window_secs(self.horizon));
+        let end = ctx.now.saturating_add(duration::secs(self.horizon));
         let peak = model.peak(ctx.now, end, history.step_secs, self.level);
         let rps = peak.upper * (1.0 + self.buffer);
         if !rps.is_finite() {
