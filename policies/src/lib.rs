@@ -5,7 +5,7 @@
 //! - [`policy`]: the [`Policy`] trait, its [`Context`], [`Recommendation`] and [`Refusal`].
 //! - [`registry`]: [`from_spec`] builds a policy from a spec's `kind` and parameters.
 //! - [`fixed`], [`historical_peak`], [`forecast`]: the policies.
-//! - [`backtest`]: rolling-origin exceedance and headroom figures.
+//! - [`backtest`](mod@backtest): rolling-origin exceedance and headroom figures.
 //! - [`duration`]: `28d`-style durations.
 //!
 //! No I/O and no clock: time comes in through [`Context::now`].

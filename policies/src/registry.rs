@@ -1,5 +1,5 @@
 //! Builds a policy from its spec (`kind` plus parameters). Adding a policy is adding its
-//! file and one line to [`ENTRIES`].
+//! file and one line to the `ENTRIES` table in this file.
 
 use crate::params::Params;
 pub use crate::params::SpecError;
