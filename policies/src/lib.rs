@@ -1,1 +1,47 @@
-//! placeholder
+//! Limit policies for the global rate limiter: pure functions from a bucket's history of
+//! offered load to a recommended limit, plus a backtest to judge them.
+//!
+//! - [`series`]: the [`Series`] of rates a policy reads (gaps allowed), with CSV input.
+//! - [`policy`]: the [`Policy`] trait, its [`Context`], [`Recommendation`] and [`Refusal`].
+//! - [`registry`]: [`from_spec`] builds a policy from a spec's `kind` and parameters.
+//! - [`fixed`], [`historical_peak`], [`forecast`]: the policies.
+//! - [`backtest`](mod@backtest): rolling-origin exceedance and headroom figures.
+//! - [`duration`]: `28d`-style durations.
+//!
+//! No I/O and no clock: time comes in through [`Context::now`].
+//!
+//! # Example
+//! ```
+//! use policies::{Context, Point, Series, from_spec};
+//!
+//! // One day of 5-minute samples between 100 and 200 rps.
+//! let points = (0..288)
+//!     .map(|i| Point { ts: i * 300, value: 100.0 + (i % 101) as f64 })
+//!     .collect();
+//! let history = Series::new(300, points);
+//!
+//! let spec = serde_json::json!({ "window": "28d", "buffer": 0.25 });
+//! let policy = from_spec("historical-peak", spec.as_object().unwrap()).unwrap();
+//! let ctx = Context { now: 288 * 300, previous_limit: None };
+//! let rec = policy.recommend(&history, &ctx).unwrap();
+//! assert_eq!(rec.rps, 200.0 * 1.25);
+//! assert_eq!(rec.evidence["observed_peak"], 200.0);
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod backtest;
+pub mod duration;
+pub mod fixed;
+pub mod forecast;
+pub mod historical_peak;
+mod params;
+pub mod policy;
+pub mod registry;
+pub mod series;
+
+pub use backtest::{BacktestConfig, BacktestReport, backtest};
+pub use params::{Params, SpecError};
+pub use policy::{Context, Policy, Recommendation, Refusal};
+pub use registry::{FromSpec, KINDS, from_spec};
+pub use series::{Point, Series, SeriesError};
