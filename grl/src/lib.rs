@@ -7,6 +7,6 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
-pub mod proto;
 pub mod metric_names;
+pub mod proto;
 pub mod wire;

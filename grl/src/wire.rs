@@ -38,7 +38,10 @@ pub fn scope_from_wire(v: i32) -> Result<Scope, InvalidEnum> {
         Ok(proto::Scope::Global) => Ok(Scope::Global),
         Ok(proto::Scope::Region) => Ok(Scope::Region),
         Ok(proto::Scope::Zone) => Ok(Scope::Zone),
-        _ => Err(InvalidEnum { what: "scope", value: v }),
+        _ => Err(InvalidEnum {
+            what: "scope",
+            value: v,
+        }),
     }
 }
 
@@ -47,7 +50,10 @@ pub fn mode_from_wire(v: i32) -> Result<Mode, InvalidEnum> {
     match proto::Mode::try_from(v) {
         Ok(proto::Mode::Deny) => Ok(Mode::Deny),
         Ok(proto::Mode::Shadow) => Ok(Mode::Shadow),
-        _ => Err(InvalidEnum { what: "mode", value: v }),
+        _ => Err(InvalidEnum {
+            what: "mode",
+            value: v,
+        }),
     }
 }
 

@@ -52,7 +52,11 @@ pub struct ConfigErrors(pub Vec<ConfigError>);
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        write!(f, "invalid config ({n} error{}):", if n == 1 { "" } else { "s" })?;
+        write!(
+            f,
+            "invalid config ({n} error{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
         for e in &self.0 {
             write!(f, "\n  {e}")?;
         }

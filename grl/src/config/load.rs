@@ -89,7 +89,10 @@ pub fn from_files(
                             &path,
                             LineIndex::new(&text).line("service"),
                             "service",
-                            format!("service `{}` is already declared in {}", svc.name, prev.file),
+                            format!(
+                                "service `{}` is already declared in {}",
+                                svc.name, prev.file
+                            ),
                         ));
                     } else {
                         services.insert(svc.name.clone(), svc);
@@ -123,27 +126,31 @@ fn file_stem(path: &str) -> &str {
 
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
 }
 
 fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigError>> {
     let raw: ServiceFile = yaml::parse(path, text).map_err(|e| vec![e])?;
     let index = LineIndex::new(text);
-    let err = |field: String, message: String| {
-        ConfigError::new(path, index.line(&field), field, message)
-    };
+    let err =
+        |field: String, message: String| ConfigError::new(path, index.line(&field), field, message);
     let mut errors = Vec::new();
     if !valid_name(&raw.service) {
         errors.push(err(
             "service".into(),
-            format!("`{}` is not a valid service name (letters, digits, - _ . :)", raw.service),
+            format!(
+                "`{}` is not a valid service name (letters, digits, - _ . :)",
+                raw.service
+            ),
         ));
     } else if raw.service != file_stem(path) {
         errors.push(err(
             "service".into(),
-            format!("service `{}` must live in services/{}.yaml", raw.service, raw.service),
+            format!(
+                "service `{}` must live in services/{}.yaml",
+                raw.service, raw.service
+            ),
         ));
     }
     let mut names: HashMap<String, usize> = HashMap::new();
@@ -152,7 +159,10 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
     for (i, b) in raw.buckets.into_iter().enumerate() {
         let at = |f: &str| format!("buckets[{i}].{f}");
         if !valid_name(&b.name) {
-            errors.push(err(at("name"), format!("`{}` is not a valid bucket name", b.name)));
+            errors.push(err(
+                at("name"),
+                format!("`{}` is not a valid bucket name", b.name),
+            ));
         } else if let Some(first) = names.insert(b.name.clone(), i) {
             let first_line = index.line(&format!("buckets[{first}].name"));
             errors.push(err(
@@ -166,7 +176,10 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
         }
         let rule = match (&b.matcher.caller, &b.matcher.procedure) {
             (None, None) => {
-                errors.push(err(at("match"), "needs a caller, a procedure, or both".into()));
+                errors.push(err(
+                    at("match"),
+                    "needs a caller, a procedure, or both".into(),
+                ));
                 continue;
             }
             (Some(c), _) if c.is_empty() => {
@@ -232,6 +245,11 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
                 kind: b.policy.kind,
                 params,
             },
+            guards: b
+                .guards
+                .iter()
+                .map(|(k, v)| (k.clone(), yaml::to_json(v)))
+                .collect(),
             limit,
             limit_source,
             evidence: serde_json::Map::new(),
@@ -251,13 +269,15 @@ fn apply_limits(
 ) -> Result<(), Vec<ConfigError>> {
     let raw: LimitsFile = yaml::parse(path, text).map_err(|e| vec![e])?;
     let index = LineIndex::new(text);
-    let err = |field: String, message: String| {
-        ConfigError::new(path, index.line(&field), field, message)
-    };
+    let err =
+        |field: String, message: String| ConfigError::new(path, index.line(&field), field, message);
     if raw.service != file_stem(path) {
         return Err(vec![err(
             "service".into(),
-            format!("service `{}` must live in limits/{}.yaml", raw.service, raw.service),
+            format!(
+                "service `{}` must live in limits/{}.yaml",
+                raw.service, raw.service
+            ),
         )]);
     }
     let Some(service) = services.get_mut(&raw.service) else {

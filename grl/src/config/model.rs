@@ -127,6 +127,8 @@ pub struct Bucket {
     pub mode: Mode,
     /// How the configurator computes its limit.
     pub policy: PolicyConfig,
+    /// Per-bucket guard overrides for the configurator (JSON object, may be empty).
+    pub guards: serde_json::Map<String, serde_json::Value>,
     /// The effective limit in requests per second; `None` means not enforced.
     pub limit: Option<f64>,
     /// Where `limit` comes from.

@@ -38,6 +38,9 @@ pub struct BucketEntry {
     pub mode: Mode,
     /// How the configurator computes the limit.
     pub policy: PolicyEntry,
+    /// Per-bucket overrides of the configurator's guards (`floor`, `cap`, `max_decrease`…).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub guards: BTreeMap<String, Value>,
     /// Optional free text for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

@@ -46,7 +46,10 @@ fn assert_refusal(e: &ConfigError, file: &str, line: usize, field: &str, words: 
     assert_eq!(e.field, field, "{e}");
     assert!(e.message.contains(words), "`{e}` should mention `{words}`");
     let shown = e.to_string();
-    assert!(shown.starts_with(&format!("{file}:{line}: {field}: ")), "{shown}");
+    assert!(
+        shown.starts_with(&format!("{file}:{line}: {field}: ")),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -68,11 +71,17 @@ fn valid_config_gives_effective_limits() {
     assert_eq!(gw.evidence["observed_peak"], serde_json::json!(1000));
     assert_eq!(gw.policy.params["window"], serde_json::json!("28d"));
     let acme = svc.bucket("partner-acme").unwrap();
-    assert_eq!((acme.limit, acme.mode, acme.scope), (Some(500.0), Mode::Shadow, Scope::Region));
+    assert_eq!(
+        (acme.limit, acme.mode, acme.scope),
+        (Some(500.0), Mode::Shadow, Scope::Region)
+    );
     let unenforced: Vec<_> = snap.unenforced().map(|(_, b)| b.name.as_str()).collect();
     assert_eq!(unenforced, ["refunds"]);
     assert_eq!(svc.find("gateway", "Pay/Card").unwrap().name, "gateway-pay");
-    assert_eq!(svc.find("partner-acme", "Refund").unwrap().name, "partner-acme");
+    assert_eq!(
+        svc.find("partner-acme", "Refund").unwrap().name,
+        "partner-acme"
+    );
     assert_eq!(svc.find("web", "Refund").unwrap().name, "refunds");
     assert!(svc.find("web", "Pay/Card").is_none());
 }
@@ -87,45 +96,89 @@ fn load_dir_reads_services_and_limits() {
     let a = load_dir(dir.path(), None).unwrap();
     let b = load_dir(dir.path(), None).unwrap();
     assert_eq!(a.version, b.version, "content version is stable");
-    std::fs::write(dir.path().join("limits/payments.yaml"), LIMITS.replace("1250", "1300")).unwrap();
+    std::fs::write(
+        dir.path().join("limits/payments.yaml"),
+        LIMITS.replace("1250", "1300"),
+    )
+    .unwrap();
     let c = load_dir(dir.path(), None).unwrap();
     assert_ne!(a.version, c.version, "content version follows content");
-    assert_eq!(c.service("payments").unwrap().bucket("gateway-pay").unwrap().limit, Some(1300.0));
+    assert_eq!(
+        c.service("payments")
+            .unwrap()
+            .bucket("gateway-pay")
+            .unwrap()
+            .limit,
+        Some(1300.0)
+    );
 }
 
 #[test]
 fn unknown_scope_is_refused() {
     let text = PAYMENTS.replace("scope: region", "scope: planet");
     let e = refused(&[("services/payments.yaml", &text)]);
-    assert_refusal(&e, "services/payments.yaml", 10, "buckets[1].scope", "unknown variant `planet`");
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        10,
+        "buckets[1].scope",
+        "unknown variant `planet`",
+    );
 }
 
 #[test]
 fn unknown_mode_is_refused() {
     let text = PAYMENTS.replace("mode: shadow", "mode: maybe");
     let e = refused(&[("services/payments.yaml", &text)]);
-    assert_refusal(&e, "services/payments.yaml", 11, "buckets[1].mode", "unknown variant `maybe`");
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        11,
+        "buckets[1].mode",
+        "unknown variant `maybe`",
+    );
 }
 
 #[test]
 fn unknown_policy_kind_is_refused() {
     let text = PAYMENTS.replace("kind: historical-peak }", "kind: magic }");
     let e = refused(&[("services/payments.yaml", &text)]);
-    assert_refusal(&e, "services/payments.yaml", 17, "buckets[2].policy.kind", "unknown policy kind `magic`");
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        17,
+        "buckets[2].policy.kind",
+        "unknown policy kind `magic`",
+    );
 }
 
 #[test]
 fn duplicate_bucket_name_is_refused() {
     let text = PAYMENTS.replace("name: refunds", "name: gateway-pay");
     let e = refused(&[("services/payments.yaml", &text)]);
-    assert_refusal(&e, "services/payments.yaml", 13, "buckets[2].name", "duplicate bucket name `gateway-pay` (first declared at line 3)");
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        13,
+        "buckets[2].name",
+        "duplicate bucket name `gateway-pay` (first declared at line 3)",
+    );
 }
 
 #[test]
 fn two_buckets_with_the_same_match_are_refused() {
-    let text = PAYMENTS.replace("match: { procedure: Refund }", "match: { caller: partner-acme }");
+    let text = PAYMENTS.replace(
+        "match: { procedure: Refund }",
+        "match: { caller: partner-acme }",
+    );
     let e = refused(&[("services/payments.yaml", &text)]);
-    assert_refusal(&e, "services/payments.yaml", 14, "buckets[2].match", "same match");
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        14,
+        "buckets[2].match",
+        "same match",
+    );
     assert!(e.message.contains("partner-acme"), "{e}");
 }
 
@@ -133,22 +186,40 @@ fn two_buckets_with_the_same_match_are_refused() {
 fn fixed_limit_must_be_positive() {
     let text = PAYMENTS.replace("rps: 500", "rps: -3");
     let e = refused(&[("services/payments.yaml", &text)]);
-    assert_refusal(&e, "services/payments.yaml", 12, "buckets[1].policy.rps", "finite number > 0");
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        12,
+        "buckets[1].policy.rps",
+        "finite number > 0",
+    );
 }
 
 #[test]
 fn computed_limit_must_be_finite_and_positive() {
     for bad in ["0", "-1", ".nan", ".inf"] {
         let limits = LIMITS.replace("rps: 1250", &format!("rps: {bad}"));
-        let e = refused(&[("services/payments.yaml", PAYMENTS), ("limits/payments.yaml", &limits)]);
-        assert_refusal(&e, "limits/payments.yaml", 3, "limits.gateway-pay.rps", "not a finite number > 0");
+        let e = refused(&[
+            ("services/payments.yaml", PAYMENTS),
+            ("limits/payments.yaml", &limits),
+        ]);
+        assert_refusal(
+            &e,
+            "limits/payments.yaml",
+            3,
+            "limits.gateway-pay.rps",
+            "not a finite number > 0",
+        );
     }
 }
 
 #[test]
 fn computed_limit_that_is_not_a_number_is_refused() {
     let limits = "service: payments\nlimits:\n  gateway-pay:\n    rps: lots\n";
-    let e = refused(&[("services/payments.yaml", PAYMENTS), ("limits/payments.yaml", limits)]);
+    let e = refused(&[
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", limits),
+    ]);
     assert_eq!(e.file, "limits/payments.yaml");
     assert_eq!(e.line, Some(4), "{e}");
     assert!(e.to_string().contains("rps"), "{e}");
@@ -157,21 +228,46 @@ fn computed_limit_that_is_not_a_number_is_refused() {
 #[test]
 fn limit_for_a_missing_bucket_is_refused() {
     let limits = format!("{LIMITS}  ghost: {{ rps: 10 }}\n");
-    let e = refused(&[("services/payments.yaml", PAYMENTS), ("limits/payments.yaml", &limits)]);
-    assert_refusal(&e, "limits/payments.yaml", 4, "limits.ghost", "bucket `ghost` does not exist");
+    let e = refused(&[
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", &limits),
+    ]);
+    assert_refusal(
+        &e,
+        "limits/payments.yaml",
+        4,
+        "limits.ghost",
+        "bucket `ghost` does not exist",
+    );
 }
 
 #[test]
 fn limits_for_a_missing_service_are_refused() {
     let limits = LIMITS.replace("payments", "billing");
-    let e = refused(&[("services/payments.yaml", PAYMENTS), ("limits/billing.yaml", &limits)]);
-    assert_refusal(&e, "limits/billing.yaml", 1, "service", "no services/billing.yaml");
+    let e = refused(&[
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/billing.yaml", &limits),
+    ]);
+    assert_refusal(
+        &e,
+        "limits/billing.yaml",
+        1,
+        "service",
+        "no services/billing.yaml",
+    );
 }
 
 #[test]
 fn unknown_field_is_refused() {
-    let text = PAYMENTS.replace("    mode: deny\n    policy: { kind: fixed", "    mode: deny\n    colour: red\n    policy: { kind: fixed");
-    let text = text.replacen("    scope: global\n", "    scope: global\n    colour: red\n", 1);
+    let text = PAYMENTS.replace(
+        "    mode: deny\n    policy: { kind: fixed",
+        "    mode: deny\n    colour: red\n    policy: { kind: fixed",
+    );
+    let text = text.replacen(
+        "    scope: global\n",
+        "    scope: global\n    colour: red\n",
+        1,
+    );
     let e = refused(&[("services/payments.yaml", &text)]);
     assert_eq!(e.line, Some(6), "{e}");
     assert!(e.message.contains("unknown field `colour`"), "{e}");
@@ -187,5 +283,11 @@ fn malformed_yaml_names_the_line() {
 #[test]
 fn service_name_must_match_file() {
     let e = refused(&[("services/billing.yaml", PAYMENTS)]);
-    assert_refusal(&e, "services/billing.yaml", 1, "service", "must live in services/payments.yaml");
+    assert_refusal(
+        &e,
+        "services/billing.yaml",
+        1,
+        "service",
+        "must live in services/payments.yaml",
+    );
 }
