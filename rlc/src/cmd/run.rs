@@ -11,7 +11,9 @@ use clap::{Args, ValueEnum};
 use rlc::git_store::PublishMode;
 use rlc::guards::GuardSettings;
 use rlc::run::{RunReport, RunSettings, run_once};
-use rlc::source::{FileSource, MetricsSource, PromSettings, PrometheusSource};
+use rlc::source::{
+    BatchedPrometheusSource, FileSource, MetricsSource, PromSettings, PrometheusSource,
+};
 
 /// Where commits go.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -118,13 +120,19 @@ impl RunArgs {
     /// The metrics source these flags name.
     pub fn source(&self) -> anyhow::Result<Arc<dyn MetricsSource>> {
         match (&self.prometheus, &self.history_dir) {
-            (Some(url), _) => {
-                let mut s = PromSettings::default();
-                if let Some(t) = &self.query_template {
-                    s.query_template = t.clone();
+            (Some(url), _) => match &self.query_template {
+                Some(t) => {
+                    let s = PromSettings {
+                        query_template: t.clone(),
+                        ..PromSettings::default()
+                    };
+                    Ok(Arc::new(PrometheusSource::new(url, s)?))
                 }
-                Ok(Arc::new(PrometheusSource::new(url, s)?))
-            }
+                None => Ok(Arc::new(BatchedPrometheusSource::new(
+                    url,
+                    PromSettings::default(),
+                )?)),
+            },
             (None, Some(dir)) => Ok(Arc::new(FileSource::open(dir)?)),
             (None, None) => anyhow::bail!("give --prometheus URL or --history-dir DIR"),
         }
