@@ -215,7 +215,11 @@ fn to_pull_request(pr: PullJson, created: bool) -> PullRequest {
 fn api_message(body: &str) -> String {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
         let trimmed = body.trim();
-        return if trimmed.is_empty() { "(empty body)".into() } else { trimmed.chars().take(500).collect() };
+        return if trimmed.is_empty() {
+            "(empty body)".into()
+        } else {
+            trimmed.chars().take(500).collect()
+        };
     };
     let mut msg = v["message"].as_str().unwrap_or("(no message)").to_string();
     let details: Vec<String> = v["errors"]
@@ -275,8 +279,16 @@ mod tests {
     ) -> Response {
         let mut s = stub.lock().await;
         let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-        let pq = uri.path_and_query().map(|p| p.to_string()).unwrap_or_default();
-        s.seen.push(Seen { method: method.to_string(), path_and_query: pq, headers, body: body.clone() });
+        let pq = uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        s.seen.push(Seen {
+            method: method.to_string(),
+            path_and_query: pq,
+            headers,
+            body: body.clone(),
+        });
         if let Some((code, err)) = s.fail.clone() {
             return (AxStatus::from_u16(code).unwrap(), axum::Json(err)).into_response();
         }
@@ -287,13 +299,15 @@ mod tests {
                 let list: Vec<_> = s
                     .open
                     .iter()
-                    .filter(|(head, _)| want.contains(&format!("head=acme%3A{}", head.replace('/', "%2F"))))
+                    .filter(|(head, _)| {
+                        want.contains(&format!("head=acme%3A{}", head.replace('/', "%2F")))
+                    })
                     .map(|(_, n)| pr(*n))
                     .collect();
                 axum::Json(serde_json::Value::Array(list)).into_response()
             }
             ("POST", "/repos/acme/config/pulls") => {
-                let n = 40 + s.open.len() as u64 + 2;
+                let n = 42 + s.open.len() as u64;
                 let head = body["head"].as_str().unwrap_or_default().to_string();
                 s.open.push((head, n));
                 (AxStatus::CREATED, axum::Json(pr(n))).into_response()
@@ -321,23 +335,42 @@ mod tests {
         let (base, stub) = start_stub().await;
         let gh = GitHubClient::new(&base, "s3cret", "acme/config").unwrap();
 
-        let first = gh.upsert_pull_request("rlc/limits", "main", "RLC limits", "body 1").await.unwrap();
+        let first = gh
+            .upsert_pull_request("rlc/limits", "main", "RLC limits", "body 1")
+            .await
+            .unwrap();
         assert_eq!(
             first,
-            PullRequest { number: 42, url: "https://github.example/acme/config/pull/42".into(), created: true }
+            PullRequest {
+                number: 42,
+                url: "https://github.example/acme/config/pull/42".into(),
+                created: true
+            }
         );
-        let second = gh.upsert_pull_request("rlc/limits", "main", "RLC limits v2", "body 2").await.unwrap();
+        let second = gh
+            .upsert_pull_request("rlc/limits", "main", "RLC limits v2", "body 2")
+            .await
+            .unwrap();
         assert_eq!((second.number, second.created), (42, false));
 
         let s = stub.lock().await;
-        let calls: Vec<(&str, &str)> =
-            s.seen.iter().map(|r| (r.method.as_str(), r.path_and_query.as_str())).collect();
+        let calls: Vec<(&str, &str)> = s
+            .seen
+            .iter()
+            .map(|r| (r.method.as_str(), r.path_and_query.as_str()))
+            .collect();
         assert_eq!(
             calls,
             vec![
-                ("GET", "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"),
+                (
+                    "GET",
+                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"
+                ),
                 ("POST", "/repos/acme/config/pulls"),
-                ("GET", "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"),
+                (
+                    "GET",
+                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"
+                ),
                 ("PATCH", "/repos/acme/config/pulls/42"),
             ]
         );
@@ -351,7 +384,10 @@ mod tests {
             s.seen[1].body,
             json!({ "title": "RLC limits", "head": "rlc/limits", "base": "main", "body": "body 1" })
         );
-        assert_eq!(s.seen[3].body, json!({ "title": "RLC limits v2", "body": "body 2" }));
+        assert_eq!(
+            s.seen[3].body,
+            json!({ "title": "RLC limits v2", "body": "body 2" })
+        );
     }
 
     #[tokio::test]
@@ -359,11 +395,29 @@ mod tests {
         let (base, stub) = start_stub().await;
         stub.lock().await.fail = Some((401, json!({ "message": "Bad credentials" })));
         let gh = GitHubClient::new(&base, "wrong", "acme/config").unwrap();
-        let err = gh.upsert_pull_request("rlc/limits", "main", "t", "b").await.unwrap_err();
-        assert!(matches!(err, GitHubError::Api { status: StatusCode::UNAUTHORIZED, .. }), "{err:?}");
+        let err = gh
+            .upsert_pull_request("rlc/limits", "main", "t", "b")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                GitHubError::Api {
+                    status: StatusCode::UNAUTHORIZED,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         let msg = err.to_string();
-        assert!(msg.contains("401") && msg.contains("Bad credentials"), "{msg}");
-        assert!(msg.contains("GET") && msg.contains("/repos/acme/config/pulls"), "{msg}");
+        assert!(
+            msg.contains("401") && msg.contains("Bad credentials"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("GET") && msg.contains("/repos/acme/config/pulls"),
+            "{msg}"
+        );
     }
 
     #[tokio::test]
@@ -374,9 +428,16 @@ mod tests {
             json!({ "message": "Validation Failed", "errors": [{ "message": "No commits between main and rlc/limits" }] }),
         ));
         let gh = GitHubClient::new(&base, "t", "acme/config").unwrap();
-        let msg = gh.upsert_pull_request("rlc/limits", "main", "t", "b").await.unwrap_err().to_string();
+        let msg = gh
+            .upsert_pull_request("rlc/limits", "main", "t", "b")
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("422"), "{msg}");
-        assert!(msg.contains("Validation Failed (No commits between main and rlc/limits)"), "{msg}");
+        assert!(
+            msg.contains("Validation Failed (No commits between main and rlc/limits)"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -6,87 +6,25 @@
 //! Timestamps are stored as unix milliseconds (`BIGINT`) and evidence as JSON text, which both
 //! databases read the same way.
 
+mod error;
 mod url;
 
 use chrono::{DateTime, TimeZone, Utc};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use sqlx::AnyPool;
 use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyConnection, AnyPool, Connection};
 use sqlx::{FromRow, Row};
 use std::time::Duration;
 
+pub use error::HistoryError;
 pub use url::DatabaseUrl;
+
+/// How long connecting to the database may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Schema of the run-history database, embedded from the workspace's `migrations/` folder.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
-
-/// Errors of the run-history store. Each names the database (never its password).
-#[derive(Debug, thiserror::Error)]
-pub enum HistoryError {
-    /// The URL is neither SQLite nor PostgreSQL.
-    #[error("run history database URL {url:?} is not supported (use sqlite://<path> or postgres://...)")]
-    UnsupportedUrl {
-        /// The URL with its password removed.
-        url: String,
-    },
-    /// The directory for the SQLite file could not be created.
-    #[error("run history database {db}: cannot create directory {dir}: {source}")]
-    CreateDir {
-        /// Database name.
-        db: String,
-        /// Directory that could not be created.
-        dir: String,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The database could not be reached or opened.
-    #[error("run history database {db}: cannot connect: {source}")]
-    Connect {
-        /// Database name.
-        db: String,
-        /// Cause.
-        #[source]
-        source: sqlx::Error,
-    },
-    /// Applying the schema failed.
-    #[error("run history database {db}: migrations failed: {source}")]
-    Migrate {
-        /// Database name.
-        db: String,
-        /// Cause.
-        #[source]
-        source: sqlx::migrate::MigrateError,
-    },
-    /// A statement failed.
-    #[error("run history database {db}: {what} failed: {source}")]
-    Query {
-        /// Database name.
-        db: String,
-        /// What was being done.
-        what: &'static str,
-        /// Cause.
-        #[source]
-        source: sqlx::Error,
-    },
-    /// A run id that is not in the database.
-    #[error("run history database {db}: no run {run_id}")]
-    UnknownRun {
-        /// Database name.
-        db: String,
-        /// The run id asked for.
-        run_id: String,
-    },
-    /// A stored value could not be understood.
-    #[error("run history database {db}: bad stored value: {detail}")]
-    Corrupt {
-        /// Database name.
-        db: String,
-        /// What was wrong.
-        detail: String,
-    },
-}
 
 /// State of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -208,16 +146,33 @@ impl History {
         let db = target.display_name().to_string();
         target.prepare()?;
         sqlx::any::install_default_drivers();
+        let connect_err = |source| HistoryError::Connect {
+            db: db.clone(),
+            source,
+        };
+        // One direct connection first: a pool would retry until its timeout and report only
+        // "pool timed out", hiding the cause (refused, bad password, unknown database, ...).
+        let probe = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            AnyConnection::connect(target.connect_url()),
+        )
+        .await
+        .unwrap_or_else(|_| Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())))
+        .map_err(connect_err)?;
+        let _ = probe.close().await;
         let pool = AnyPoolOptions::new()
             .max_connections(if target.is_sqlite() { 1 } else { 5 })
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(CONNECT_TIMEOUT)
             .connect(target.connect_url())
             .await
-            .map_err(|source| HistoryError::Connect { db: db.clone(), source })?;
+            .map_err(connect_err)?;
         MIGRATOR
             .run(&pool)
             .await
-            .map_err(|source| HistoryError::Migrate { db: db.clone(), source })?;
+            .map_err(|source| HistoryError::Migrate {
+                db: db.clone(),
+                source,
+            })?;
         tracing::debug!(db = %db, "run history ready");
         Ok(History { pool, db })
     }
@@ -281,6 +236,10 @@ impl History {
         .bind(rec.applied_limit)
         .bind(&rec.outcome)
         .bind(rec.evidence.to_string())
+        // sqlx 0.9's Any driver sends a NULL f64 as float4; a cached (persistent) statement
+        // would then keep float4 and reject the next non-NULL f64 on PostgreSQL. An unnamed
+        // statement is typed from each call's own arguments.
+        .persistent(false)
         .execute(&self.pool)
         .await
         .map_err(|e| self.query_err("record recommendation", e))?;
@@ -308,7 +267,10 @@ impl History {
         .await
         .map_err(|e| self.query_err("finish run", e))?;
         if done.rows_affected() == 0 {
-            return Err(HistoryError::UnknownRun { db: self.db.clone(), run_id: run_id.into() });
+            return Err(HistoryError::UnknownRun {
+                db: self.db.clone(),
+                run_id: run_id.into(),
+            });
         }
         Ok(())
     }
@@ -367,8 +329,9 @@ impl History {
     }
 
     fn to_record(&self, r: RunRow) -> Result<RunRecord, HistoryError> {
-        let status = RunStatus::parse(&r.status)
-            .ok_or_else(|| self.corrupt(format!("run {} has unknown status {:?}", r.id, r.status)))?;
+        let status = RunStatus::parse(&r.status).ok_or_else(|| {
+            self.corrupt(format!("run {} has unknown status {:?}", r.id, r.status))
+        })?;
         let time = |ms: i64| {
             Utc.timestamp_millis_opt(ms)
                 .single()
@@ -387,11 +350,18 @@ impl History {
     }
 
     fn query_err(&self, what: &'static str, source: sqlx::Error) -> HistoryError {
-        HistoryError::Query { db: self.db.clone(), what, source }
+        HistoryError::Query {
+            db: self.db.clone(),
+            what,
+            source,
+        }
     }
 
     fn corrupt(&self, detail: String) -> HistoryError {
-        HistoryError::Corrupt { db: self.db.clone(), detail }
+        HistoryError::Corrupt {
+            db: self.db.clone(),
+            detail,
+        }
     }
 }
 
@@ -402,7 +372,8 @@ fn new_run_id(now: DateTime<Utc>) -> String {
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
-    e.as_database_error().is_some_and(|d| d.is_unique_violation())
+    e.as_database_error()
+        .is_some_and(|d| d.is_unique_violation())
 }
 
 #[cfg(test)]

@@ -44,7 +44,9 @@ pub fn render(run_id: &str, rows: &[PrRow], extra_sections: &[(String, String)])
     out.push_str(&summary(run_id, &sorted));
     out.push_str("\n\n");
     if !sorted.is_empty() {
-        out.push_str("| bucket | old | new | change | policy | observed peak | coverage | notes |\n");
+        out.push_str(
+            "| bucket | old | new | change | policy | observed peak | coverage | notes |\n",
+        );
         out.push_str("|---|---:|---:|---:|---|---:|---:|---|\n");
         for row in &sorted {
             let _ = writeln!(
@@ -58,7 +60,11 @@ pub fn render(run_id: &str, rows: &[PrRow], extra_sections: &[(String, String)])
                 escape(&row.policy),
                 opt_rate(row.observed_peak),
                 coverage(row.coverage),
-                if row.notes.is_empty() { NONE.to_string() } else { escape(&row.notes) },
+                if row.notes.is_empty() {
+                    NONE.to_string()
+                } else {
+                    escape(&row.notes)
+                },
             );
         }
     }
@@ -126,7 +132,9 @@ fn coverage(v: Option<f64>) -> String {
 
 /// Makes text safe inside a table cell: pipes escaped, line breaks flattened.
 fn escape(text: &str) -> String {
-    text.replace('|', "\\|").replace("\r\n", " ").replace(['\n', '\r'], " ")
+    text.replace('|', "\\|")
+        .replace("\r\n", " ")
+        .replace(['\n', '\r'], " ")
 }
 
 #[cfg(test)]
@@ -154,10 +162,17 @@ mod tests {
             row("search", "query", Some(2000.0), Some(1500.56)),
             notes,
             row("checkout", "cart", None, Some(40.0)),
-            PrRow { observed_peak: None, coverage: None, ..row("auth", "login", Some(7.25), None) },
+            PrRow {
+                observed_peak: None,
+                coverage: None,
+                ..row("auth", "login", Some(7.25), None)
+            },
             row("auth", "token", Some(12000.0), Some(12000.0)),
         ];
-        let extra = vec![("Guards".to_string(), "- step guard capped 1 bucket\n".to_string())];
+        let extra = vec![(
+            "Guards".to_string(),
+            "- step guard capped 1 bucket\n".to_string(),
+        )];
         let got = render("20261129T201500Z-ab12", &rows, &extra);
         let want = "\
 ## Rate limit changes

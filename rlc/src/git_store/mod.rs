@@ -119,7 +119,10 @@ pub struct GitStore {
 
 impl std::fmt::Debug for GitStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GitStore").field("dir", &self.dir).field("remote", &self.remote).finish()
+        f.debug_struct("GitStore")
+            .field("dir", &self.dir)
+            .field("remote", &self.remote)
+            .finish()
     }
 }
 
@@ -148,7 +151,11 @@ impl GitStore {
             drop(repo.remote("origin", remote).map_err(open_err)?);
             repo
         };
-        let store = GitStore { repo, dir: workdir.to_path_buf(), remote: shown };
+        let store = GitStore {
+            repo,
+            dir: workdir.to_path_buf(),
+            remote: shown,
+        };
         store.fetch_refs()?;
         tracing::debug!(remote = %store.remote, dir = %store.dir.display(), "config repo opened");
         Ok(store)
@@ -157,17 +164,27 @@ impl GitStore {
     /// Fetches `origin` and force-checks-out `origin/main` (detached) into the work tree.
     pub fn fetch(&mut self) -> Result<Checkout, GitStoreError> {
         self.fetch_refs()?;
-        let main = self.remote_branch(MAIN_BRANCH)?.ok_or_else(|| GitStoreError::NoMain {
-            remote: self.remote.clone(),
-        })?;
-        let commit = self.repo.find_commit(main).map_err(|e| self.local("read main", e))?;
+        let main = self
+            .remote_branch(MAIN_BRANCH)?
+            .ok_or_else(|| GitStoreError::NoMain {
+                remote: self.remote.clone(),
+            })?;
+        let commit = self
+            .repo
+            .find_commit(main)
+            .map_err(|e| self.local("read main", e))?;
         let mut opts = git2::build::CheckoutBuilder::new();
         opts.force().remove_untracked(true);
         self.repo
             .checkout_tree(commit.as_object(), Some(&mut opts))
             .map_err(|e| self.local("check out main", e))?;
-        self.repo.set_head_detached(main).map_err(|e| self.local("detach HEAD", e))?;
-        Ok(Checkout { dir: self.dir.clone(), commit: main.to_string() })
+        self.repo
+            .set_head_detached(main)
+            .map_err(|e| self.local("detach HEAD", e))?;
+        Ok(Checkout {
+            dir: self.dir.clone(),
+            commit: main.to_string(),
+        })
     }
 
     /// Commits reachable from `new` but not from `old` (all of `new`'s history when `old` is
@@ -177,14 +194,19 @@ impl GitStore {
         let mut walk = self.repo.revwalk().map_err(|e| err("walk history", e))?;
         walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::REVERSE)
             .map_err(|e| err("walk history", e))?;
-        walk.push(self.resolve(new)?).map_err(|e| err("walk history", e))?;
+        walk.push(self.resolve(new)?)
+            .map_err(|e| err("walk history", e))?;
         if !old.is_empty() {
-            walk.hide(self.resolve(old)?).map_err(|e| err("walk history", e))?;
+            walk.hide(self.resolve(old)?)
+                .map_err(|e| err("walk history", e))?;
         }
         let mut out = Vec::new();
         for id in walk {
             let id = id.map_err(|e| err("walk history", e))?;
-            let commit = self.repo.find_commit(id).map_err(|e| err("read commit", e))?;
+            let commit = self
+                .repo
+                .find_commit(id)
+                .map_err(|e| err("read commit", e))?;
             let tree = commit.tree().map_err(|e| err("read tree", e))?;
             let parent_tree = match commit.parents().next() {
                 Some(p) => Some(p.tree().map_err(|e| err("read tree", e))?),
@@ -224,22 +246,30 @@ impl GitStore {
         if entry.kind() != Some(ObjectType::Blob) {
             return Ok(None);
         }
-        let blob = self.repo.find_blob(entry.id()).map_err(|e| self.local("read file", e))?;
+        let blob = self
+            .repo
+            .find_blob(entry.id())
+            .map_err(|e| self.local("read file", e))?;
         Ok(Some(self.utf8(path, blob.content())?))
     }
 
     /// All files below `dir` (recursively; `""` for the whole tree) at `commit`, as
     /// `(path, content)` sorted by path. A missing directory gives an empty list.
-    pub fn files_under(&self, commit: &str, dir: &str) -> Result<Vec<(String, String)>, GitStoreError> {
+    pub fn files_under(
+        &self,
+        commit: &str,
+        dir: &str,
+    ) -> Result<Vec<(String, String)>, GitStoreError> {
         let root = self.tree_of(commit)?;
         let dir = dir.trim_matches('/');
         let tree = if dir.is_empty() {
             root
         } else {
             match root.get_path(Path::new(dir)) {
-                Ok(e) if e.kind() == Some(ObjectType::Tree) => {
-                    self.repo.find_tree(e.id()).map_err(|e| self.local("read tree", e))?
-                }
+                Ok(e) if e.kind() == Some(ObjectType::Tree) => self
+                    .repo
+                    .find_tree(e.id())
+                    .map_err(|e| self.local("read tree", e))?,
                 Ok(_) => return Ok(Vec::new()),
                 Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Vec::new()),
                 Err(e) => return Err(self.local(&format!("look up {dir}"), e)),
@@ -256,8 +286,15 @@ impl GitStore {
         .map_err(|e| self.local("walk tree", e))?;
         let mut out = Vec::with_capacity(blobs.len());
         for (rel, id) in blobs {
-            let path = if dir.is_empty() { rel } else { format!("{dir}/{rel}") };
-            let blob = self.repo.find_blob(id).map_err(|e| self.local("read file", e))?;
+            let path = if dir.is_empty() {
+                rel
+            } else {
+                format!("{dir}/{rel}")
+            };
+            let blob = self
+                .repo
+                .find_blob(id)
+                .map_err(|e| self.local("read file", e))?;
             out.push((path.clone(), self.utf8(&path, blob.content())?));
         }
         out.sort();
@@ -266,18 +303,26 @@ impl GitStore {
 
     /// Fetches all branches of `origin` (pruning deleted ones) without touching the work tree.
     fn fetch_refs(&self) -> Result<(), GitStoreError> {
-        let fetch_err = |source| GitStoreError::Fetch { remote: self.remote.clone(), source };
+        let fetch_err = |source| GitStoreError::Fetch {
+            remote: self.remote.clone(),
+            source,
+        };
         let mut remote = self.repo.find_remote("origin").map_err(fetch_err)?;
         let mut opts = FetchOptions::new();
         opts.remote_callbacks(callbacks())
             .prune(FetchPrune::On)
             .download_tags(AutotagOption::None);
-        remote.fetch(&[] as &[&str], Some(&mut opts), None).map_err(fetch_err)
+        remote
+            .fetch(&[] as &[&str], Some(&mut opts), None)
+            .map_err(fetch_err)
     }
 
     /// Tip of `origin/<branch>` as last fetched.
     fn remote_branch(&self, branch: &str) -> Result<Option<Oid>, GitStoreError> {
-        match self.repo.refname_to_id(&format!("refs/remotes/origin/{branch}")) {
+        match self
+            .repo
+            .refname_to_id(&format!("refs/remotes/origin/{branch}"))
+        {
             Ok(id) => Ok(Some(id)),
             Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
             Err(e) => Err(self.local(&format!("read origin/{branch}"), e)),
@@ -289,23 +334,35 @@ impl GitStore {
             .repo
             .revparse_single(spec)
             .map_err(|e| self.local(&format!("find commit {spec}"), e))?;
-        let commit = obj.peel_to_commit().map_err(|e| self.local(&format!("find commit {spec}"), e))?;
+        let commit = obj
+            .peel_to_commit()
+            .map_err(|e| self.local(&format!("find commit {spec}"), e))?;
         Ok(commit.id())
     }
 
     fn tree_of(&self, spec: &str) -> Result<git2::Tree<'_>, GitStoreError> {
         let id = self.resolve(spec)?;
-        let commit = self.repo.find_commit(id).map_err(|e| self.local("read commit", e))?;
+        let commit = self
+            .repo
+            .find_commit(id)
+            .map_err(|e| self.local("read commit", e))?;
         commit.tree().map_err(|e| self.local("read tree", e))
     }
 
     fn utf8(&self, path: &str, bytes: &[u8]) -> Result<String, GitStoreError> {
         String::from_utf8(bytes.to_vec()).map_err(|_| {
-            self.local(&format!("read {path}"), git2::Error::from_str("file is not UTF-8"))
+            self.local(
+                &format!("read {path}"),
+                git2::Error::from_str("file is not UTF-8"),
+            )
         })
     }
 
     fn local(&self, what: &str, source: git2::Error) -> GitStoreError {
-        GitStoreError::Local { what: what.to_string(), dir: self.dir.display().to_string(), source }
+        GitStoreError::Local {
+            what: what.to_string(),
+            dir: self.dir.display().to_string(),
+            source,
+        }
     }
 }

@@ -100,7 +100,10 @@ impl GitStore {
             tree::validate_path(&file.path)?;
         }
         let base_id = Oid::from_str(base).map_err(|e| self.local("parse base id", e))?;
-        let base_commit = self.repo.find_commit(base_id).map_err(|e| self.local("read main", e))?;
+        let base_commit = self
+            .repo
+            .find_commit(base_id)
+            .map_err(|e| self.local("read main", e))?;
         let base_tree = base_commit.tree().map_err(|e| self.local("read main", e))?;
         let on_base = tree::apply(&self.repo, &base_tree, &proposal.files)
             .map_err(|e| self.local("build tree", e))?;
@@ -114,8 +117,13 @@ impl GitStore {
         };
         let (parent, new_tree, force) = match tip {
             Some(tip) if self.has_foreign_commits(tip, base_id)? => {
-                let tip_commit = self.repo.find_commit(tip).map_err(|e| self.local("read branch", e))?;
-                let tip_tree = tip_commit.tree().map_err(|e| self.local("read branch", e))?;
+                let tip_commit = self
+                    .repo
+                    .find_commit(tip)
+                    .map_err(|e| self.local("read branch", e))?;
+                let tip_tree = tip_commit
+                    .tree()
+                    .map_err(|e| self.local("read branch", e))?;
                 let new_tree = tree::apply(&self.repo, &tip_tree, &proposal.files)
                     .map_err(|e| self.local("build tree", e))?;
                 if new_tree == tip_tree.id() {
@@ -124,7 +132,10 @@ impl GitStore {
                 (tip_commit, new_tree, false)
             }
             Some(tip) => {
-                let tip_commit = self.repo.find_commit(tip).map_err(|e| self.local("read branch", e))?;
+                let tip_commit = self
+                    .repo
+                    .find_commit(tip)
+                    .map_err(|e| self.local("read branch", e))?;
                 let same_base = tip_commit.parent_ids().eq([base_id]);
                 if same_base && tip_commit.tree_id() == on_base {
                     return Ok(None);
@@ -133,7 +144,10 @@ impl GitStore {
             }
             None => (base_commit, on_base, false),
         };
-        let tree = self.repo.find_tree(new_tree).map_err(|e| self.local("read tree", e))?;
+        let tree = self
+            .repo
+            .find_tree(new_tree)
+            .map_err(|e| self.local("read tree", e))?;
         let sig = Signature::now(RLC_AUTHOR_NAME, RLC_AUTHOR_EMAIL)
             .map_err(|e| self.local("make signature", e))?;
         let commit = self
@@ -211,6 +225,8 @@ impl GitStore {
 /// Whether a remote's rejection means "the ref moved" rather than "not allowed".
 fn is_not_fast_forward(reason: &str) -> bool {
     let r = reason.to_ascii_lowercase();
-    r.contains("non-fast-forward") || r.contains("fetch first") || r.contains("stale info")
+    r.contains("non-fast-forward")
+        || r.contains("fetch first")
+        || r.contains("stale info")
         || r.contains("failed to lock")
 }

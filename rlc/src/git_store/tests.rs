@@ -15,9 +15,19 @@ fn bare_remote(root: &Path) -> PathBuf {
     let mut index = git2::Index::new().unwrap();
     let empty = repo.find_tree(index.write_tree_to(&repo).unwrap()).unwrap();
     let files = [change("services/checkout.yaml", "buckets: [pay]\n")];
-    let tree = repo.find_tree(tree::apply(&repo, &empty, &files).unwrap()).unwrap();
+    let tree = repo
+        .find_tree(tree::apply(&repo, &empty, &files).unwrap())
+        .unwrap();
     let sig = person();
-    repo.commit(Some("refs/heads/main"), &sig, &sig, "initial intent\n", &tree, &[]).unwrap();
+    repo.commit(
+        Some("refs/heads/main"),
+        &sig,
+        &sig,
+        "initial intent\n",
+        &tree,
+        &[],
+    )
+    .unwrap();
     path
 }
 
@@ -26,7 +36,10 @@ fn person() -> Signature<'static> {
 }
 
 fn change(path: &str, content: &str) -> FileChange {
-    FileChange { path: path.into(), content: content.into() }
+    FileChange {
+        path: path.into(),
+        content: content.into(),
+    }
 }
 
 fn proposal(content: &str) -> Proposal {
@@ -52,19 +65,28 @@ fn person_push(remote: &Path, branch: &str, path: &str, content: &str) -> Oid {
     let tree_id = tree::apply(&repo, &parent.tree().unwrap(), &[change(path, content)]).unwrap();
     let tree = repo.find_tree(tree_id).unwrap();
     let sig = person();
-    let id = repo.commit(None, &sig, &sig, "person edit\n", &tree, &[&parent]).unwrap();
+    let id = repo
+        .commit(None, &sig, &sig, "person edit\n", &tree, &[&parent])
+        .unwrap();
     let mut remote = repo.find_remote("origin").unwrap();
-    remote.push(&[format!("{id}:refs/heads/{branch}")], None).unwrap();
+    remote
+        .push(&[format!("{id}:refs/heads/{branch}")], None)
+        .unwrap();
     id
 }
 
 fn tip(remote: &Path, branch: &str) -> Option<Oid> {
-    Repository::open_bare(remote).unwrap().refname_to_id(&format!("refs/heads/{branch}")).ok()
+    Repository::open_bare(remote)
+        .unwrap()
+        .refname_to_id(&format!("refs/heads/{branch}"))
+        .ok()
 }
 
 fn read(remote: &Path, branch: &str, path: &str) -> Option<String> {
     let repo = Repository::open_bare(remote).unwrap();
-    let commit = repo.find_commit(repo.refname_to_id(&format!("refs/heads/{branch}")).ok()?).ok()?;
+    let commit = repo
+        .find_commit(repo.refname_to_id(&format!("refs/heads/{branch}")).ok()?)
+        .ok()?;
     let entry = commit.tree().unwrap().get_path(Path::new(path)).ok()?;
     let blob = repo.find_blob(entry.id()).unwrap();
     Some(String::from_utf8(blob.content().to_vec()).unwrap())
@@ -83,29 +105,69 @@ fn direct_commit_lands_on_main() {
     let before = tip(&remote, "main").unwrap();
     let out = store.publish(PublishMode::Direct, 3, |co| {
         assert_eq!(co.commit, before.to_string());
-        assert!(co.dir.join("services/checkout.yaml").exists(), "checkout has main's files");
+        assert!(
+            co.dir.join("services/checkout.yaml").exists(),
+            "checkout has main's files"
+        );
         Ok(Some(proposal("pay: 120\n")))
     });
-    let PublishOutcome::Committed { commit, branch, base, attempts } = out.unwrap() else {
+    let PublishOutcome::Committed {
+        commit,
+        branch,
+        base,
+        attempts,
+    } = out.unwrap()
+    else {
         panic!("expected a commit");
     };
-    assert_eq!((branch.as_str(), base, attempts), ("main", before.to_string(), 1));
+    assert_eq!(
+        (branch.as_str(), base, attempts),
+        ("main", before.to_string(), 1)
+    );
     assert_eq!(tip(&remote, "main").unwrap().to_string(), commit);
-    assert_eq!(read(&remote, "main", "limits/checkout.yaml").as_deref(), Some("pay: 120\n"));
-    assert_eq!(read(&remote, "main", "services/checkout.yaml").as_deref(), Some("buckets: [pay]\n"));
-    assert_eq!(store.file_at(&commit, "limits/checkout.yaml").unwrap().as_deref(), Some("pay: 120\n"));
+    assert_eq!(
+        read(&remote, "main", "limits/checkout.yaml").as_deref(),
+        Some("pay: 120\n")
+    );
+    assert_eq!(
+        read(&remote, "main", "services/checkout.yaml").as_deref(),
+        Some("buckets: [pay]\n")
+    );
+    assert_eq!(
+        store
+            .file_at(&commit, "limits/checkout.yaml")
+            .unwrap()
+            .as_deref(),
+        Some("pay: 120\n")
+    );
     assert_eq!(store.file_at(&commit, "limits/none.yaml").unwrap(), None);
 }
 
 #[test]
 fn unchanged_proposal_makes_no_commit() {
     let (_tmp, remote, mut store) = setup();
-    store.publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 120\n")))).unwrap();
+    store
+        .publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 120\n"))))
+        .unwrap();
     let after_first = tip(&remote, "main").unwrap();
-    let out = store.publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 120\n")))).unwrap();
-    assert_eq!(out, PublishOutcome::NoChange { base: after_first.to_string() });
-    let out = store.publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 120\n")))).unwrap();
-    assert_eq!(out, PublishOutcome::NoChange { base: after_first.to_string() });
+    let out = store
+        .publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 120\n"))))
+        .unwrap();
+    assert_eq!(
+        out,
+        PublishOutcome::NoChange {
+            base: after_first.to_string()
+        }
+    );
+    let out = store
+        .publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 120\n"))))
+        .unwrap();
+    assert_eq!(
+        out,
+        PublishOutcome::NoChange {
+            base: after_first.to_string()
+        }
+    );
     assert_eq!(tip(&remote, "main"), Some(after_first));
     assert_eq!(tip(&remote, PR_BRANCH), None);
 }
@@ -119,17 +181,34 @@ fn concurrent_person_commit_is_rebased_over_not_lost() {
             calls += 1;
             if calls == 1 {
                 // A person pushes to main between our fetch and our push.
-                person_push(&remote, "main", "services/search.yaml", "buckets: [query]\n");
+                person_push(
+                    &remote,
+                    "main",
+                    "services/search.yaml",
+                    "buckets: [query]\n",
+                );
             } else {
-                assert!(co.dir.join("services/search.yaml").exists(), "rebuilt on new main");
+                assert!(
+                    co.dir.join("services/search.yaml").exists(),
+                    "rebuilt on new main"
+                );
             }
             Ok(Some(proposal("pay: 130\n")))
         })
         .unwrap();
     assert_eq!(calls, 2);
-    assert!(matches!(out, PublishOutcome::Committed { attempts: 2, .. }), "{out:?}");
-    assert_eq!(read(&remote, "main", "services/search.yaml").as_deref(), Some("buckets: [query]\n"));
-    assert_eq!(read(&remote, "main", "limits/checkout.yaml").as_deref(), Some("pay: 130\n"));
+    assert!(
+        matches!(out, PublishOutcome::Committed { attempts: 2, .. }),
+        "{out:?}"
+    );
+    assert_eq!(
+        read(&remote, "main", "services/search.yaml").as_deref(),
+        Some("buckets: [query]\n")
+    );
+    assert_eq!(
+        read(&remote, "main", "limits/checkout.yaml").as_deref(),
+        Some("pay: 130\n")
+    );
 }
 
 #[test]
@@ -143,7 +222,10 @@ fn gives_up_after_max_attempts_when_main_keeps_moving() {
             Ok(Some(proposal("pay: 1\n")))
         })
         .unwrap_err();
-    assert!(matches!(err, GitStoreError::Contended { attempts: 2, .. }), "{err:?}");
+    assert!(
+        matches!(err, GitStoreError::Contended { attempts: 2, .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("refs/heads/main"), "{err}");
     assert_eq!(read(&remote, "main", "limits/checkout.yaml"), None);
 }
@@ -153,33 +235,65 @@ fn pr_mode_uses_branch_updates_in_place_and_keeps_person_commits() {
     let (_tmp, remote, mut store) = setup();
     let main_before = tip(&remote, "main");
 
-    let first = store.publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 100\n")))).unwrap();
+    let first = store
+        .publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 100\n"))))
+        .unwrap();
     assert!(matches!(&first, PublishOutcome::Committed { branch, .. } if branch == PR_BRANCH));
-    assert_eq!(tip(&remote, "main"), main_before, "PR mode never touches main");
-    assert_eq!(read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(), Some("pay: 100\n"));
+    assert_eq!(
+        tip(&remote, "main"),
+        main_before,
+        "PR mode never touches main"
+    );
+    assert_eq!(
+        read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(),
+        Some("pay: 100\n")
+    );
 
     // Second run: the branch is rebuilt from main and force-updated (one RLC commit on main).
-    let second = store.publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 110\n")))).unwrap();
-    let PublishOutcome::Committed { commit, .. } = &second else { panic!("{second:?}") };
+    let second = store
+        .publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 110\n"))))
+        .unwrap();
+    let PublishOutcome::Committed { commit, .. } = &second else {
+        panic!("{second:?}")
+    };
     let repo = Repository::open_bare(&remote).unwrap();
     let tip_commit = repo.find_commit(tip(&remote, PR_BRANCH).unwrap()).unwrap();
     assert_eq!(&tip_commit.id().to_string(), commit);
-    assert_eq!(tip_commit.parent_ids().collect::<Vec<_>>(), vec![main_before.unwrap()]);
-    assert_eq!(read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(), Some("pay: 110\n"));
+    assert_eq!(
+        tip_commit.parent_ids().collect::<Vec<_>>(),
+        vec![main_before.unwrap()]
+    );
+    assert_eq!(
+        read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(),
+        Some("pay: 110\n")
+    );
 
     // Same proposal again: nothing pushed.
-    let same = store.publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 110\n")))).unwrap();
+    let same = store
+        .publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 110\n"))))
+        .unwrap();
     assert!(matches!(same, PublishOutcome::NoChange { .. }), "{same:?}");
     assert_eq!(tip(&remote, PR_BRANCH), Some(tip_commit.id()));
 
     // A reviewer adds a commit to the branch; the next run builds on top of it.
     let theirs = person_push(&remote, PR_BRANCH, "limits/README.md", "reviewed\n");
-    let third = store.publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 120\n")))).unwrap();
-    assert!(matches!(third, PublishOutcome::Committed { .. }), "{third:?}");
+    let third = store
+        .publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 120\n"))))
+        .unwrap();
+    assert!(
+        matches!(third, PublishOutcome::Committed { .. }),
+        "{third:?}"
+    );
     let new_tip = repo.find_commit(tip(&remote, PR_BRANCH).unwrap()).unwrap();
     assert_eq!(new_tip.parent_ids().collect::<Vec<_>>(), vec![theirs]);
-    assert_eq!(read(&remote, PR_BRANCH, "limits/README.md").as_deref(), Some("reviewed\n"));
-    assert_eq!(read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(), Some("pay: 120\n"));
+    assert_eq!(
+        read(&remote, PR_BRANCH, "limits/README.md").as_deref(),
+        Some("reviewed\n")
+    );
+    assert_eq!(
+        read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(),
+        Some("pay: 120\n")
+    );
     assert_eq!(tip(&remote, "main"), main_before);
 }
 
@@ -187,22 +301,43 @@ fn pr_mode_uses_branch_updates_in_place_and_keeps_person_commits() {
 fn commits_between_marks_rlc_commits_and_paths() {
     let (_tmp, remote, mut store) = setup();
     let start = store.fetch().unwrap().commit;
-    person_push(&remote, "main", "services/search.yaml", "buckets: [query]\n");
-    store.publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 5\n")))).unwrap();
+    person_push(
+        &remote,
+        "main",
+        "services/search.yaml",
+        "buckets: [query]\n",
+    );
+    store
+        .publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 5\n"))))
+        .unwrap();
     let end = store.fetch().unwrap().commit;
 
     let commits = store.commits_between(&start, &end).unwrap();
-    let summary: Vec<(bool, Vec<String>, &str)> =
-        commits.iter().map(|c| (c.by_rlc, c.paths.clone(), c.author_email.as_str())).collect();
+    let summary: Vec<(bool, Vec<String>, &str)> = commits
+        .iter()
+        .map(|c| (c.by_rlc, c.paths.clone(), c.author_email.as_str()))
+        .collect();
     assert_eq!(
         summary,
         vec![
-            (false, vec!["services/search.yaml".to_string()], "pat@example.com"),
-            (true, vec!["limits/checkout.yaml".to_string()], RLC_AUTHOR_EMAIL),
+            (
+                false,
+                vec!["services/search.yaml".to_string()],
+                "pat@example.com"
+            ),
+            (
+                true,
+                vec!["limits/checkout.yaml".to_string()],
+                RLC_AUTHOR_EMAIL
+            ),
         ]
     );
     assert_eq!(commits[1].author_name, RLC_AUTHOR_NAME);
-    assert!(commits[1].message.contains("Rlc-Run: 20261129T201500Z-ab12"));
+    assert!(
+        commits[1]
+            .message
+            .contains("Rlc-Run: 20261129T201500Z-ab12")
+    );
     assert_eq!(store.commits_between(&end, &end).unwrap(), vec![]);
 
     let files = store.files_under(&end, "services").unwrap();
@@ -220,11 +355,15 @@ fn commits_between_marks_rlc_commits_and_paths() {
 fn build_error_and_bad_paths_push_nothing() {
     let (_tmp, remote, mut store) = setup();
     let before = tip(&remote, "main");
-    let err = store.publish(PublishMode::Direct, 3, |_| Err("prometheus down".into())).unwrap_err();
+    let err = store
+        .publish(PublishMode::Direct, 3, |_| Err("prometheus down".into()))
+        .unwrap_err();
     assert!(err.to_string().contains("prometheus down"), "{err}");
     let mut bad = proposal("x");
     bad.files[0].path = "../escape.yaml".into();
-    let err = store.publish(PublishMode::Direct, 3, move |_| Ok(Some(bad.clone()))).unwrap_err();
+    let err = store
+        .publish(PublishMode::Direct, 3, move |_| Ok(Some(bad.clone())))
+        .unwrap_err();
     assert!(matches!(err, GitStoreError::InvalidPath { .. }), "{err:?}");
     assert_eq!(tip(&remote, "main"), before);
 }
@@ -232,10 +371,15 @@ fn build_error_and_bad_paths_push_nothing() {
 #[test]
 fn reopening_existing_clone_fetches_again() {
     let (tmp, remote, mut store) = setup();
-    store.publish(PublishMode::Direct, 1, |_| Ok(Some(proposal("pay: 9\n")))).unwrap();
+    store
+        .publish(PublishMode::Direct, 1, |_| Ok(Some(proposal("pay: 9\n"))))
+        .unwrap();
     drop(store);
     let mut again = GitStore::open(remote.to_str().unwrap(), &tmp.path().join("work")).unwrap();
-    assert_eq!(again.fetch().unwrap().commit, tip(&remote, "main").unwrap().to_string());
+    assert_eq!(
+        again.fetch().unwrap().commit,
+        tip(&remote, "main").unwrap().to_string()
+    );
 }
 
 /// A `git daemon` serving `root` with pushes enabled, so that hooks run.
@@ -246,9 +390,18 @@ struct Daemon {
 
 impl Daemon {
     fn start(root: &Path) -> Daemon {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new("git")
-            .args(["daemon", "--reuseaddr", "--export-all", "--enable=receive-pack"])
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--enable=receive-pack",
+            ])
             .arg(format!("--base-path={}", root.display()))
             .args(["--listen=127.0.0.1", &format!("--port={port}")])
             .arg(root)
@@ -292,13 +445,28 @@ fn refusing_remote_is_an_error_naming_the_ref_and_main_is_unchanged() {
     let url = format!("git://127.0.0.1:{}/config.git", daemon.port);
     let mut store = GitStore::open(&url, &tmp.path().join("work")).unwrap();
 
-    let err = store.publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 1\n")))).unwrap_err();
+    let err = store
+        .publish(PublishMode::Direct, 3, |_| Ok(Some(proposal("pay: 1\n"))))
+        .unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, GitStoreError::Refused { .. }), "{err:?}");
-    assert!(msg.contains(&format!("git remote {url} refused push of refs/heads/main")), "{msg}");
+    assert!(
+        msg.contains(&format!("git remote {url} refused push of refs/heads/main")),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("pre-receive hook declined"),
+        "the remote's reason is kept: {msg}"
+    );
     assert_eq!(tip(&remote, "main"), before);
 
-    let err = store.publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 1\n")))).unwrap_err();
-    assert!(err.to_string().contains("refused push of refs/heads/rlc/limits"), "{err}");
+    let err = store
+        .publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 1\n"))))
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("refused push of refs/heads/rlc/limits"),
+        "{err}"
+    );
     assert_eq!(tip(&remote, PR_BRANCH), None);
 }

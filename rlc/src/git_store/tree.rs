@@ -10,7 +10,10 @@ const REGULAR_FILE: u32 = 0o100_644;
 /// Checks that `path` is a plain relative path inside the repository.
 pub(crate) fn validate_path(path: &str) -> Result<(), GitStoreError> {
     let bad = |reason: &str| {
-        Err(GitStoreError::InvalidPath { path: path.to_string(), reason: reason.to_string() })
+        Err(GitStoreError::InvalidPath {
+            path: path.to_string(),
+            reason: reason.to_string(),
+        })
     };
     if path.is_empty() {
         return bad("empty path");
@@ -64,10 +67,24 @@ mod tests {
 
     #[test]
     fn rejects_paths_that_escape_or_touch_git() {
-        for bad in ["", "/etc/passwd", "a//b", "../x", "limits/./a", ".git/config", "a\\b", "x/"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "a//b",
+            "../x",
+            "limits/./a",
+            ".git/config",
+            "a\\b",
+            "x/",
+        ] {
             assert!(validate_path(bad).is_err(), "{bad:?} should be rejected");
         }
-        for good in ["limits/checkout.yaml", "a", "deep/er/file.yaml", ".github/x"] {
+        for good in [
+            "limits/checkout.yaml",
+            "a",
+            "deep/er/file.yaml",
+            ".github/x",
+        ] {
             assert!(validate_path(good).is_ok(), "{good:?} should be accepted");
         }
     }

@@ -29,10 +29,16 @@ impl DatabaseUrl {
     pub fn parse(raw: &str) -> Result<DatabaseUrl, HistoryError> {
         let raw = raw.trim();
         if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
-            return Ok(DatabaseUrl::Postgres { url: raw.to_string(), display: redact(raw) });
+            return Ok(DatabaseUrl::Postgres {
+                url: raw.to_string(),
+                display: redact(raw),
+            });
         }
         if raw == "sqlite::memory:" || raw == "sqlite://:memory:" {
-            return Ok(DatabaseUrl::Sqlite { path: None, url: "sqlite::memory:".into() });
+            return Ok(DatabaseUrl::Sqlite {
+                path: None,
+                url: "sqlite::memory:".into(),
+            });
         }
         let rest = if let Some(rest) = raw.strip_prefix("sqlite://") {
             rest
@@ -45,7 +51,9 @@ impl DatabaseUrl {
         };
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {
-            return Err(HistoryError::UnsupportedUrl { url: raw.to_string() });
+            return Err(HistoryError::UnsupportedUrl {
+                url: raw.to_string(),
+            });
         }
         let mut params: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
         if !params.iter().any(|p| p.starts_with("mode=")) {
@@ -80,7 +88,10 @@ impl DatabaseUrl {
 
     /// Creates the parent directories of an SQLite file.
     pub(super) fn prepare(&self) -> Result<(), HistoryError> {
-        let DatabaseUrl::Sqlite { path: Some(path), .. } = self else {
+        let DatabaseUrl::Sqlite {
+            path: Some(path), ..
+        } = self
+        else {
             return Ok(());
         };
         match path.parent() {
@@ -123,17 +134,29 @@ mod tests {
 
     #[test]
     fn postgres_display_has_no_password() {
-        let u = DatabaseUrl::parse("postgres://grl:s3cret@db.example:5432/rlc?sslmode=disable").unwrap();
+        let u = DatabaseUrl::parse("postgres://grl:s3cret@db.example:5432/rlc?sslmode=disable")
+            .unwrap();
         assert_eq!(u.display_name(), "postgres://grl@db.example:5432/rlc");
         assert!(!u.is_sqlite());
-        assert_eq!(u.connect_url(), "postgres://grl:s3cret@db.example:5432/rlc?sslmode=disable");
+        assert_eq!(
+            u.connect_url(),
+            "postgres://grl:s3cret@db.example:5432/rlc?sslmode=disable"
+        );
     }
 
     #[test]
     fn sqlite_forms_open_read_write_create() {
-        for raw in ["sqlite:///var/lib/rlc/h.db", "sqlite:/var/lib/rlc/h.db", "/var/lib/rlc/h.db"] {
+        for raw in [
+            "sqlite:///var/lib/rlc/h.db",
+            "sqlite:/var/lib/rlc/h.db",
+            "/var/lib/rlc/h.db",
+        ] {
             let u = DatabaseUrl::parse(raw).unwrap();
-            assert_eq!(u.connect_url(), "sqlite:///var/lib/rlc/h.db?mode=rwc", "{raw}");
+            assert_eq!(
+                u.connect_url(),
+                "sqlite:///var/lib/rlc/h.db?mode=rwc",
+                "{raw}"
+            );
             assert_eq!(u.display_name(), "sqlite:///var/lib/rlc/h.db");
         }
         let u = DatabaseUrl::parse("sqlite://data/h.db?mode=ro").unwrap();
@@ -142,7 +165,12 @@ mod tests {
 
     #[test]
     fn other_schemes_are_refused_without_leaking_password() {
-        let err = DatabaseUrl::parse("mysql://u:pw@h/db").unwrap_err().to_string();
-        assert!(err.contains("mysql://u@h/db") && !err.contains("pw"), "{err}");
+        let err = DatabaseUrl::parse("mysql://u:pw@h/db")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("mysql://u@h/db") && !err.contains("pw"),
+            "{err}"
+        );
     }
 }
