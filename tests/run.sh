@@ -81,6 +81,7 @@ done
 # ---------------------------------------------------------------------------------------
 if ((need_pg)); then
     section "PostgreSQL"
+    [[ $(id -u) -eq 0 ]] || die "run as root to start PostgreSQL, or set GRL_TEST_PG_URL"
 
     # The cluster to use: GRL_TEST_PG_CLUSTER if set (created if missing), else `main`,
     # else the first one listed; if there is none, a new `main` of the newest version.

@@ -44,25 +44,26 @@ pub(crate) fn test_binary(env_var: &str, default: &str, what: &str) -> Result<Pa
     Ok(path)
 }
 
-/// Writes `openmetrics` into `dir` and converts it into TSDB blocks in `data_dir` with
-/// `promtool tsdb create-blocks-from openmetrics --max-block-duration=200h`.
+/// Writes `openmetrics` to `dir/backfill.om` and converts it into TSDB blocks in `data_dir`
+/// with `promtool tsdb create-blocks-from openmetrics --max-block-duration=200h`.
 ///
 /// The hidden `--max-block-duration` flag matters: promtool reads the whole file once per
 /// output block, and with the default 2 h blocks four weeks of history take minutes.
-pub fn backfill(openmetrics: &str, dir: &Path, data_dir: &Path) -> Result<()> {
+async fn backfill(openmetrics: &str, dir: &Path, data_dir: &Path) -> Result<()> {
     let promtool = test_binary("GRL_TEST_PROMTOOL", "/usr/bin/promtool", "Prometheus")?;
     ensure!(
-        openmetrics.ends_with("# EOF\n") || openmetrics.ends_with("# EOF"),
+        openmetrics.trim_end().ends_with("# EOF"),
         "an OpenMetrics backfill must end with `# EOF`"
     );
     let file = dir.join("backfill.om");
     std::fs::write(&file, openmetrics).with_context(|| format!("writing {}", file.display()))?;
-    let out = Command::new(&promtool)
+    let out = tokio::process::Command::new(&promtool)
         .args(["tsdb", "create-blocks-from", "openmetrics"])
         .arg("--max-block-duration=200h")
         .arg(&file)
         .arg(data_dir)
         .output()
+        .await
         .with_context(|| format!("running {}", promtool.display()))?;
     ensure!(
         out.status.success(),
@@ -71,7 +72,7 @@ pub fn backfill(openmetrics: &str, dir: &Path, data_dir: &Path) -> Result<()> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // The file is only an intermediate; it can be hundreds of MB.
+    // The file is only an intermediate; four weeks of 100 series take about 500 MB.
     let _ = std::fs::remove_file(&file);
     Ok(())
 }
@@ -99,10 +100,7 @@ impl Prometheus {
         let data_dir = dir.path().join("data");
         std::fs::create_dir(&data_dir)?;
         if let Some(openmetrics) = backfill {
-            let dir = dir.path().to_owned();
-            let data = data_dir.clone();
-            let text = openmetrics.to_owned();
-            tokio::task::spawn_blocking(move || self::backfill(&text, &dir, &data)).await??;
+            self::backfill(openmetrics, dir.path(), &data_dir).await?;
         }
         let config = dir.path().join("prometheus.yml");
         std::fs::write(&config, config_yaml(scrape_targets))?;

@@ -55,7 +55,7 @@ pub fn median(points: &[Point]) -> f64 {
     let mut values: Vec<f64> = points.iter().map(|p| p.1).collect();
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 0 {
+    if values.len().is_multiple_of(2) {
         (values[mid - 1] + values[mid]) / 2.0
     } else {
         values[mid]
