@@ -1,1 +1,1 @@
-
+mod harness_smoke;
