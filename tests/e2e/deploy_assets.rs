@@ -283,10 +283,10 @@ impl Compose {
     fn invocations(&self) -> Result<Vec<Invocation>> {
         let mut out = Vec::new();
         for (name, _) in self.services() {
-            if let Some(cmd) = self.command(name)? {
-                if let Some(inv) = parse_invocation(name, &cmd)? {
-                    out.push(inv);
-                }
+            if let Some(cmd) = self.command(name)?
+                && let Some(inv) = parse_invocation(name, &cmd)?
+            {
+                out.push(inv);
             }
         }
         Ok(out)
@@ -919,14 +919,14 @@ fn prometheus_scrapes_exactly_the_metrics_listeners() -> Result<()> {
         let (_, port) = host_port(inv.flag("metrics-listen")?)?;
         listening.insert((inv.service.clone(), port));
     }
-    for t in scraped.difference(&listening) {
+    if let Some(t) = scraped.difference(&listening).next() {
         bail!(
             "prometheus.yml scrapes {}:{} but no compose service exports metrics there",
             t.0,
             t.1
         );
     }
-    for l in listening.difference(&scraped) {
+    if let Some(l) = listening.difference(&scraped).next() {
         bail!(
             "service {} exports metrics on port {} but prometheus.yml does not scrape it",
             l.0,
