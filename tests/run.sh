@@ -157,6 +157,9 @@ cargo fmt --all -- --check
 section "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+section "cargo build --workspace --bins (the end-to-end tests run grl and rlc as processes)"
+cargo build --workspace --bins
+
 section "cargo test --workspace"
 cargo test --workspace -- --test-threads=2
 

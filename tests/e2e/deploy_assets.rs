@@ -178,22 +178,8 @@ fn read_yaml(rel: &str) -> Result<Value> {
     serde_yaml::from_str(&read_repo_file(rel)?).with_context(|| format!("{rel} is not valid YAML"))
 }
 
-/// A binary built by `cargo build --bins` in this test binary's target directory.
 fn target_bin(name: &str) -> Result<PathBuf> {
-    // The test binary is <target>/debug/deps/e2e-<hash>; the binaries are in <target>/debug.
-    let exe = std::env::current_exe().context("locating the test binary")?;
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| anyhow!("unexpected test binary path {}", exe.display()))?;
-    let bin = dir.join(name);
-    ensure!(
-        bin.is_file(),
-        "binary `{name}` not found at {}: build the binaries first (`cargo build --bins`, as \
-         `bash tests/run.sh` does)",
-        bin.display()
-    );
-    Ok(bin)
+    e2e::process::target_bin(name)
 }
 
 /// A tool from the environment variable `var` or its default path.

@@ -205,3 +205,56 @@ mod tests {
         );
     }
 }
+
+/// A `git daemon` serving one bare remote over `git://` with pushes enabled, so that the
+/// remote's hooks run (libgit2 runs no hooks when pushing to a path).
+pub struct GitDaemon {
+    _child: crate::process::ChildGuard,
+    url: String,
+}
+
+impl GitDaemon {
+    /// Serves `remote`; `refuse_pushes` installs a `pre-receive` hook that declines every push.
+    pub fn serve(remote: &BareRemote, refuse_pushes: bool) -> Result<GitDaemon> {
+        if refuse_pushes {
+            let hook = remote.path().join("hooks/pre-receive");
+            std::fs::create_dir_all(hook.parent().unwrap_or(remote.path()))?;
+            std::fs::write(&hook, "#!/bin/sh\necho 'pushes are frozen' >&2\nexit 1\n")?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))?;
+        }
+        let base = remote.path().parent().context("remote has no parent dir")?;
+        let name = remote
+            .path()
+            .file_name()
+            .context("remote has no name")?
+            .to_string_lossy()
+            .into_owned();
+        let port = crate::ports::free_port();
+        let child = crate::process::spawn(
+            std::process::Command::new("git")
+                .arg("daemon")
+                .arg("--reuseaddr")
+                .arg("--export-all")
+                .arg("--enable=receive-pack")
+                .arg(format!("--base-path={}", base.display()))
+                .arg("--listen=127.0.0.1")
+                .arg(format!("--port={port}"))
+                .arg(base),
+        )?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            anyhow::ensure!(std::time::Instant::now() < deadline, "git daemon did not listen");
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        Ok(GitDaemon {
+            _child: child,
+            url: format!("git://127.0.0.1:{port}/{name}"),
+        })
+    }
+
+    /// The `git://` URL of the served remote.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
