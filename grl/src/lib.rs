@@ -9,4 +9,5 @@
 pub mod config;
 pub mod metric_names;
 pub mod proto;
+pub mod tier;
 pub mod wire;
