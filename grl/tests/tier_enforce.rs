@@ -102,14 +102,15 @@ async fn zone_and_region_scopes_hold_their_own_sums_and_shadow_drops_nothing() {
         s(&c, "sc", 1000.0),
     ]);
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let (zs, rs, ss) = (
+        [a.clone(), b.clone()],
+        [a.clone(), b.clone(), c.clone()],
+        [a.clone(), c.clone()],
+    );
     let (zw, rw, sw) = tokio::join!(
-        window(&[a.clone(), b.clone()], "zone-b", Duration::from_secs(2)),
-        window(
-            &[a.clone(), b.clone(), c.clone()],
-            "region-b",
-            Duration::from_secs(2)
-        ),
-        window(&[a.clone(), c.clone()], "shadow-b", Duration::from_secs(2)),
+        window(&zs, "zone-b", Duration::from_secs(2)),
+        window(&rs, "region-b", Duration::from_secs(2)),
+        window(&ss, "shadow-b", Duration::from_secs(2)),
     );
     // Zone a offers 1.5x its zone limit; zone b is under it.
     let za = zw[0][1] as f64 / 2.0;

@@ -28,16 +28,14 @@ pub enum FollowError {
     Invalid(#[from] ConfigErrors),
 }
 
-/// Polls `root` every `period`; applies each valid change.
+/// Polls `root` every `period`; applies each valid change from content version `last`.
 pub async fn follow_dir(
     root: PathBuf,
     period: Duration,
+    mut last: String,
     apply: Apply,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut last = config::read_config_files(&root)
-        .map(|f| config::content_version(&f))
-        .unwrap_or_default();
     loop {
         tokio::select! {
             () = tokio::time::sleep(period) => {}

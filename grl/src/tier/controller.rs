@@ -192,6 +192,7 @@ pub async fn start(
         apply_ok: AtomicU64::new(0),
         apply_invalid: AtomicU64::new(0),
     });
+    let initial_version = initial.version.clone();
     ctl.set_snapshot(initial);
     let (tx, rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -203,6 +204,7 @@ pub async fn start(
         (ConfigSource::Dir(d), _) => tasks.push(tokio::spawn(config_follow::follow_dir(
             d.clone(),
             opts.poll,
+            initial_version.clone(),
             apply,
             rx.clone(),
         ))),

@@ -21,13 +21,19 @@ pub const SERVICE: &str = "payments";
 /// `global`), a zone bucket (`zc`, 1000), a region bucket (`rc`, 2000) and a global shadow
 /// bucket (`sc`, 1000).
 pub fn service_yaml(global: f64) -> String {
-    format!(
-        "service: payments\nbuckets:\n\
-  - name: gateway-pay\n    match: {{ caller: gateway }}\n    scope: global\n    mode: deny\n    policy: {{ kind: fixed, rps: {global} }}\n\
-  - name: zone-b\n    match: {{ caller: zc }}\n    scope: zone\n    mode: deny\n    policy: {{ kind: fixed, rps: 1000 }}\n\
-  - name: region-b\n    match: {{ caller: rc }}\n    scope: region\n    mode: deny\n    policy: {{ kind: fixed, rps: 2000 }}\n\
-  - name: shadow-b\n    match: {{ caller: sc }}\n    scope: global\n    mode: shadow\n    policy: {{ kind: fixed, rps: 1000 }}\n"
-    )
+    let bucket = |name: &str, caller: &str, scope: &str, mode: &str, rps: f64| {
+        format!(
+            "  - name: {name}\n    match: {{ caller: {caller} }}\n    scope: {scope}\n    mode: {mode}\n    policy: {{ kind: fixed, rps: {rps} }}\n"
+        )
+    };
+    [
+        "service: payments\nbuckets:\n".to_string(),
+        bucket("gateway-pay", "gateway", "global", "deny", global),
+        bucket("zone-b", "zc", "zone", "deny", 1000.0),
+        bucket("region-b", "rc", "region", "deny", 2000.0),
+        bucket("shadow-b", "sc", "global", "shadow", 1000.0),
+    ]
+    .concat()
 }
 
 /// Writes a config dir whose global limit is `global`.
