@@ -266,3 +266,62 @@ async fn metrics_of_aggregator_and_controller_follow_the_contract() {
         0.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_throttles_a_caller_then_is_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 100_000.0);
+    let (ctl, _c) = controller_on(listener().await, dir.path(), IV).await;
+    let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), IV).await;
+    let cl = client(&agg, "a", "eu", "a1", IV);
+    let _t = Traffic::start(vec![(cl.clone(), "batch".into(), 2000.0)]);
+    let mut rpc = ControlClient::connect(format!("http://{}", ctl.addr))
+        .await
+        .unwrap();
+    let o = rpc
+        .set_override(proto::SetOverrideRequest {
+            service: SERVICE.into(),
+            caller: "batch".into(),
+            rps: 500.0,
+            ttl_seconds: 60,
+            reason: "incident 42".into(),
+            who: "oncall".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let bucket = format!("override-{}", o.id);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let w = window(std::slice::from_ref(&cl), &bucket, Duration::from_secs(1)).await;
+    assert!(
+        (w[0][1] as f64 - 500.0).abs() < 60.0,
+        "override not enforced: {w:?}"
+    );
+    let st = ctl.node.status(tokio::time::Instant::now());
+    assert!(st.buckets.iter().any(|b| b.bucket == bucket));
+    let m = scrape(ctl.metrics_addr.unwrap()).await;
+    assert_eq!(get(&m, "grl_tier_overrides"), 1.0);
+    let listed = rpc
+        .list_overrides(proto::ListOverridesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.overrides.len(), 1);
+    assert_eq!(listed.overrides[0].reason, "incident 42");
+    let cleared = rpc
+        .clear_override(proto::ClearOverrideRequest {
+            service: SERVICE.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cleared.cleared, 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let w = window(std::slice::from_ref(&cl), "", Duration::from_millis(500)).await;
+    assert!(
+        w[0][0] > 0 && w[0][2] == 0,
+        "still throttled after clear: {w:?}"
+    );
+}

@@ -153,10 +153,10 @@ fn generate(clients: &[Client], profile: &[Step], duration: u64) -> anyhow::Resu
         for (cur, old) in now.iter().zip(&prev) {
             for (b, v) in cur {
                 let o = old.get(b).copied().unwrap_or_default();
-                let d: Vec<u64> = (0..4).map(|k| v[k] - o[k]).collect();
+                let d: [u64; 4] = std::array::from_fn(|k| v[k] - o[k]);
                 let e = buckets.entry(b.as_str()).or_default();
-                for k in 0..4 {
-                    e.0[k] += d[k];
+                for (sum, x) in e.0.iter_mut().zip(d) {
+                    *sum += x;
                 }
                 e.1.push(if d[0] > 0 {
                     d[2] as f64 / d[0] as f64

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::ratios::{self, Rate, Totals};
+use super::ratios::{self, Totals};
 use crate::proto;
 
 /// What a tier last told one child.
@@ -75,7 +75,7 @@ impl<L> Children<L> {
         let mut rates = Totals::new();
         for row in &r.rates {
             let (k, v) = ratios::from_wire(row, &r.zone, &r.region);
-            rates.entry(k).or_insert_with(Rate::default).add(&v);
+            rates.entry(k).or_default().add(&v);
         }
         let level = proto::Level::try_from(r.level).unwrap_or(proto::Level::Client);
         match self.map.get_mut(&r.reporter_id) {

@@ -104,7 +104,7 @@ pub fn regroup(totals: &Totals, keep_zone: bool) -> Totals {
 
 /// `max(0, (offered - limit) / offered)`, 0 when nothing is offered.
 pub fn drop_ratio(offered: f64, limit: f64) -> f64 {
-    if !(offered > 0.0) || offered <= limit || !limit.is_finite() {
+    if offered.is_nan() || offered <= 0.0 || offered <= limit || !limit.is_finite() {
         0.0
     } else {
         ((offered - limit) / offered).clamp(0.0, 1.0)

@@ -1,0 +1,170 @@
+//! Surge: a step from 1x to 15x of a global limit at a 1 s interval, through a real
+//! controller, aggregator and clients in one process. Prints the time until the admitted
+//! rate is within ±5 % of the limit and the control-plane bytes per client per second.
+//!
+//! `SURGE_LIMIT` (default 2000 rps), `SURGE_CLIENTS` (20), `SURGE_FACTOR` (15).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use grl::client::{Client, ClientConfig};
+use grl::tier::aggregator::{self, AggregatorOptions};
+use grl::tier::controller::{self, ConfigSource, ControllerOptions};
+
+fn env(name: &str, dflt: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(dflt)
+}
+
+fn admitted(clients: &[Client]) -> (u64, u64) {
+    clients
+        .iter()
+        .flat_map(|c| c.bucket_totals())
+        .filter(|b| b.bucket == "gateway-pay")
+        .fold((0, 0), |(o, a), b| (o + b.offered, a + b.allowed))
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let limit = env("SURGE_LIMIT", 2000.0);
+    let n = env("SURGE_CLIENTS", 20.0) as usize;
+    let factor = env("SURGE_FACTOR", 15.0);
+    let iv = Duration::from_secs(1);
+    let (warm, surge) = (8u64, 12u64);
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("services")).unwrap();
+    std::fs::write(
+        dir.path().join("services/payments.yaml"),
+        format!("service: payments\nbuckets:\n  - name: gateway-pay\n    match: {{ caller: gateway }}\n    scope: global\n    mode: deny\n    policy: {{ kind: fixed, rps: {limit} }}\n"),
+    )
+    .unwrap();
+    let bind = || async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let ctl_opts = ControllerOptions {
+        region: "eu".into(),
+        parent: None,
+        interval: iv,
+        config: ConfigSource::Dir(dir.path().into()),
+        poll: Duration::from_secs(2),
+    };
+    let (ctl, _c) = controller::start(ctl_opts, bind().await, None)
+        .await
+        .unwrap();
+    let agg_opts = AggregatorOptions {
+        zone: "a".into(),
+        region: "eu".into(),
+        controller: ctl.addr.to_string(),
+        interval: iv,
+    };
+    let agg = aggregator::start(agg_opts, bind().await, None).unwrap();
+    let clients: Vec<Client> = (0..n)
+        .map(|i| {
+            let mut cfg = ClientConfig::new("payments", format!("http://{}", agg.addr));
+            cfg.zone = "a".into();
+            cfg.region = "eu".into();
+            cfg.id = format!("surge-{i}");
+            let c = Client::new(cfg);
+            c.spawn();
+            c
+        })
+        .collect();
+
+    // Traffic: `limit` rps for `warm` s, then `factor` x limit, spread over the clients in
+    // 10 ms ticks, on its own thread.
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let generator = {
+        let (clients, stop) = (clients.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut carry = vec![0.0; clients.len()];
+            let mut tick = 0u64;
+            while !stop.load(Relaxed) {
+                tick += 1;
+                let due = start + Duration::from_millis(tick * 10);
+                if let Some(w) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(w);
+                }
+                let total = if tick * 10 < warm * 1000 {
+                    limit
+                } else {
+                    limit * factor
+                };
+                for (i, c) in clients.iter().enumerate() {
+                    carry[i] += total / clients.len() as f64 / 100.0;
+                    while carry[i] >= 1.0 {
+                        carry[i] -= 1.0;
+                        c.decide("gateway", "Pay/Charge");
+                    }
+                }
+            }
+        })
+    };
+
+    // Sample admitted and offered rates over 200 ms windows.
+    let step = Duration::from_millis(200);
+    let mut samples = Vec::new();
+    let mut prev = admitted(&clients);
+    let mut bytes_at_step = None;
+    let bytes = |n: &grl::tier::node::Node| {
+        n.bytes.reports_in.load(Relaxed) + n.bytes.instructions_out.load(Relaxed)
+    };
+    let mut next = tokio::time::Instant::now() + step;
+    while start.elapsed() < Duration::from_secs(warm + surge) {
+        tokio::time::sleep_until(next).await;
+        next += step;
+        let now = admitted(&clients);
+        let t = start.elapsed().as_secs_f64() - warm as f64;
+        let (o, a) = ((now.0 - prev.0) as f64 / 0.2, (now.1 - prev.1) as f64 / 0.2);
+        samples.push((t, o, a));
+        prev = now;
+        if bytes_at_step.is_none() && t >= 2.0 {
+            bytes_at_step = Some((Instant::now(), bytes(&agg.node), bytes(&ctl.node)));
+        }
+    }
+    stop.store(true, Relaxed);
+    generator.join().unwrap();
+    let (t0, b_agg0, b_ctl0) = bytes_at_step.unwrap();
+    let secs = t0.elapsed().as_secs_f64();
+    let per_client = (bytes(&agg.node) - b_agg0) as f64 / secs / n as f64;
+    let agg_up = (bytes(&ctl.node) - b_ctl0) as f64 / secs;
+
+    let within = |a: f64| (a - limit).abs() <= 0.05 * limit;
+    let first = samples
+        .iter()
+        .find(|s| s.0 > 0.0 && within(s.2))
+        .map(|s| s.0);
+    let settled = samples
+        .iter()
+        .rposition(|s| s.0 > 0.0 && !within(s.2))
+        .and_then(|i| samples.get(i + 1))
+        .map(|s| s.0);
+    for (t, o, a) in &samples {
+        println!("t={t:+.1}s offered={o:.0}/s admitted={a:.0}/s");
+    }
+    let peak = samples
+        .iter()
+        .filter(|s| s.0 > 1.0)
+        .map(|s| s.1)
+        .fold(0.0, f64::max);
+    println!(
+        "surge: limit {limit} rps, {n} clients, 1x -> {factor}x (measured peak offered {peak:.0}/s)"
+    );
+    println!(
+        "time to within ±5% of the limit (200 ms windows; window end after the step): first {first:?} s, settled {settled:?} s"
+    );
+    println!(
+        "control-plane bytes per client per second (client<->aggregator, reports + instructions): {per_client:.0}"
+    );
+    println!("aggregator<->controller bytes per second (one zone): {agg_up:.0}");
+}
