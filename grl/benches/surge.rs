@@ -163,8 +163,16 @@ async fn run() {
     for (t, o, a) in windows.iter().step_by(2) {
         println!("window from t={t:+.1}s: offered={o:.0}/s admitted={a:.0}/s");
     }
-    let peak = windows.iter().filter(|w| w.0 > 1.0).map(|w| w.1).fold(0.0, f64::max);
-    let pre = windows.iter().filter(|w| w.0 < -1.5).map(|w| w.1 - w.2).fold(0.0, f64::max);
+    let peak = windows
+        .iter()
+        .filter(|w| w.0 > 1.0)
+        .map(|w| w.1)
+        .fold(0.0, f64::max);
+    let pre = windows
+        .iter()
+        .filter(|w| w.0 < -1.5)
+        .map(|w| w.1 - w.2)
+        .fold(0.0, f64::max);
     println!(
         "surge: limit {limit} rps, {n} clients, 1x -> {factor}x (measured peak offered {peak:.0}/s)"
     );

@@ -325,3 +325,46 @@ async fn an_override_throttles_a_caller_then_is_cleared() {
         "still throttled after clear: {w:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regional_controller_takes_config_and_global_ratios_from_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 1000.0);
+    let (global, g) = controller_on(listener().await, dir.path(), IV).await;
+    let opts = ControllerOptions {
+        region: "eu".into(),
+        parent: Some(global.addr.to_string()),
+        interval: IV,
+        config: ConfigSource::None,
+        poll: IV,
+    };
+    let (regional, _r) = controller::start(opts, listener().await, None)
+        .await
+        .unwrap();
+    let agg = aggregator_on(listener().await, "a", "eu", &regional.addr.to_string(), IV).await;
+    let cl = client(&agg, "a", "eu", "a1", IV);
+    let _t = Traffic::start(vec![(cl.clone(), "gateway".into(), 1500.0)]);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let v = g.snapshot().version.clone();
+    assert_eq!(
+        regional
+            .node
+            .status(tokio::time::Instant::now())
+            .config_version,
+        v
+    );
+    assert_eq!(cl.status().config_version, v);
+    let w = window(
+        std::slice::from_ref(&cl),
+        "gateway-pay",
+        Duration::from_secs(1),
+    )
+    .await;
+    assert!(
+        (w[0][1] as f64 - 1000.0).abs() < 60.0,
+        "global limit not held: {w:?}"
+    );
+    let st = global.node.status(tokio::time::Instant::now());
+    assert_eq!(st.children.len(), 1);
+    assert_eq!(st.children[0].level, proto::Level::Region as i32);
+}
