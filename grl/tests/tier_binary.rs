@@ -147,4 +147,142 @@ fn controller_aggregator_and_loadgen_as_processes() {
         3,
         "{last}"
     );
+
+    // `grl override` against the running controller.
+    let grl = |args: &[&str]| {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let set = grl(&[
+        "override",
+        "set",
+        "--controller",
+        &ctl_addr,
+        "--service",
+        "payments",
+        "--caller",
+        "batch",
+        "--rps",
+        "50",
+        "--ttl",
+        "30m",
+        "--reason",
+        "incident",
+    ]);
+    let set: serde_json::Value = serde_json::from_str(set.trim()).unwrap();
+    assert_eq!(set["rps"], 50.0);
+    let listed = grl(&["override", "list", "--controller", &ctl_addr]);
+    assert!(listed.contains("\"incident\""), "{listed}");
+    let cleared = grl(&[
+        "override",
+        "clear",
+        "--controller",
+        &ctl_addr,
+        "--service",
+        "payments",
+    ]);
+    assert_eq!(cleared.trim(), r#"{"cleared":1}"#);
+}
+
+fn drop_fraction(l: &serde_json::Value) -> f64 {
+    l["dropped"].as_f64().unwrap() / l["offered"].as_f64().unwrap().max(1.0)
+}
+
+#[test]
+fn killed_controller_process_fails_open_then_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("services")).unwrap();
+    std::fs::write(dir.path().join("services/payments.yaml"), SERVICE).unwrap();
+    let profile = dir.path().join("profile.csv");
+    std::fs::write(
+        &profile,
+        "second,caller,procedure,rps\n0,gateway,Pay/Card,1500\n",
+    )
+    .unwrap();
+    let (cp, ap) = (free_port(), free_port());
+    let ctl_addr = format!("127.0.0.1:{cp}");
+    let agg_addr = format!("127.0.0.1:{ap}");
+    let config = dir.path().display().to_string();
+    let ctl_args = [
+        "controller",
+        "--listen",
+        &ctl_addr,
+        "--config",
+        &config,
+        "--interval-ms",
+        "200",
+    ];
+    let ctl = spawn(&ctl_args);
+    wait_port(cp);
+    let _agg = spawn(&[
+        "aggregator",
+        "--listen",
+        &agg_addr,
+        "--zone",
+        "a",
+        "--region",
+        "eu",
+        "--controller",
+        &ctl_addr,
+        "--interval-ms",
+        "200",
+    ]);
+    wait_port(ap);
+    let mut lg = Command::new(BIN)
+        .args([
+            "loadgen",
+            "--aggregator",
+            &agg_addr,
+            "--zone",
+            "a",
+            "--region",
+            "eu",
+            "--clients",
+            "2",
+            "--duration",
+            "10",
+            "--interval-ms",
+            "200",
+            "--profile",
+        ])
+        .arg(&profile)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(lg.stdout.take().unwrap()).lines();
+    let mut next = |want: u64| loop {
+        let l: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        if l["bucket"] == "gateway-pay" {
+            assert_eq!(l["t"], want);
+            return l;
+        }
+    };
+    for t in 1..=3 {
+        next(t);
+    }
+    // Killed after second 3; ratios are valid 1 s (5 intervals of 200 ms).
+    drop(ctl);
+    let before = next(4);
+    let open = next(5);
+    assert_eq!(
+        open["dropped"], 0,
+        "not failing open: {open}; second 4: {before}"
+    );
+    let _ctl = spawn(&ctl_args);
+    wait_port(cp);
+    let mut resumed = false;
+    for t in 6..=10 {
+        let l = next(t);
+        let f = drop_fraction(&l);
+        assert!(f < 1.0 / 3.0 + 0.08, "over-dropping after restart: {l}");
+        resumed |= (f - 1.0 / 3.0).abs() < 0.05;
+    }
+    assert!(resumed, "enforcement did not resume");
+    assert!(lg.wait().unwrap().success());
 }
