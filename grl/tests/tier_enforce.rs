@@ -25,9 +25,12 @@ fn frac(x: &[u64; 4]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_bucket_across_three_zones_is_shared_fairly() {
     let _g = SERIAL.lock().await;
+    // 500 ms: a 200 ms report is too sensitive to the traffic thread's hiccups on a busy
+    // machine for a ±3 point bound per client.
+    const GIV: Duration = Duration::from_millis(500);
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), 10_000.0);
-    let (ctl, _c) = controller_on(listener().await, dir.path(), IV).await;
+    let (ctl, _c) = controller_on(listener().await, dir.path(), GIV).await;
     let ctl_addr = ctl.addr.to_string();
     let mut aggs = Vec::new();
     let mut clients: Vec<(Client, f64)> = Vec::new();
@@ -36,9 +39,9 @@ async fn global_bucket_across_three_zones_is_shared_fairly() {
         ("b", "eu", vec![1000.0, 1000.0, 1000.0]),
         ("c", "us", vec![6000.0]),
     ] {
-        let agg = aggregator_on(listener().await, zone, region, &ctl_addr, IV).await;
+        let agg = aggregator_on(listener().await, zone, region, &ctl_addr, GIV).await;
         for (i, r) in rates.into_iter().enumerate() {
-            clients.push((client(&agg, zone, region, &format!("{zone}{i}"), IV), r));
+            clients.push((client(&agg, zone, region, &format!("{zone}{i}"), GIV), r));
         }
         aggs.push(agg);
     }
@@ -73,7 +76,7 @@ async fn global_bucket_across_three_zones_is_shared_fairly() {
         let f = frac(x);
         assert!(
             (f - 1.0 / 3.0).abs() <= 0.03,
-            "client {i} dropped {f:.3} ({x:?})"
+            "client {i} dropped {f:.3} (all: {w:?})"
         );
     }
 }
