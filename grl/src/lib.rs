@@ -6,7 +6,10 @@
 //! [`proto`] (the wire protocol).
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod config;
+pub mod layer;
 pub mod metric_names;
 pub mod proto;
+pub mod tier;
 pub mod wire;

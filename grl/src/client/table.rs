@@ -1,0 +1,287 @@
+//! The pair table: one slot per (caller, procedure) pair seen, allocated once, never resized.
+//!
+//! Open addressing with linear probing over `2 × max_pairs` slots (rounded up to a power of
+//! two, so the load factor stays ≤ 0.5 and probe sequences short). A slot is a
+//! `OnceLock<Box<PairEntry>>`: it is written once, by the first thread that claims it, and
+//! only read after that, so a lookup is a few acquire loads and a string compare, with no
+//! lock and no allocation. Entries are never removed; [`PairTable::insert`] refuses a pair
+//! past `max_pairs` and the caller counts it as overflow instead.
+//!
+//! Each entry carries what the hot path reads (drop threshold, shadow flag) next to its key,
+//! and its decision counters sharded per thread, each shard on its own cache line, so two
+//! threads deciding the same pair never write the same line.
+
+use std::hash::BuildHasher;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+use super::local;
+
+/// Counter index of each decision; equal to `Decision as usize`.
+pub(crate) const DECISIONS: usize = 3;
+
+/// One (caller, procedure) pair.
+pub(crate) struct PairEntry {
+    hash: u64,
+    /// `caller` followed by `procedure`, split at `split`: one allocation, one compare.
+    key: Box<str>,
+    split: usize,
+    /// `ratio × 2^64`; 0 means never drop. Written by the control plane only.
+    pub(crate) threshold: AtomicU64,
+    /// The pair's bucket is in shadow mode. Written by the control plane only.
+    pub(crate) shadow: AtomicBool,
+    /// The bucket cell id (see `buckets`). Written by the control plane only.
+    pub(crate) cell: AtomicU32,
+    /// Counts already folded into bucket totals. Used under the control lock only.
+    pub(crate) reported: [AtomicU64; DECISIONS],
+    counters: Box<[CachePadded<[AtomicU64; DECISIONS]>]>,
+}
+
+impl PairEntry {
+    /// A new entry with `shards` (a power of two) counter shards.
+    pub(crate) fn new(
+        hash: u64,
+        caller: &str,
+        procedure: &str,
+        cell: u32,
+        threshold: u64,
+        shadow: bool,
+        shards: usize,
+    ) -> Self {
+        let mut key = String::with_capacity(caller.len() + procedure.len());
+        key.push_str(caller);
+        key.push_str(procedure);
+        Self {
+            hash,
+            key: key.into_boxed_str(),
+            split: caller.len(),
+            threshold: AtomicU64::new(threshold),
+            shadow: AtomicBool::new(shadow),
+            cell: AtomicU32::new(cell),
+            reported: Default::default(),
+            counters: (0..shards).map(|_| CachePadded::default()).collect(),
+        }
+    }
+
+    /// The caller name.
+    pub(crate) fn caller(&self) -> &str {
+        &self.key[..self.split]
+    }
+
+    /// The procedure name.
+    pub(crate) fn procedure(&self) -> &str {
+        &self.key[self.split..]
+    }
+
+    #[inline]
+    fn is(&self, hash: u64, caller: &str, procedure: &str) -> bool {
+        let key = self.key.as_bytes();
+        self.hash == hash
+            && self.split == caller.len()
+            && key.len() == caller.len() + procedure.len()
+            && &key[..self.split] == caller.as_bytes()
+            && &key[self.split..] == procedure.as_bytes()
+    }
+
+    /// Decides one request and counts it: the hot path once the pair is known.
+    #[inline]
+    pub(crate) fn decide(&self) -> usize {
+        let threshold = self.threshold.load(Ordering::Relaxed);
+        let (shard, hit) = local::shard_and_hit(threshold);
+        let decision = if !hit {
+            0
+        } else if self.shadow.load(Ordering::Relaxed) {
+            2
+        } else {
+            1
+        };
+        let counters = &self.counters[shard & (self.counters.len() - 1)];
+        counters[decision].fetch_add(1, Ordering::Relaxed);
+        decision
+    }
+
+    /// Cumulative counts per decision, summed over shards.
+    pub(crate) fn totals(&self) -> [u64; DECISIONS] {
+        let mut out = [0; DECISIONS];
+        for shard in &*self.counters {
+            for (o, c) in out.iter_mut().zip(shard.iter()) {
+                *o += c.load(Ordering::Relaxed);
+            }
+        }
+        out
+    }
+
+    /// Heap bytes this entry owns (itself, its key, its counters).
+    fn allocated_bytes(&self) -> usize {
+        size_of::<Self>()
+            + self.key.len()
+            + self.counters.len() * size_of::<CachePadded<[AtomicU64; DECISIONS]>>()
+    }
+}
+
+/// The fixed-capacity table of pairs.
+pub(crate) struct PairTable {
+    slots: Box<[OnceLock<Box<PairEntry>>]>,
+    mask: usize,
+    len: AtomicUsize,
+    max: usize,
+    shards: usize,
+    /// Randomly seeded per table: caller names come from request headers, so an attacker
+    /// must not be able to pick names that all probe the same run of slots.
+    hasher: foldhash::fast::RandomState,
+}
+
+impl PairTable {
+    /// A table holding at most `max_pairs` pairs.
+    pub(crate) fn new(max_pairs: usize) -> Self {
+        let capacity = (max_pairs.max(1) * 2).next_power_of_two();
+        let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
+        Self {
+            slots: (0..capacity).map(|_| OnceLock::new()).collect(),
+            mask: capacity - 1,
+            len: AtomicUsize::new(0),
+            max: max_pairs,
+            // At least 4 so that threads started one after the other never share a shard;
+            // twice the cores so that a few extra threads rarely do.
+            shards: (parallelism * 2).next_power_of_two().clamp(4, 64),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    /// Counter shards per entry.
+    pub(crate) fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// The hash of a pair.
+    #[inline]
+    pub(crate) fn hash(&self, caller: &str, procedure: &str) -> u64 {
+        self.hasher.hash_one((caller, procedure))
+    }
+
+    /// The entry of a pair already in the table.
+    #[inline]
+    pub(crate) fn get(&self, hash: u64, caller: &str, procedure: &str) -> Option<&PairEntry> {
+        let mut i = hash as usize & self.mask;
+        for _ in 0..=self.mask {
+            match self.slots[i].get() {
+                None => return None,
+                Some(e) if e.is(hash, caller, procedure) => return Some(e),
+                Some(_) => i = (i + 1) & self.mask,
+            }
+        }
+        None
+    }
+
+    /// The entry of a pair, inserting `make()` if it is new; `None` when the table is full.
+    pub(crate) fn insert(
+        &self,
+        hash: u64,
+        caller: &str,
+        procedure: &str,
+        make: impl FnOnce() -> PairEntry,
+    ) -> Option<&PairEntry> {
+        let mut make = Some(make);
+        let mut pending: Option<Box<PairEntry>> = None;
+        let mut i = hash as usize & self.mask;
+        let mut probes = 0;
+        while probes <= self.mask {
+            match self.slots[i].get() {
+                Some(e) if e.is(hash, caller, procedure) => {
+                    let e: &PairEntry = e;
+                    if pending.is_some() {
+                        self.len.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    return Some(e);
+                }
+                Some(_) => {
+                    i = (i + 1) & self.mask;
+                    probes += 1;
+                }
+                None => {
+                    let entry = match (pending.take(), make.take()) {
+                        (Some(entry), _) => entry,
+                        (None, Some(make)) => {
+                            if self.len.fetch_add(1, Ordering::AcqRel) >= self.max {
+                                self.len.fetch_sub(1, Ordering::AcqRel);
+                                return None;
+                            }
+                            Box::new(make())
+                        }
+                        (None, None) => unreachable!("an entry is made once and kept"),
+                    };
+                    match self.slots[i].set(entry) {
+                        Ok(()) => return self.slots[i].get().map(|b| &**b),
+                        // Another thread filled this slot first: look at it again.
+                        Err(back) => pending = Some(back),
+                    }
+                }
+            }
+        }
+        if pending.is_some() {
+            self.len.fetch_sub(1, Ordering::AcqRel);
+        }
+        None
+    }
+
+    /// Every entry.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &PairEntry> {
+        self.slots.iter().filter_map(|s| s.get().map(|b| &**b))
+    }
+
+    /// How many pairs are held.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    /// Heap bytes held: the slot array plus every entry. Bounded by
+    /// `slots × 16 + max_pairs × (entry + key + shards × 128)`.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.slots.len() * size_of::<OnceLock<Box<PairEntry>>>()
+            + self.iter().map(PairEntry::allocated_bytes).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(t: &PairTable, c: &str, p: &str) -> PairEntry {
+        PairEntry::new(t.hash(c, p), c, p, 0, 0, false, t.shards())
+    }
+
+    #[test]
+    fn finds_what_it_inserted_and_refuses_past_the_bound() {
+        let t = PairTable::new(3);
+        for (c, p) in [("a", "x"), ("ax", ""), ("", "ax")] {
+            let h = t.hash(c, p);
+            assert!(t.get(h, c, p).is_none());
+            let e = t.insert(h, c, p, || entry(&t, c, p)).unwrap();
+            assert_eq!((e.caller(), e.procedure()), (c, p));
+            assert!(std::ptr::eq(e, t.get(h, c, p).unwrap()));
+        }
+        // Inserting a known pair again finds it, even when full.
+        let h = t.hash("a", "x");
+        assert!(t.insert(h, "a", "x", || entry(&t, "a", "x")).is_some());
+        let h = t.hash("b", "x");
+        assert!(t.insert(h, "b", "x", || entry(&t, "b", "x")).is_none());
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.iter().count(), 3);
+    }
+
+    #[test]
+    fn counts_per_decision_across_threads() {
+        let t = PairTable::new(4);
+        let h = t.hash("a", "x");
+        let e = t.insert(h, "a", "x", || entry(&t, "a", "x")).unwrap();
+        e.threshold.store(u64::MAX, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| (0..1000).for_each(|_| assert_eq!(e.decide(), 1)));
+            }
+        });
+        assert_eq!(e.totals(), [0, 2000, 0]);
+    }
+}

@@ -1,0 +1,28 @@
+//! Tower middleware that puts a [`Client`](crate::client::Client) in front of any HTTP
+//! service (tonic, axum, hyper).
+//!
+//! The caller comes from a request header (`rpc-caller` by default, missing → `""`), the
+//! procedure from the URI path without its leading `/` (for gRPC, `pkg.Service/Method`).
+//! A dropped request never reaches the inner service: gRPC requests (content type
+//! `application/grpc*`) get a trailers-only `RESOURCE_EXHAUSTED` response, others HTTP 429;
+//! both carry `Retry-After`.
+//!
+//! ```no_run
+//! # async fn f(client: grl::client::Client) {
+//! let layer = grl::layer::GrlLayer::new(client).caller_header("x-caller");
+//! let app = axum::Router::new()
+//!     .route("/", axum::routing::get(|| async { "hi" }))
+//!     .layer(layer);
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::GrlLayer;
+pub use service::GrlService;
+
+/// The default header naming the caller.
+pub const DEFAULT_CALLER_HEADER: &str = "rpc-caller";
