@@ -19,6 +19,10 @@ enum Command {
     Serve(cmd::serve::ServeCmd),
     /// Backtest a policy on a `timestamp,value` CSV.
     Backtest(cmd::backtest::BacktestCmd),
+    /// Flip a bucket from shadow to deny, as a commit or PR like any other.
+    Promote(cmd::promote::PromoteCmd),
+    /// The whole loop on this machine with embedded defaults, in under two minutes.
+    Demo(cmd::demo::DemoCmd),
 }
 
 #[tokio::main]
@@ -34,6 +38,15 @@ async fn main() {
         Command::Run(c) => cmd::run::execute(c).await,
         Command::Serve(c) => report(cmd::serve::execute(c).await),
         Command::Backtest(c) => report(cmd::backtest::execute(c)),
+        Command::Promote(c) => report(cmd::promote::execute(c).await),
+        Command::Demo(c) => match cmd::demo::execute(c).await {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                eprintln!("rlc demo: {e:#}");
+                1
+            }
+        },
     };
     std::process::exit(code);
 }

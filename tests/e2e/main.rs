@@ -1,3 +1,4 @@
 mod harness_smoke;
 mod deploy_assets;
 mod rlc_run;
+mod demo;

@@ -175,7 +175,7 @@ other_metric{a="b"} 1 1000
         let procs: Vec<&str> = s.iter().map(|c| c.labels["procedure"].as_str()).collect();
         assert_eq!(
             procs,
-            ["Pay/Card", "Pay/Bank", "Refund"],
+            ["Pay/Card", "Refund", "Pay/Bank"],
             "sorted by labels (decision before procedure)"
         );
         assert_eq!(s[0].samples, vec![(1000, 0.0), (1060, 600.0), (1120, 60.0)]);

@@ -1,0 +1,68 @@
+//! The demo's inputs: a bare config repo from the `config-repo/` template and offline
+//! history files made from the embedded real traffic series.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use policies::Series;
+
+/// The template files, embedded so the demo needs nothing but the binary.
+const TEMPLATE: &[(&str, &str)] = &[
+    ("README.md", include_str!("../../../../config-repo/README.md")),
+    ("services/payments.yaml", include_str!("../../../../config-repo/services/payments.yaml")),
+    ("limits/payments.yaml", include_str!("../../../../config-repo/limits/payments.yaml")),
+];
+
+/// The embedded real series (NAB, MIT licence: see `rlc/data/`).
+const TRAFFIC: &str = include_str!("../../../data/demo_traffic.csv");
+
+/// Median request rate the demo gives each computed bucket.
+pub const MEDIANS: &[(&str, f64)] = &[("gateway-pay", 200.0), ("refunds", 40.0)];
+
+/// Creates a bare repo at `path` with the template on `main`; returns its URL.
+pub fn config_repo(path: &Path) -> anyhow::Result<String> {
+    if path.exists() {
+        std::fs::remove_dir_all(path)?;
+    }
+    let repo = git2::Repository::init_opts(
+        path,
+        git2::RepositoryInitOptions::new()
+            .bare(true)
+            .initial_head("main"),
+    )?;
+    let empty = repo.find_tree(repo.treebuilder(None)?.write()?)?;
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (p, content) in TEMPLATE {
+        update.upsert(*p, repo.blob(content.as_bytes())?, git2::FileMode::Blob);
+    }
+    let tree = repo.find_tree(update.create_updated(&repo, &empty)?)?;
+    let sig = git2::Signature::now("demo", "demo@grl.local")?;
+    repo.commit(Some("refs/heads/main"), &sig, &sig, "config repo from the template", &tree, &[])?;
+    Ok(path.display().to_string())
+}
+
+/// Writes `<dir>/payments/<bucket>.csv` for each computed bucket: the real series stretched
+/// to 28 days, scaled to the bucket's median, ending at `now`.
+pub fn history(dir: &Path, now: i64) -> anyhow::Result<PathBuf> {
+    let series = Series::from_csv_str(TRAFFIC).map_err(|e| anyhow::anyhow!("demo traffic: {e}"))?;
+    let first = series.points.first().context("empty demo traffic")?.ts;
+    let last = series.points.last().context("empty demo traffic")?.ts;
+    let span = last - first + series.step_secs;
+    let mut values: Vec<f64> = series.points.iter().map(|p| p.value).collect();
+    values.sort_by(f64::total_cmp);
+    let median = values[values.len() / 2].max(1.0);
+    let out = dir.join("payments");
+    std::fs::create_dir_all(&out)?;
+    for (bucket, target) in MEDIANS {
+        let mut text = String::from("timestamp,value\n");
+        for copy in (0..2).rev() {
+            for p in &series.points {
+                let ts = now - (last - p.ts) - copy * span;
+                let rps = p.value / median * target;
+                text.push_str(&format!("{ts},{rps:.3}\n"));
+            }
+        }
+        std::fs::write(out.join(format!("{bucket}.csv")), text)?;
+    }
+    Ok(dir.to_path_buf())
+}

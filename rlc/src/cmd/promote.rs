@@ -1,0 +1,64 @@
+//! `rlc promote <service> <bucket>`: shadow → deny as a commit (or PR) like any other.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use rlc::git_store::{FileChange, GitStore, Proposal, PublishMode, PublishOutcome};
+use rlc::promote::promote_text;
+
+use super::run::ModeArg;
+
+/// `rlc promote`.
+#[derive(Debug, Clone, Args)]
+pub struct PromoteCmd {
+    /// The service.
+    pub service: String,
+    /// The bucket to enforce.
+    pub bucket: String,
+    /// The config repo: a git URL or a path.
+    #[arg(long, env = "RLC_CONFIG_REPO")]
+    pub config_repo: String,
+    /// Commit to main (`direct`) or to the review branch (`pr`).
+    #[arg(long, value_enum, default_value = "pr")]
+    pub mode: ModeArg,
+    /// Where the local clone is kept.
+    #[arg(long, default_value = ".rlc/promote")]
+    pub workdir: PathBuf,
+}
+
+/// Flips the mode and publishes the commit.
+pub async fn execute(cmd: PromoteCmd) -> anyhow::Result<()> {
+    let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<PublishOutcome> {
+        let mut store = GitStore::open(&cmd.config_repo, &cmd.workdir)?;
+        let mode = match cmd.mode {
+            ModeArg::Direct => PublishMode::Direct,
+            ModeArg::Pr => PublishMode::Pr,
+        };
+        let path = format!("services/{}.yaml", cmd.service);
+        let outcome = store.publish(mode, 3, |checkout| {
+            let text = std::fs::read_to_string(checkout.dir.join(&path))
+                .map_err(|e| format!("{path}: {e}"))?;
+            let content = promote_text(&path, &text, &cmd.bucket)?;
+            Ok(Some(Proposal {
+                files: vec![FileChange {
+                    path: path.clone(),
+                    content,
+                }],
+                message: format!("{}: enforce bucket {} (shadow → deny)\n", cmd.service, cmd.bucket),
+                description: format!(
+                    "Promote `{}/{}` from shadow to deny.",
+                    cmd.service, cmd.bucket
+                ),
+            }))
+        })?;
+        Ok(outcome)
+    })
+    .await??;
+    match outcome {
+        PublishOutcome::Committed { commit, branch, .. } => {
+            println!("promoted: commit {commit} on {branch}");
+        }
+        PublishOutcome::NoChange { .. } => println!("nothing to change"),
+    }
+    Ok(())
+}
