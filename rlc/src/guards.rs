@@ -280,7 +280,12 @@ mod tests {
     use super::*;
 
     fn run(proposal: Result<f64, String>, previous: Option<f64>, coverage: f64) -> Guarded {
-        apply(&GuardSettings::default(), proposal, previous, Some(coverage))
+        apply(
+            &GuardSettings::default(),
+            proposal,
+            previous,
+            Some(coverage),
+        )
     }
 
     #[test]
@@ -307,7 +312,11 @@ mod tests {
         assert!(g.notes[0].detail.contains("history too short"));
         for bad in [f64::NAN, f64::INFINITY, 0.0, -5.0] {
             let g = run(Ok(bad), Some(10.0), 1.0);
-            assert_eq!((g.limit, g.outcome), (Some(10.0), Outcome::KeptPrevious), "{bad}");
+            assert_eq!(
+                (g.limit, g.outcome),
+                (Some(10.0), Outcome::KeptPrevious),
+                "{bad}"
+            );
             assert_eq!(g.notes[0].guard, "sanity");
         }
     }
@@ -350,7 +359,9 @@ mod tests {
             .with_overrides(&m(serde_json::json!({"floor": 5, "max_decrease": 0.5})))
             .unwrap();
         assert_eq!((s.floor, s.max_decrease), (Some(5.0), 0.5));
-        let e = base.with_overrides(&m(serde_json::json!({"colour": 1}))).unwrap_err();
+        let e = base
+            .with_overrides(&m(serde_json::json!({"colour": 1})))
+            .unwrap_err();
         assert_eq!(e.field, "colour");
         let e = base
             .with_overrides(&m(serde_json::json!({"floor": 10, "cap": 5})))

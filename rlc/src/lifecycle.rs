@@ -44,7 +44,12 @@ pub struct LifecycleVerdict {
 
 /// The fraction `drops / offered` from two rate series over the same window.
 pub fn drop_fraction(offered: &[(i64, f64)], drops: &[(i64, f64)], since: i64) -> f64 {
-    let sum = |s: &[(i64, f64)]| s.iter().filter(|(t, _)| *t >= since).map(|(_, v)| v).sum::<f64>();
+    let sum = |s: &[(i64, f64)]| {
+        s.iter()
+            .filter(|(t, _)| *t >= since)
+            .map(|(_, v)| v)
+            .sum::<f64>()
+    };
     let o = sum(offered);
     if o > 0.0 { sum(drops) / o } else { 0.0 }
 }
@@ -95,7 +100,8 @@ pub fn deny_verdict(
     expected_exceedance: Option<f64>,
 ) -> LifecycleVerdict {
     let expected = expected_exceedance.unwrap_or(0.0);
-    let threshold = (expected * settings.unexpected_drop_factor).max(settings.max_virtual_drop_fraction);
+    let threshold =
+        (expected * settings.unexpected_drop_factor).max(settings.max_virtual_drop_fraction);
     let (status, reason) = if drop_fraction > threshold {
         (
             "unexpected-drops",
@@ -106,7 +112,10 @@ pub fn deny_verdict(
             ),
         )
     } else {
-        ("ok", format!("drops {:.3}% of offered", drop_fraction * 100.0))
+        (
+            "ok",
+            format!("drops {:.3}% of offered", drop_fraction * 100.0),
+        )
     };
     LifecycleVerdict {
         status,
@@ -124,8 +133,14 @@ mod tests {
     fn shadow_bucket_needs_days_and_few_virtual_drops() {
         let s = LifecycleSettings::default();
         let now = 100 * 86_400;
-        assert_eq!(shadow_verdict(&s, now - 3 * 86_400, now, 0.0).status, "not-ready");
-        assert_eq!(shadow_verdict(&s, now - 8 * 86_400, now, 0.01).status, "not-ready");
+        assert_eq!(
+            shadow_verdict(&s, now - 3 * 86_400, now, 0.0).status,
+            "not-ready"
+        );
+        assert_eq!(
+            shadow_verdict(&s, now - 8 * 86_400, now, 0.01).status,
+            "not-ready"
+        );
         let v = shadow_verdict(&s, now - 8 * 86_400, now, 0.0005);
         assert_eq!(v.status, "ready");
         assert!(v.reason.contains("8.0 days"), "{}", v.reason);
@@ -134,7 +149,10 @@ mod tests {
     #[test]
     fn deny_bucket_dropping_more_than_expected_is_flagged() {
         let s = LifecycleSettings::default();
-        assert_eq!(deny_verdict(&s, 0.05, Some(0.001)).status, "unexpected-drops");
+        assert_eq!(
+            deny_verdict(&s, 0.05, Some(0.001)).status,
+            "unexpected-drops"
+        );
         assert_eq!(deny_verdict(&s, 0.005, Some(0.001)).status, "ok");
         assert_eq!(deny_verdict(&s, 0.0, None).status, "ok");
     }

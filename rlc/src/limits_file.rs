@@ -67,7 +67,10 @@ mod tests {
             evidence: [
                 ("policy".to_string(), serde_json::json!("historical-peak")),
                 ("observed_peak".to_string(), serde_json::json!(peak)),
-                ("guards".to_string(), serde_json::json!(["max-increase: raised"])),
+                (
+                    "guards".to_string(),
+                    serde_json::json!(["max-increase: raised"]),
+                ),
             ]
             .into(),
         }

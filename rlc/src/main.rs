@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 mod cmd;
 
 #[derive(Debug, Parser)]
-#[command(name = "rlc", version, about = "Rate Limit Configurator for the GRL global rate limiter")]
+#[command(
+    name = "rlc",
+    version,
+    about = "Rate Limit Configurator for the GRL global rate limiter"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,8 +33,7 @@ enum Command {
 async fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

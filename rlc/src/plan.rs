@@ -47,7 +47,12 @@ impl BucketPlan {
 
     /// A row of the review table.
     pub fn pr_row(&self) -> PrRow {
-        let mut notes: Vec<String> = self.guarded.notes.iter().map(|n| n.detail.clone()).collect();
+        let mut notes: Vec<String> = self
+            .guarded
+            .notes
+            .iter()
+            .map(|n| n.detail.clone())
+            .collect();
         if self.mode == Mode::Shadow {
             notes.push("shadow mode".into());
         }
@@ -105,7 +110,13 @@ pub fn plan_bucket(
     let policy = match from_spec(&bucket.policy.kind, &bucket.policy.params) {
         Ok(p) => p,
         Err(e) => {
-            return refused(service, bucket, previous, &settings, format!("invalid policy.{e}"));
+            return refused(
+                service,
+                bucket,
+                previous,
+                &settings,
+                format!("invalid policy.{e}"),
+            );
         }
     };
     let window = policy.window().as_secs() as i64;
@@ -190,7 +201,11 @@ fn refused(
 }
 
 /// Scores the policy on the history it used: one-day horizons over the last week of it.
-fn backtest_over(policy: &dyn policies::Policy, history: &Series, now: i64) -> Option<BacktestReport> {
+fn backtest_over(
+    policy: &dyn policies::Policy,
+    history: &Series,
+    now: i64,
+) -> Option<BacktestReport> {
     const DAY: i64 = 86_400;
     let first = history.points.first()?.ts;
     let span = now - first;
@@ -213,7 +228,10 @@ fn round3(x: f64) -> f64 {
 
 /// The limits in force before this run, read leniently from `limits/<service>.yaml`:
 /// entries for buckets that no longer exist are dropped (and the file is then rewritten).
-pub fn previous_limits(service: &ServiceConfig, limits_text: Option<&str>) -> (BTreeMap<String, f64>, bool) {
+pub fn previous_limits(
+    service: &ServiceConfig,
+    limits_text: Option<&str>,
+) -> (BTreeMap<String, f64>, bool) {
     let mut out = BTreeMap::new();
     let Some(text) = limits_text else {
         return (out, false);
@@ -273,7 +291,10 @@ mod tests {
 
     fn flat(now: i64, days: i64, rps: f64, peak: f64) -> Series {
         let mut pts: Vec<Point> = (0..days * 288)
-            .map(|i| Point { ts: now - days * 86_400 + i * 300, value: rps })
+            .map(|i| Point {
+                ts: now - days * 86_400 + i * 300,
+                value: rps,
+            })
             .collect();
         let n = pts.len();
         pts[n / 2].value = peak;
@@ -284,7 +305,15 @@ mod tests {
     fn historical_peak_gives_peak_times_buffer() {
         let now = 1_800_000_000;
         let b = bucket("{ kind: historical-peak, window: 28d, buffer: 0.25 }");
-        let p = plan_bucket("s", &b, None, &flat(now, 28, 100.0, 1000.0), now, &GuardSettings::default(), "r1");
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &flat(now, 28, 100.0, 1000.0),
+            now,
+            &GuardSettings::default(),
+            "r1",
+        );
         assert_eq!(p.guarded.limit, Some(1250.0));
         assert_eq!(p.guarded.outcome, Outcome::New);
         assert_eq!(p.evidence["run"], json!("r1"));
@@ -299,18 +328,38 @@ mod tests {
         let b = bucket("{ kind: historical-peak }");
         let mut s = flat(now, 28, 100.0, 1000.0);
         s.points.retain(|p| (p.ts / 86_400) % 2 == 0);
-        let p = plan_bucket("s", &b, Some(700.0), &s, now, &GuardSettings::default(), "r");
-        assert_eq!((p.guarded.limit, p.guarded.outcome), (Some(700.0), Outcome::KeptPrevious));
+        let p = plan_bucket(
+            "s",
+            &b,
+            Some(700.0),
+            &s,
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(
+            (p.guarded.limit, p.guarded.outcome),
+            (Some(700.0), Outcome::KeptPrevious)
+        );
         assert!(p.pr_row().notes.contains("coverage"), "{:?}", p.pr_row());
-        assert!(limits_file_for("s", &[&p], false).is_none(), "no change, no file");
+        assert!(
+            limits_file_for("s", &[&p], false).is_none(),
+            "no change, no file"
+        );
     }
 
     #[test]
     fn stale_limit_entries_are_dropped() {
         let b = bucket("{ kind: historical-peak }");
         let svc = ServiceConfig::new("s".into(), "services/s.yaml".into(), vec![b]);
-        let (prev, stale) = previous_limits(&svc, Some("service: s\nlimits:\n  b: { rps: 5 }\n  gone: { rps: 6 }\n"));
-        assert_eq!(prev.into_iter().collect::<Vec<_>>(), [("b".to_string(), 5.0)]);
+        let (prev, stale) = previous_limits(
+            &svc,
+            Some("service: s\nlimits:\n  b: { rps: 5 }\n  gone: { rps: 6 }\n"),
+        );
+        assert_eq!(
+            prev.into_iter().collect::<Vec<_>>(),
+            [("b".to_string(), 5.0)]
+        );
         assert!(stale);
     }
 }

@@ -106,7 +106,10 @@ mod tests {
         let out = promote_text("services/s.yaml", TEXT, "b").unwrap();
         assert_eq!(out, TEXT.replace("mode: \"shadow\"", "mode: \"deny\""));
         let snap = grl::config::from_files("v", [("services/s.yaml".to_string(), out)]).unwrap();
-        assert_eq!(snap.service("s").unwrap().bucket("b").unwrap().mode, grl::config::Mode::Deny);
+        assert_eq!(
+            snap.service("s").unwrap().bucket("b").unwrap().mode,
+            grl::config::Mode::Deny
+        );
     }
 
     #[test]

@@ -117,9 +117,11 @@ pub async fn run_once(
             }
             let (status, commit, branch) = match &outcome {
                 PublishOutcome::NoChange { .. } => (RunStatus::NoChange, None, None),
-                PublishOutcome::Committed { commit, branch, .. } => {
-                    (RunStatus::Committed, Some(commit.clone()), Some(branch.clone()))
-                }
+                PublishOutcome::Committed { commit, branch, .. } => (
+                    RunStatus::Committed,
+                    Some(commit.clone()),
+                    Some(branch.clone()),
+                ),
             };
             let push_error = match (&commit, settings.mode, &settings.controller) {
                 (Some(c), PublishMode::Direct, Some(addr)) => {
@@ -173,7 +175,13 @@ async fn publish(
         let failure: Arc<Mutex<Option<RunError>>> = Arc::default();
         let mut last: Option<(Vec<BucketPlan>, String)> = None;
         let outcome = store.publish(settings.mode, settings.max_attempts, |checkout| {
-            let built = handle.block_on(build(&settings, &*source, &checkout.dir, &checkout.commit, &run_id));
+            let built = handle.block_on(build(
+                &settings,
+                &*source,
+                &checkout.dir,
+                &checkout.commit,
+                &run_id,
+            ));
             match built {
                 Ok((proposal, plans, description)) => {
                     last = Some((plans, description));
@@ -218,7 +226,9 @@ async fn build(
         .filter(|(p, _)| p.starts_with("limits/"))
         .map(|(p, c)| (p.as_str(), c.as_str()))
         .collect();
-    let now = settings.now.unwrap_or_else(|| chrono::Utc::now().timestamp());
+    let now = settings
+        .now
+        .unwrap_or_else(|| chrono::Utc::now().timestamp());
     let plans = plan_all(settings, source, &snapshot, &limits_texts, now, run_id).await?;
 
     let mut new_files: BTreeMap<String, String> = BTreeMap::new();
@@ -349,7 +359,9 @@ async fn push_commit(settings: &RunSettings, addr: &str, commit: &str) -> Result
     let c = commit.to_string();
     let files = tokio::task::spawn_blocking(move || -> Result<Vec<(String, String)>, String> {
         let store = GitStore::open(&repo, &workdir).map_err(|e| e.to_string())?;
-        let mut files = store.files_under(&c, "services").map_err(|e| e.to_string())?;
+        let mut files = store
+            .files_under(&c, "services")
+            .map_err(|e| e.to_string())?;
         files.extend(store.files_under(&c, "limits").map_err(|e| e.to_string())?);
         Ok(files)
     })

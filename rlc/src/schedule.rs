@@ -77,16 +77,25 @@ mod tests {
     fn five_field_cron_is_accepted() {
         let s = Schedule::parse("*/15 * * * *").unwrap();
         let t = Utc.with_ymd_and_hms(2026, 11, 29, 20, 7, 30).unwrap();
-        assert_eq!(s.next_after(t), Some(Utc.with_ymd_and_hms(2026, 11, 29, 20, 15, 0).unwrap()));
+        assert_eq!(
+            s.next_after(t),
+            Some(Utc.with_ymd_and_hms(2026, 11, 29, 20, 15, 0).unwrap())
+        );
         let s = Schedule::parse("0 3 * * *").unwrap();
-        assert_eq!(s.next_after(t), Some(Utc.with_ymd_and_hms(2026, 11, 30, 3, 0, 0).unwrap()));
+        assert_eq!(
+            s.next_after(t),
+            Some(Utc.with_ymd_and_hms(2026, 11, 30, 3, 0, 0).unwrap())
+        );
     }
 
     #[test]
     fn six_field_cron_with_seconds_is_accepted() {
         let s = Schedule::parse("*/10 * * * * *").unwrap();
         let t = Utc.with_ymd_and_hms(2026, 11, 29, 20, 7, 31).unwrap();
-        assert_eq!(s.next_after(t), Some(Utc.with_ymd_and_hms(2026, 11, 29, 20, 7, 40).unwrap()));
+        assert_eq!(
+            s.next_after(t),
+            Some(Utc.with_ymd_and_hms(2026, 11, 29, 20, 7, 40).unwrap())
+        );
     }
 
     #[test]

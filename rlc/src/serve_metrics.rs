@@ -46,15 +46,31 @@ impl Default for RlcMetrics {
         let buckets = Family::<OutcomeLabel, Gauge>::default();
         let duration = Histogram::new([1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0]);
         let limit_changes = Counter::default();
-        registry.register("rlc_runs", "Configurator runs by final status", runs.clone());
+        registry.register(
+            "rlc_runs",
+            "Configurator runs by final status",
+            runs.clone(),
+        );
         registry.register(
             "rlc_last_success_timestamp_seconds",
             "Unix time of the last run that did not fail",
             last_success.clone(),
         );
-        registry.register("rlc_buckets", "Buckets of the last run by outcome", buckets.clone());
-        registry.register("rlc_run_duration_seconds", "Wall time of a run", duration.clone());
-        registry.register("rlc_limit_changes", "Limits changed (new or changed) by runs", limit_changes.clone());
+        registry.register(
+            "rlc_buckets",
+            "Buckets of the last run by outcome",
+            buckets.clone(),
+        );
+        registry.register(
+            "rlc_run_duration_seconds",
+            "Wall time of a run",
+            duration.clone(),
+        );
+        registry.register(
+            "rlc_limit_changes",
+            "Limits changed (new or changed) by runs",
+            limit_changes.clone(),
+        );
         Self {
             registry,
             runs,
@@ -73,13 +89,17 @@ impl RlcMetrics {
         match result {
             Ok(report) => {
                 self.runs
-                    .get_or_create(&StatusLabel { status: report.status.as_str().into() })
+                    .get_or_create(&StatusLabel {
+                        status: report.status.as_str().into(),
+                    })
                     .inc();
                 self.last_success.set(chrono::Utc::now().timestamp() as f64);
                 self.buckets.clear();
                 for p in &report.plans {
                     self.buckets
-                        .get_or_create(&OutcomeLabel { outcome: p.guarded.outcome.as_str().into() })
+                        .get_or_create(&OutcomeLabel {
+                            outcome: p.guarded.outcome.as_str().into(),
+                        })
                         .inc();
                     if matches!(p.guarded.outcome.as_str(), "new" | "changed") {
                         self.limit_changes.inc();
@@ -88,7 +108,9 @@ impl RlcMetrics {
             }
             Err(()) => {
                 self.runs
-                    .get_or_create(&StatusLabel { status: "failed".into() })
+                    .get_or_create(&StatusLabel {
+                        status: "failed".into(),
+                    })
                     .inc();
             }
         }

@@ -16,8 +16,14 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(120), "the demo must finish in under 2 minutes");
-    assert!(stdout.contains("| bucket | old | new | change |"), "the review table is shown:\n{stdout}");
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "the demo must finish in under 2 minutes"
+    );
+    assert!(
+        stdout.contains("| bucket | old | new | change |"),
+        "the review table is shown:\n{stdout}"
+    );
     let summary: serde_json::Value = stdout
         .lines()
         .rev()
@@ -25,8 +31,14 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
         .context("no JSON summary line")
         .and_then(|l| Ok(serde_json::from_str(l)?))?;
     let error = summary["surge_error"].as_f64().context("surge_error")?;
-    assert!(error.abs() <= 0.05, "surge admitted within ±5% of its limit: {summary}");
-    assert!(summary["surge_offered"].as_f64().unwrap() > 10.0 * summary["surge_limit"].as_f64().unwrap());
+    assert!(
+        error.abs() <= 0.05,
+        "surge admitted within ±5% of its limit: {summary}"
+    );
+    assert!(
+        summary["surge_offered"].as_f64().unwrap()
+            > 10.0 * summary["surge_limit"].as_f64().unwrap()
+    );
     assert_eq!(summary["others_dropped"], 0, "{summary}");
     assert!(summary["others_offered"].as_u64().unwrap() > 0);
     Ok(())

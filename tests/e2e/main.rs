@@ -1,4 +1,4 @@
-mod harness_smoke;
-mod deploy_assets;
-mod rlc_run;
 mod demo;
+mod deploy_assets;
+mod harness_smoke;
+mod rlc_run;

@@ -244,7 +244,10 @@ impl GitDaemon {
         )?;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            anyhow::ensure!(std::time::Instant::now() < deadline, "git daemon did not listen");
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "git daemon did not listen"
+            );
             std::thread::sleep(std::time::Duration::from_millis(25));
         }
         Ok(GitDaemon {

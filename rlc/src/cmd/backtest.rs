@@ -45,10 +45,16 @@ pub fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
     let horizon = cmd
         .horizon
         .clone()
-        .or_else(|| params.get("horizon").and_then(|h| h.as_str()).map(str::to_string))
+        .or_else(|| {
+            params
+                .get("horizon")
+                .and_then(|h| h.as_str())
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| "1d".into());
     let policy = from_spec(&kind, &params).map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
-    let horizon = policies::duration::parse(&horizon).map_err(|e| anyhow::anyhow!("--horizon: {e}"))?;
+    let horizon =
+        policies::duration::parse(&horizon).map_err(|e| anyhow::anyhow!("--horizon: {e}"))?;
     let stride = match &cmd.stride {
         Some(s) => policies::duration::parse(s).map_err(|e| anyhow::anyhow!("--stride: {e}"))?,
         None => horizon,

@@ -44,7 +44,10 @@ pub async fn execute(cmd: PromoteCmd) -> anyhow::Result<()> {
                     path: path.clone(),
                     content,
                 }],
-                message: format!("{}: enforce bucket {} (shadow → deny)\n", cmd.service, cmd.bucket),
+                message: format!(
+                    "{}: enforce bucket {} (shadow → deny)\n",
+                    cmd.service, cmd.bucket
+                ),
                 description: format!(
                     "Promote `{}/{}` from shadow to deny.",
                     cmd.service, cmd.bucket

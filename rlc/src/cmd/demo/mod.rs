@@ -44,7 +44,10 @@ pub async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&root)?;
     let now = chrono::Utc::now().timestamp();
 
-    println!("== 1. config repo: seeding {} from config-repo/", root.join("config.git").display());
+    println!(
+        "== 1. config repo: seeding {} from config-repo/",
+        root.join("config.git").display()
+    );
     let remote = seed::config_repo(&root.join("config.git"))?;
     println!("== 2. history: 28 days of real traffic per bucket (NAB elb series, MIT licence)");
     let history = seed::history(&root.join("history"), now)?;
@@ -63,7 +66,9 @@ pub async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
         max_attempts: 3,
     };
     let source = Arc::new(FileSource::open(&history)?);
-    let report = run_once(&settings, source).await.context("configurator run")?;
+    let report = run_once(&settings, source)
+        .await
+        .context("configurator run")?;
     println!("{}", report.description);
     println!(
         "run {}: {} (commit {})",

@@ -57,13 +57,21 @@ impl Summary {
             self.surge_admitted,
             self.surge_limit,
             self.surge_error * 100.0,
-            if self.surge_error.abs() <= 0.05 { "held" } else { "NOT held" }
+            if self.surge_error.abs() <= 0.05 {
+                "held"
+            } else {
+                "NOT held"
+            }
         );
         println!(
             "other callers: {} offered, {} dropped → {}",
             self.others_offered,
             self.others_dropped,
-            if self.others_dropped == 0 { "untouched" } else { "DROPPED" }
+            if self.others_dropped == 0 {
+                "untouched"
+            } else {
+                "DROPPED"
+            }
         );
     }
 }
@@ -83,7 +91,9 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
     )
     .await?;
     let snapshot = ctl.snapshot();
-    let svc = snapshot.service(SERVICE).context("payments service in config")?;
+    let svc = snapshot
+        .service(SERVICE)
+        .context("payments service in config")?;
     let limit = |b: &str| svc.bucket(b).and_then(|b| b.limit);
     let gateway_limit = limit("gateway-pay").context("gateway-pay has no limit")?;
     let acme_limit = limit("partner-acme").unwrap_or(500.0);
@@ -125,20 +135,50 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while clients.iter().any(|c| c.status().config_version.is_empty()) {
-        anyhow::ensure!(tokio::time::Instant::now() < deadline, "clients got no config");
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "clients got no config"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let streams = [
-        Stream { caller: SURGE_CALLER, procedure: "Pay/Charge", bucket: "gateway-pay", rps: gateway_limit * 0.6, surge_rps: gateway_limit * 15.0 },
-        Stream { caller: "partner-acme", procedure: "Pay/Charge", bucket: "partner-acme", rps: acme_limit * 0.6, surge_rps: acme_limit * 0.6 },
-        Stream { caller: "web", procedure: "Refund/Full", bucket: "refunds", rps: refunds_limit * 0.5, surge_rps: refunds_limit * 0.5 },
-        Stream { caller: "mobile", procedure: "Search/Query", bucket: "", rps: 300.0, surge_rps: 300.0 },
+        Stream {
+            caller: SURGE_CALLER,
+            procedure: "Pay/Charge",
+            bucket: "gateway-pay",
+            rps: gateway_limit * 0.6,
+            surge_rps: gateway_limit * 15.0,
+        },
+        Stream {
+            caller: "partner-acme",
+            procedure: "Pay/Charge",
+            bucket: "partner-acme",
+            rps: acme_limit * 0.6,
+            surge_rps: acme_limit * 0.6,
+        },
+        Stream {
+            caller: "web",
+            procedure: "Refund/Full",
+            bucket: "refunds",
+            rps: refunds_limit * 0.5,
+            surge_rps: refunds_limit * 0.5,
+        },
+        Stream {
+            caller: "mobile",
+            procedure: "Search/Query",
+            bucket: "",
+            rps: 300.0,
+            surge_rps: 300.0,
+        },
     ];
     let (surge_from, surge_to) = (seconds / 3, 2 * seconds / 3);
     println!(
         "\n== 5. replay: {seconds} s, caller `{SURGE_CALLER}` surges to 15x its limit from second {surge_from} to {surge_to}"
     );
-    println!("{:>3}  {:<14} {:>9} {:>9} {:>9} {:>9}", "t", "bucket", "offered", "admitted", "dropped", "shadow");
+    println!(
+        "{:>3}  {:<14} {:>9} {:>9} {:>9} {:>9}",
+        "t", "bucket", "offered", "admitted", "dropped", "shadow"
+    );
     let mut last = totals(&clients);
     let mut surge = (0.0, 0.0, 0usize);
     let (mut others_offered, mut others_dropped) = (0u64, 0u64);
@@ -164,7 +204,11 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
         let now = totals(&clients);
         for s in &streams {
             let (o, a, d, sh) = delta(&now, &last, s.bucket);
-            let label = if s.bucket.is_empty() { "(unmatched)" } else { s.bucket };
+            let label = if s.bucket.is_empty() {
+                "(unmatched)"
+            } else {
+                s.bucket
+            };
             println!("{second:>3}  {label:<14} {o:>9} {a:>9} {d:>9} {sh:>9}");
             if s.caller == SURGE_CALLER {
                 if surging && second >= surge_from + 3 {

@@ -8,9 +8,18 @@ use policies::Series;
 
 /// The template files, embedded so the demo needs nothing but the binary.
 const TEMPLATE: &[(&str, &str)] = &[
-    ("README.md", include_str!("../../../../config-repo/README.md")),
-    ("services/payments.yaml", include_str!("../../../../config-repo/services/payments.yaml")),
-    ("limits/payments.yaml", include_str!("../../../../config-repo/limits/payments.yaml")),
+    (
+        "README.md",
+        include_str!("../../../../config-repo/README.md"),
+    ),
+    (
+        "services/payments.yaml",
+        include_str!("../../../../config-repo/services/payments.yaml"),
+    ),
+    (
+        "limits/payments.yaml",
+        include_str!("../../../../config-repo/limits/payments.yaml"),
+    ),
 ];
 
 /// The embedded real series (NAB, MIT licence: see `rlc/data/`).
@@ -37,7 +46,14 @@ pub fn config_repo(path: &Path) -> anyhow::Result<String> {
     }
     let tree = repo.find_tree(update.create_updated(&repo, &empty)?)?;
     let sig = git2::Signature::now("demo", "demo@grl.local")?;
-    repo.commit(Some("refs/heads/main"), &sig, &sig, "config repo from the template", &tree, &[])?;
+    repo.commit(
+        Some("refs/heads/main"),
+        &sig,
+        &sig,
+        "config repo from the template",
+        &tree,
+        &[],
+    )?;
     Ok(path.display().to_string())
 }
 
