@@ -11,4 +11,5 @@ pub mod config;
 pub mod layer;
 pub mod metric_names;
 pub mod proto;
+pub mod tier;
 pub mod wire;

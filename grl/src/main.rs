@@ -1,1 +1,53 @@
-fn main() {}
+//! `grl`: run a zone aggregator or a controller, generate load through real clients, or
+//! manage incident overrides.
+#![forbid(unsafe_code)]
+
+mod cmd;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+/// The GRL binary.
+#[derive(Debug, Parser)]
+#[command(name = "grl", version, about = "Global rate limiter tiers and tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Run a zone aggregator.
+    Aggregator(cmd::aggregator::Args),
+    /// Run a regional or global controller.
+    Controller(cmd::controller::Args),
+    /// Offer traffic through N real clients and print one JSON line per second per bucket.
+    Loadgen(cmd::loadgen::Args),
+    /// Manage incident overrides on a controller.
+    Override(cmd::overrides::Args),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Aggregator(a) => cmd::aggregator::run(a).await,
+        Command::Controller(a) => cmd::controller::run(a).await,
+        Command::Loadgen(a) => cmd::loadgen::run(a).await,
+        Command::Override(a) => cmd::overrides::run(a).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

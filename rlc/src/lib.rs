@@ -1,1 +1,25 @@
-//! placeholder
+//! The Rate Limit Configurator: pulls weeks of per-bucket offered load from Prometheus, runs
+//! each bucket's policy, guards the result, commits `limits/<service>.yaml` to the git config
+//! repo (straight to `main` or as a review branch), records the run, and pushes the new
+//! config to the GRL controller.
+//!
+//! Modules, in the order a run uses them: [`source`] (history), [`plan`] (policies +
+//! [`guards`] → limits), [`limits_file`] and [`pr_description`] (output), [`git_store`]
+//! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
+//! [`schedule`] (when to run), [`serve_metrics`].
+#![forbid(unsafe_code)]
+
+pub mod git_store;
+pub mod github;
+pub mod guards;
+pub mod history;
+pub mod lifecycle;
+pub mod limits_file;
+pub mod plan;
+pub mod pr_description;
+pub mod promote;
+pub mod push;
+pub mod run;
+pub mod schedule;
+pub mod serve_metrics;
+pub mod source;

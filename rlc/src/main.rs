@@ -1,1 +1,49 @@
-fn main() {}
+//! `rlc`, the Rate Limit Configurator: keeps GRL limits current from real traffic.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[derive(Debug, Parser)]
+#[command(name = "rlc", version, about = "Rate Limit Configurator for the GRL global rate limiter")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the configurator once (`--once`), for cron or a Kubernetes CronJob.
+    Run(cmd::run::RunCmd),
+    /// Run on a cron schedule and after each person's commit to services/.
+    Serve(cmd::serve::ServeCmd),
+    /// Backtest a policy on a `timestamp,value` CSV.
+    Backtest(cmd::backtest::BacktestCmd),
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let code = match Cli::parse().command {
+        Command::Run(c) => cmd::run::execute(c).await,
+        Command::Serve(c) => report(cmd::serve::execute(c).await),
+        Command::Backtest(c) => report(cmd::backtest::execute(c)),
+    };
+    std::process::exit(code);
+}
+
+fn report(result: anyhow::Result<()>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("rlc: {e:#}");
+            1
+        }
+    }
+}

@@ -1,1 +1,3 @@
-
+mod harness_smoke;
+mod deploy_assets;
+mod rlc_run;

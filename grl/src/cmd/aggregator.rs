@@ -1,0 +1,51 @@
+//! `grl aggregator`: one zone's aggregator.
+
+use std::time::Duration;
+
+use grl::tier::aggregator::{self, AggregatorOptions};
+use tracing::info;
+
+/// Flags of `grl aggregator`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// gRPC address to serve `Tier` on.
+    #[arg(long, default_value = "127.0.0.1:7301")]
+    listen: String,
+    /// This aggregator's zone.
+    #[arg(long)]
+    zone: String,
+    /// This aggregator's region.
+    #[arg(long)]
+    region: String,
+    /// The controller's address.
+    #[arg(long)]
+    controller: String,
+    /// Address for `/metrics`.
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Reporting interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+}
+
+/// Runs until SIGTERM or Ctrl-C.
+pub async fn run(a: Args) -> anyhow::Result<()> {
+    let listener = super::bind(&a.listen).await?;
+    let metrics = match &a.metrics_listen {
+        Some(m) => Some(super::bind(m).await?),
+        None => None,
+    };
+    let opts = AggregatorOptions {
+        zone: a.zone,
+        region: a.region,
+        controller: a.controller,
+        interval: Duration::from_millis(a.interval_ms),
+    };
+    let running = aggregator::start(opts, listener, metrics)?;
+    info!(addr = %running.addr, metrics = ?running.metrics_addr, "aggregator serving");
+    tokio::select! {
+        () = running.wait() => {}
+        () = super::terminated() => info!("terminated"),
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! `grl controller`: a regional or global controller.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use grl::tier::controller::{self, ConfigSource, ControllerOptions};
+use tracing::info;
+
+/// Flags of `grl controller`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// gRPC address to serve `Tier` and `Control` on.
+    #[arg(long, default_value = "127.0.0.1:7300")]
+    listen: String,
+    /// Config directory (`services/`, `limits/`), followed for changes.
+    #[arg(long, conflicts_with = "config_git")]
+    config: Option<PathBuf>,
+    /// Config repo URL, cloned and fetched; read at `origin/main`.
+    #[arg(long)]
+    config_git: Option<String>,
+    /// This controller's region.
+    #[arg(long, default_value = "")]
+    region: String,
+    /// The global controller, if this one is regional.
+    #[arg(long)]
+    parent: Option<String>,
+    /// Address for `/metrics`.
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Reporting interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// How often to look for config changes, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    poll_ms: u64,
+}
+
+/// Runs until SIGTERM or Ctrl-C; refuses to start on an invalid config.
+pub async fn run(a: Args) -> anyhow::Result<()> {
+    let config = match (a.config, a.config_git) {
+        (Some(d), _) => ConfigSource::Dir(d),
+        (None, Some(url)) => ConfigSource::Git(url),
+        (None, None) if a.parent.is_some() => ConfigSource::None,
+        (None, None) => anyhow::bail!("--config DIR or --config-git URL is required"),
+    };
+    let listener = super::bind(&a.listen).await?;
+    let metrics = match &a.metrics_listen {
+        Some(m) => Some(super::bind(m).await?),
+        None => None,
+    };
+    let opts = ControllerOptions {
+        region: a.region,
+        parent: a.parent,
+        interval: Duration::from_millis(a.interval_ms),
+        config,
+        poll: Duration::from_millis(a.poll_ms),
+    };
+    let (running, ctl) = controller::start(opts, listener, metrics)
+        .await
+        .context("controller refused to start")?;
+    info!(addr = %running.addr, metrics = ?running.metrics_addr, version = %ctl.snapshot().version, "controller serving");
+    tokio::select! {
+        () = running.wait() => {}
+        () = super::terminated() => info!("terminated"),
+    }
+    Ok(())
+}

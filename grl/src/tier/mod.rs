@@ -1,0 +1,131 @@
+//! The aggregator and controller tiers: a shared [`node::Node`] (children, ratios, parent
+//! state, instructions), the `Tier` and `Control` gRPC services, the uplink to the parent,
+//! config following, and the `/metrics` admin server.
+//!
+//! [`aggregator::start`] and [`controller::start`] bind nothing themselves: they serve on
+//! listeners the caller made (port 0 in tests) and return a [`Running`] handle.
+
+pub mod admin;
+pub mod aggregator;
+pub mod children;
+pub mod config_follow;
+pub mod control;
+pub mod controller;
+pub mod metrics;
+pub mod node;
+pub mod overrides;
+pub mod ratios;
+pub mod rules;
+pub mod service;
+pub mod status;
+pub mod uplink;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use node::Node;
+
+/// Why a tier could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The initial config is invalid or unreadable.
+    #[error("{0}")]
+    Config(#[from] config_follow::FollowError),
+    /// A listener could not be used.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A started tier: its addresses, its node, and its tasks.
+pub struct Running {
+    /// The gRPC address.
+    pub addr: SocketAddr,
+    /// The `/metrics` address, if served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The tier's state.
+    pub node: Arc<Node>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits until the gRPC server stops.
+    pub async fn wait(mut self) {
+        let _ = (&mut self.server).await;
+        self.stop();
+    }
+
+    /// Stops serving at once: children's streams end, listeners close.
+    pub fn stop(&mut self) {
+        let _ = self.shutdown.send(true);
+        self.node.drop_children();
+        self.server.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Serves `routes` on `listener`, ticks `node` every quarter interval, and serves
+/// `/metrics` when asked.
+pub(crate) fn launch(
+    node: Arc<Node>,
+    routes: tonic::service::Routes,
+    listener: tokio::net::TcpListener,
+    metrics: Option<(tokio::net::TcpListener, admin::Render)>,
+    shutdown: (watch::Sender<bool>, watch::Receiver<bool>),
+    mut tasks: Vec<JoinHandle<()>>,
+) -> Result<Running, StartError> {
+    let addr = listener.local_addr()?;
+    let (tx, rx) = shutdown;
+    let server = tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        if let Err(e) = tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming(incoming)
+            .await
+        {
+            tracing::error!(error = %e, "grpc server failed");
+        }
+    });
+    let metrics_addr = match metrics {
+        Some((l, render)) => {
+            let a = l.local_addr()?;
+            let rx = rx.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = admin::serve(l, render, rx).await {
+                    tracing::error!(error = %e, "metrics server failed");
+                }
+            }));
+            Some(a)
+        }
+        None => None,
+    };
+    let ticker = node.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut t = tokio::time::interval(ticker.cfg.interval / 4);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            t.tick().await;
+            ticker.tick(tokio::time::Instant::now());
+        }
+    }));
+    Ok(Running {
+        addr,
+        metrics_addr,
+        node,
+        shutdown: tx,
+        server,
+        tasks,
+    })
+}

@@ -1,0 +1,72 @@
+//! `rlc backtest --series FILE --policy SPEC [--json]`: how a policy would have done.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+use policies::{BacktestConfig, Series, backtest, from_spec};
+
+/// `rlc backtest`.
+#[derive(Debug, Clone, Args)]
+pub struct BacktestCmd {
+    /// A `timestamp,value` CSV.
+    #[arg(long)]
+    pub series: PathBuf,
+    /// The policy as YAML or JSON, e.g. `{ kind: historical-peak, window: 7d, buffer: 0.25 }`.
+    #[arg(long)]
+    pub policy: String,
+    /// Scored horizon after each origin (default: the policy's horizon, else 1d).
+    #[arg(long)]
+    pub horizon: Option<String>,
+    /// Distance between origins (default: the horizon).
+    #[arg(long)]
+    pub stride: Option<String>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs the backtest and prints the figures.
+pub fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&cmd.series)
+        .with_context(|| format!("reading {}", cmd.series.display()))?;
+    let series = Series::from_csv_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cmd.series.display()))?;
+    let spec: serde_json::Value =
+        grl::config::yaml::parse("--policy", &cmd.policy).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut params = spec
+        .as_object()
+        .cloned()
+        .context("--policy must be a mapping with a `kind`")?;
+    let kind = params
+        .remove("kind")
+        .and_then(|k| k.as_str().map(str::to_string))
+        .context("--policy needs `kind`")?;
+    let horizon = cmd
+        .horizon
+        .clone()
+        .or_else(|| params.get("horizon").and_then(|h| h.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "1d".into());
+    let policy = from_spec(&kind, &params).map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
+    let horizon = policies::duration::parse(&horizon).map_err(|e| anyhow::anyhow!("--horizon: {e}"))?;
+    let stride = match &cmd.stride {
+        Some(s) => policies::duration::parse(s).map_err(|e| anyhow::anyhow!("--stride: {e}"))?,
+        None => horizon,
+    };
+    let cfg = BacktestConfig {
+        window_secs: policy.window().as_secs() as i64,
+        horizon_secs: horizon.as_secs() as i64,
+        stride_secs: stride.as_secs() as i64,
+    };
+    let report = backtest(&*policy, &series, &cfg);
+    if cmd.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("origins            {}", report.origins);
+        println!("exceedance rate    {:.5}", report.exceedance_rate);
+        println!("peak headroom      {:.3}", report.peak_headroom);
+        println!("median headroom    {:.3}", report.median_headroom);
+        println!("refused            {}", report.refused);
+    }
+    Ok(())
+}

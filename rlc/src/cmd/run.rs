@@ -1,0 +1,194 @@
+//! `rlc run --once`: one configurator run, for an external cron or a Kubernetes CronJob.
+//!
+//! Exit codes: 0 committed or nothing to change; 3 metrics source failed; 4 config repo
+//! failed; 5 run history database failed; 6 invalid config; 7 committed but the controller
+//! could not be updated; 1 anything else; 2 bad usage.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, ValueEnum};
+use rlc::git_store::PublishMode;
+use rlc::guards::GuardSettings;
+use rlc::run::{RunReport, RunSettings, run_once};
+use rlc::source::{
+    BatchedPrometheusSource, FileSource, MetricsSource, PromSettings, PrometheusSource,
+};
+
+/// Where commits go.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Straight to `main`, then pushed to the controller.
+    Direct,
+    /// To the review branch `rlc/limits`.
+    Pr,
+}
+
+/// Flags shared by `run` and `serve`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The config repo: a git URL or a path to a repository.
+    #[arg(long, env = "RLC_CONFIG_REPO")]
+    pub config_repo: String,
+    /// Prometheus base URL, e.g. http://127.0.0.1:9090.
+    #[arg(long, env = "RLC_PROMETHEUS", conflicts_with = "history_dir")]
+    pub prometheus: Option<String>,
+    /// Offline history: a directory of `<service>/<bucket>.csv` files instead of Prometheus.
+    #[arg(long)]
+    pub history_dir: Option<PathBuf>,
+    /// Commit to main (`direct`) or to the review branch (`pr`).
+    #[arg(long, value_enum, default_value = "pr")]
+    pub mode: ModeArg,
+    /// Run history database: sqlite://FILE (default) or postgres://…
+    #[arg(long, env = "RLC_DB", default_value = "sqlite://rlc-history.db")]
+    pub db: String,
+    /// GRL controller to push to after a direct-mode commit (host:port).
+    #[arg(long, env = "RLC_CONTROLLER")]
+    pub controller: Option<String>,
+    /// Where the local clone of the config repo is kept.
+    #[arg(long, default_value = ".rlc/checkout")]
+    pub workdir: PathBuf,
+    /// PromQL template of the offered rate (see the README for `istio_requests_total`).
+    #[arg(long, env = "RLC_QUERY_TEMPLATE")]
+    pub query_template: Option<String>,
+    /// Concurrent history queries.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Minimum data coverage before a limit may change.
+    #[arg(long, default_value_t = 0.8)]
+    pub min_coverage: f64,
+    /// Largest decrease per run (fraction).
+    #[arg(long, default_value_t = 0.2)]
+    pub max_decrease: f64,
+    /// Largest increase per run (fraction).
+    #[arg(long, default_value_t = 1.0)]
+    pub max_increase: f64,
+    /// Changes below this fraction are skipped.
+    #[arg(long, default_value_t = 0.05)]
+    pub hysteresis: f64,
+    /// Global floor for every computed limit (rps).
+    #[arg(long)]
+    pub floor: Option<f64>,
+    /// Global cap for every computed limit (rps).
+    #[arg(long)]
+    pub cap: Option<f64>,
+    /// Pretend "now" is this unix time (offline runs over old data).
+    #[arg(long)]
+    pub now: Option<i64>,
+}
+
+/// `rlc run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunCmd {
+    /// Run once and exit (the only form; kept explicit for cron jobs).
+    #[arg(long)]
+    pub once: bool,
+    #[command(flatten)]
+    pub args: RunArgs,
+    /// Print the review table (Markdown) to stdout.
+    #[arg(long)]
+    pub print_table: bool,
+}
+
+impl RunArgs {
+    /// The run settings these flags describe.
+    pub fn settings(&self, trigger: &str) -> RunSettings {
+        RunSettings {
+            config_repo: self.config_repo.clone(),
+            workdir: self.workdir.clone(),
+            mode: match self.mode {
+                ModeArg::Direct => PublishMode::Direct,
+                ModeArg::Pr => PublishMode::Pr,
+            },
+            db: self.db.clone(),
+            controller: self.controller.clone(),
+            guards: GuardSettings {
+                min_coverage: self.min_coverage,
+                max_decrease: self.max_decrease,
+                max_increase: self.max_increase,
+                hysteresis: self.hysteresis,
+                floor: self.floor,
+                cap: self.cap,
+            },
+            concurrency: self.concurrency,
+            now: self.now,
+            trigger: trigger.to_string(),
+            max_attempts: 3,
+        }
+    }
+
+    /// The metrics source these flags name.
+    pub fn source(&self) -> anyhow::Result<Arc<dyn MetricsSource>> {
+        match (&self.prometheus, &self.history_dir) {
+            (Some(url), _) => match &self.query_template {
+                Some(t) => {
+                    let s = PromSettings {
+                        query_template: t.clone(),
+                        ..PromSettings::default()
+                    };
+                    Ok(Arc::new(PrometheusSource::new(url, s)?))
+                }
+                None => Ok(Arc::new(BatchedPrometheusSource::new(
+                    url,
+                    PromSettings::default(),
+                )?)),
+            },
+            (None, Some(dir)) => Ok(Arc::new(FileSource::open(dir)?)),
+            (None, None) => anyhow::bail!("give --prometheus URL or --history-dir DIR"),
+        }
+    }
+}
+
+/// Runs `rlc run --once`; returns the process exit code.
+pub async fn execute(cmd: RunCmd) -> i32 {
+    if !cmd.once {
+        eprintln!("rlc run: pass --once (for a long-running scheduler use `rlc serve`)");
+        return 2;
+    }
+    let source = match cmd.args.source() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rlc run: {e:#}");
+            return 3;
+        }
+    };
+    match run_once(&cmd.args.settings("manual"), source).await {
+        Ok(report) => {
+            print_summary(&report);
+            if cmd.print_table {
+                println!("{}", report.description);
+            }
+            if report.push_error.is_some() { 7 } else { 0 }
+        }
+        Err(e) => {
+            eprintln!("rlc run failed: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// One line per outcome, for people and logs.
+pub fn print_summary(report: &RunReport) {
+    let changed = report
+        .plans
+        .iter()
+        .filter(|p| p.guarded.outcome.as_str() == "changed" || p.guarded.outcome.as_str() == "new")
+        .count();
+    println!(
+        "run {}: {} ({} buckets, {} limit(s) changed){}{}",
+        report.run_id,
+        report.status.as_str(),
+        report.plans.len(),
+        changed,
+        report
+            .commit
+            .as_ref()
+            .map(|c| format!(", commit {c}"))
+            .unwrap_or_default(),
+        report
+            .push_error
+            .as_ref()
+            .map(|e| format!(", controller push failed: {e}"))
+            .unwrap_or_default(),
+    );
+}

@@ -1,0 +1,450 @@
+//! A small client for GitHub's REST API: opens or updates the pull request that carries the
+//! configurator's proposed limits.
+//!
+//! Only what the RLC needs is here: [`GitHubClient::upsert_pull_request`] finds the open pull
+//! request for a head branch and updates its title and body, or creates one. GitHub Enterprise
+//! works by passing its API base (`https://ghe.example.com/api/v3`).
+
+use reqwest::{Method, StatusCode, Url};
+use serde::Deserialize;
+use serde_json::json;
+
+/// `User-Agent` sent with every request (GitHub rejects requests without one).
+pub const USER_AGENT: &str = "grl-rlc";
+/// REST API version pinned in the `X-GitHub-Api-Version` header.
+pub const API_VERSION: &str = "2022-11-28";
+
+/// Errors talking to the code host.
+#[derive(Debug, thiserror::Error)]
+pub enum GitHubError {
+    /// The repository is not of the form `owner/name`.
+    #[error("GitHub repository {0:?} is not of the form owner/name")]
+    InvalidRepo(String),
+    /// The API base is not a valid URL.
+    #[error("GitHub API base {url:?} is not a valid URL: {reason}")]
+    InvalidApiBase {
+        /// The API base as given.
+        url: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// The request could not be sent or its answer not read.
+    #[error("GitHub API {method} {url} failed: {source}")]
+    Http {
+        /// HTTP method.
+        method: Method,
+        /// Full URL of the request.
+        url: String,
+        /// Transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The API answered with an error status.
+    #[error("GitHub API {method} {url} returned {status}: {message}")]
+    Api {
+        /// HTTP method.
+        method: Method,
+        /// Full URL of the request.
+        url: String,
+        /// Status returned.
+        status: StatusCode,
+        /// The API's `message` (and detailed `errors`), or the raw body.
+        message: String,
+    },
+    /// The API answered with a success status but a body we could not understand.
+    #[error("GitHub API {method} {url} returned an unexpected body: {reason}")]
+    Decode {
+        /// HTTP method.
+        method: Method,
+        /// Full URL of the request.
+        url: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+}
+
+/// A pull request as the RLC cares about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequest {
+    /// Pull request number.
+    pub number: u64,
+    /// Web address of the pull request (`html_url`).
+    pub url: String,
+    /// `true` when this call created it, `false` when it updated an open one.
+    pub created: bool,
+}
+
+/// The part of GitHub's pull-request object that is read.
+#[derive(Debug, Deserialize)]
+struct PullJson {
+    number: u64,
+    #[serde(default)]
+    html_url: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+}
+
+/// Client for one repository on a GitHub (or GitHub Enterprise) instance.
+#[derive(Debug, Clone)]
+pub struct GitHubClient {
+    http: reqwest::Client,
+    api_base: Url,
+    token: String,
+    repo: String,
+    owner: String,
+}
+
+impl GitHubClient {
+    /// Creates a client for `repo` (`owner/name`) at `api_base` (e.g. `https://api.github.com`),
+    /// authenticating with `token`.
+    pub fn new(api_base: &str, token: &str, repo: &str) -> Result<GitHubClient, GitHubError> {
+        let (owner, name) = repo
+            .split_once('/')
+            .filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
+            .ok_or_else(|| GitHubError::InvalidRepo(repo.to_string()))?;
+        let base = format!("{}/", api_base.trim_end_matches('/'));
+        let api_base = Url::parse(&base).map_err(|e| GitHubError::InvalidApiBase {
+            url: api_base.to_string(),
+            reason: e.to_string(),
+        })?;
+        let http = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .build()
+            .map_err(|source| GitHubError::Http {
+                method: Method::GET,
+                url: api_base.to_string(),
+                source,
+            })?;
+        Ok(GitHubClient {
+            http,
+            api_base,
+            token: token.to_string(),
+            repo: format!("{owner}/{name}"),
+            owner: owner.to_string(),
+        })
+    }
+
+    /// Makes sure an open pull request from `head` into `base` carries `title` and `body`:
+    /// updates the open one if there is one, otherwise creates it.
+    pub async fn upsert_pull_request(
+        &self,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<PullRequest, GitHubError> {
+        let mut list = self.url(&format!("repos/{}/pulls", self.repo))?;
+        list.query_pairs_mut()
+            .append_pair("head", &format!("{}:{head}", self.owner))
+            .append_pair("state", "open");
+        let open: Vec<PullJson> = self.send(Method::GET, list, None).await?;
+
+        if let Some(existing) = open.first() {
+            let url = self.url(&format!("repos/{}/pulls/{}", self.repo, existing.number))?;
+            let patch = json!({ "title": title, "body": body });
+            let pr: PullJson = self.send(Method::PATCH, url, Some(patch)).await?;
+            tracing::info!(number = pr.number, head, "pull request updated");
+            return Ok(to_pull_request(pr, false));
+        }
+
+        let url = self.url(&format!("repos/{}/pulls", self.repo))?;
+        let create = json!({ "title": title, "head": head, "base": base, "body": body });
+        let pr: PullJson = self.send(Method::POST, url, Some(create)).await?;
+        tracing::info!(number = pr.number, head, base, "pull request created");
+        Ok(to_pull_request(pr, true))
+    }
+
+    fn url(&self, path: &str) -> Result<Url, GitHubError> {
+        self.api_base
+            .join(path)
+            .map_err(|e| GitHubError::InvalidApiBase {
+                url: self.api_base.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    async fn send<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<serde_json::Value>,
+    ) -> Result<T, GitHubError> {
+        let shown = url.to_string();
+        let mut req = self
+            .http
+            .request(method.clone(), url)
+            .bearer_auth(&self.token)
+            .header(reqwest::header::ACCEPT, "application/vnd.github+json")
+            .header("X-GitHub-Api-Version", API_VERSION);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let http_err = |source| GitHubError::Http {
+            method: method.clone(),
+            url: shown.clone(),
+            source,
+        };
+        let resp = req.send().await.map_err(http_err)?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(http_err)?;
+        if !status.is_success() {
+            return Err(GitHubError::Api {
+                method,
+                url: shown,
+                status,
+                message: api_message(&text),
+            });
+        }
+        serde_json::from_str(&text).map_err(|e| GitHubError::Decode {
+            method,
+            url: shown,
+            reason: e.to_string(),
+        })
+    }
+}
+
+fn to_pull_request(pr: PullJson, created: bool) -> PullRequest {
+    PullRequest {
+        number: pr.number,
+        url: pr.html_url.or(pr.url).unwrap_or_default(),
+        created,
+    }
+}
+
+/// Extracts GitHub's `message` and any `errors[].message`/`code` from an error body.
+fn api_message(body: &str) -> String {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
+        let trimmed = body.trim();
+        return if trimmed.is_empty() {
+            "(empty body)".into()
+        } else {
+            trimmed.chars().take(500).collect()
+        };
+    };
+    let mut msg = v["message"].as_str().unwrap_or("(no message)").to_string();
+    let details: Vec<String> = v["errors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            e["message"]
+                .as_str()
+                .or_else(|| e["code"].as_str())
+                .or_else(|| e.as_str())
+                .map(str::to_string)
+        })
+        .collect();
+    if !details.is_empty() {
+        msg = format!("{msg} ({})", details.join("; "));
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Router;
+    use axum::body::Bytes;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, Method as AxMethod, StatusCode as AxStatus, Uri};
+    use axum::response::{IntoResponse, Response};
+    use std::sync::Arc;
+    use tokio::sync::Mutex;
+
+    /// One request as the stub saw it.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: String,
+        path_and_query: String,
+        headers: HeaderMap,
+        body: serde_json::Value,
+    }
+
+    /// Stub state: recorded requests, open pull requests by head, and an optional forced error.
+    #[derive(Default)]
+    struct Stub {
+        seen: Vec<Seen>,
+        open: Vec<(String, u64)>,
+        fail: Option<(u16, serde_json::Value)>,
+    }
+
+    type Shared = Arc<Mutex<Stub>>;
+
+    async fn handle(
+        State(stub): State<Shared>,
+        method: AxMethod,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        let mut s = stub.lock().await;
+        let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        let pq = uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        s.seen.push(Seen {
+            method: method.to_string(),
+            path_and_query: pq,
+            headers,
+            body: body.clone(),
+        });
+        if let Some((code, err)) = s.fail.clone() {
+            return (AxStatus::from_u16(code).unwrap(), axum::Json(err)).into_response();
+        }
+        let pr = |n: u64| json!({ "number": n, "html_url": format!("https://github.example/acme/config/pull/{n}") });
+        match (method.as_str(), uri.path()) {
+            ("GET", "/repos/acme/config/pulls") => {
+                let want = uri.query().unwrap_or_default().to_string();
+                let list: Vec<_> = s
+                    .open
+                    .iter()
+                    .filter(|(head, _)| {
+                        want.contains(&format!("head=acme%3A{}", head.replace('/', "%2F")))
+                    })
+                    .map(|(_, n)| pr(*n))
+                    .collect();
+                axum::Json(serde_json::Value::Array(list)).into_response()
+            }
+            ("POST", "/repos/acme/config/pulls") => {
+                let n = 42 + s.open.len() as u64;
+                let head = body["head"].as_str().unwrap_or_default().to_string();
+                s.open.push((head, n));
+                (AxStatus::CREATED, axum::Json(pr(n))).into_response()
+            }
+            ("PATCH", path) if path.starts_with("/repos/acme/config/pulls/") => {
+                let n: u64 = path.rsplit('/').next().unwrap().parse().unwrap();
+                axum::Json(pr(n)).into_response()
+            }
+            _ => AxStatus::NOT_FOUND.into_response(),
+        }
+    }
+
+    /// Starts the stub on a free local port; returns its base URL and state.
+    async fn start_stub() -> (String, Shared) {
+        let stub: Shared = Arc::default();
+        let app = Router::new().fallback(handle).with_state(stub.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{addr}/"), stub)
+    }
+
+    #[tokio::test]
+    async fn creates_then_updates_pull_request() {
+        let (base, stub) = start_stub().await;
+        let gh = GitHubClient::new(&base, "s3cret", "acme/config").unwrap();
+
+        let first = gh
+            .upsert_pull_request("rlc/limits", "main", "RLC limits", "body 1")
+            .await
+            .unwrap();
+        assert_eq!(
+            first,
+            PullRequest {
+                number: 42,
+                url: "https://github.example/acme/config/pull/42".into(),
+                created: true
+            }
+        );
+        let second = gh
+            .upsert_pull_request("rlc/limits", "main", "RLC limits v2", "body 2")
+            .await
+            .unwrap();
+        assert_eq!((second.number, second.created), (42, false));
+
+        let s = stub.lock().await;
+        let calls: Vec<(&str, &str)> = s
+            .seen
+            .iter()
+            .map(|r| (r.method.as_str(), r.path_and_query.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                (
+                    "GET",
+                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"
+                ),
+                ("POST", "/repos/acme/config/pulls"),
+                (
+                    "GET",
+                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"
+                ),
+                ("PATCH", "/repos/acme/config/pulls/42"),
+            ]
+        );
+        for r in &s.seen {
+            assert_eq!(r.headers["authorization"], "Bearer s3cret");
+            assert_eq!(r.headers["accept"], "application/vnd.github+json");
+            assert_eq!(r.headers["user-agent"], "grl-rlc");
+            assert_eq!(r.headers["x-github-api-version"], "2022-11-28");
+        }
+        assert_eq!(
+            s.seen[1].body,
+            json!({ "title": "RLC limits", "head": "rlc/limits", "base": "main", "body": "body 1" })
+        );
+        assert_eq!(
+            s.seen[3].body,
+            json!({ "title": "RLC limits v2", "body": "body 2" })
+        );
+    }
+
+    #[tokio::test]
+    async fn unauthorized_is_a_clear_error() {
+        let (base, stub) = start_stub().await;
+        stub.lock().await.fail = Some((401, json!({ "message": "Bad credentials" })));
+        let gh = GitHubClient::new(&base, "wrong", "acme/config").unwrap();
+        let err = gh
+            .upsert_pull_request("rlc/limits", "main", "t", "b")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                GitHubError::Api {
+                    status: StatusCode::UNAUTHORIZED,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("401") && msg.contains("Bad credentials"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("GET") && msg.contains("/repos/acme/config/pulls"),
+            "{msg}"
+        );
+    }
+
+    #[tokio::test]
+    async fn validation_failure_names_status_and_details() {
+        let (base, stub) = start_stub().await;
+        stub.lock().await.fail = Some((
+            422,
+            json!({ "message": "Validation Failed", "errors": [{ "message": "No commits between main and rlc/limits" }] }),
+        ));
+        let gh = GitHubClient::new(&base, "t", "acme/config").unwrap();
+        let msg = gh
+            .upsert_pull_request("rlc/limits", "main", "t", "b")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("422"), "{msg}");
+        assert!(
+            msg.contains("Validation Failed (No commits between main and rlc/limits)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn rejects_malformed_repo() {
+        for bad in ["acme", "/config", "acme/", "a/b/c"] {
+            let err = GitHubClient::new("https://api.github.com", "t", bad).unwrap_err();
+            assert!(matches!(err, GitHubError::InvalidRepo(_)), "{bad}: {err:?}");
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Round trips against real SQLite files and a real PostgreSQL server.
+
+use super::*;
+use futures::FutureExt;
+use serde_json::json;
+use sqlx::Connection;
+
+fn rec(
+    service: &str,
+    bucket: &str,
+    prev: Option<f64>,
+    applied: Option<f64>,
+) -> RecommendationRecord {
+    RecommendationRecord {
+        service: service.into(),
+        bucket: bucket.into(),
+        policy: "peak-buffer".into(),
+        previous_limit: prev,
+        proposed_limit: applied.map(|a| a * 1.5),
+        applied_limit: applied,
+        outcome: if prev.is_none() {
+            "changed".into()
+        } else {
+            "kept-previous".into()
+        },
+        evidence: json!({ "peak_rps": 812.5, "coverage": 0.97, "guards": ["step"], "note": "ü |x|" }),
+    }
+}
+
+/// Exercises every operation; shared by the SQLite and PostgreSQL tests.
+async fn round_trip(h: &History) {
+    let before = Utc::now() - chrono::Duration::seconds(1);
+    let first = h.start_run("cron", "pr").await.unwrap();
+    let second = h.start_run("commit", "direct").await.unwrap();
+    assert_ne!(first, second);
+    let id_shape = regex_like_run_id(&first);
+    assert!(id_shape, "run id {first} is not like 20261129T201500Z-ab12");
+
+    let running = h.run(&first).await.unwrap().expect("first run stored");
+    assert_eq!(running.status, RunStatus::Running);
+    assert_eq!(
+        (running.trigger.as_str(), running.mode.as_str()),
+        ("cron", "pr")
+    );
+    assert!(running.started_at >= before && running.started_at <= Utc::now());
+    assert_eq!(
+        (
+            running.finished_at,
+            running.commit.clone(),
+            running.error.clone()
+        ),
+        (None, None, None)
+    );
+
+    let a = rec("search", "query", Some(100.0), Some(125.5));
+    let b = rec("auth", "login", None, None);
+    let mut c = rec("auth", "token", Some(7.0), Some(9.0));
+    // NULL limits first: regression for sqlx's Any driver, which binds a NULL f64 as float4 and
+    // (with a cached statement) makes the next non-NULL f64 fail on PostgreSQL.
+    h.record_recommendation(&first, &b).await.unwrap();
+    h.record_recommendation(&first, &a).await.unwrap();
+    h.record_recommendation(&first, &c).await.unwrap();
+    c.outcome = "refused".into();
+    c.applied_limit = Some(7.0);
+    h.record_recommendation(&first, &c).await.unwrap(); // replaces, does not duplicate
+    assert_eq!(h.recommendations(&first).await.unwrap(), vec![b, c, a]);
+    assert!(h.recommendations(&second).await.unwrap().is_empty());
+
+    h.finish_run(&first, RunStatus::Committed, Some("0123abcd"), None)
+        .await
+        .unwrap();
+    h.finish_run(
+        &second,
+        RunStatus::Failed,
+        None,
+        Some("git remote refused push"),
+    )
+    .await
+    .unwrap();
+    let done = h.run(&first).await.unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Committed);
+    assert_eq!(done.commit.as_deref(), Some("0123abcd"));
+    assert!(done.finished_at.unwrap() >= done.started_at);
+    let failed = h.run(&second).await.unwrap().unwrap();
+    assert_eq!(
+        (failed.status, failed.error.as_deref()),
+        (RunStatus::Failed, Some("git remote refused push"))
+    );
+
+    let recent = h.recent_runs(10).await.unwrap();
+    let ids: Vec<&str> = recent.iter().map(|r| r.id.as_str()).collect();
+    let mut expect = [
+        (done.started_at, first.as_str()),
+        (failed.started_at, second.as_str()),
+    ];
+    expect.sort_by(|x, y| y.cmp(x)); // newest first, ties broken by id
+    assert_eq!(ids, expect.iter().map(|e| e.1).collect::<Vec<_>>());
+    assert_eq!(h.recent_runs(1).await.unwrap()[0].id, expect[0].1);
+
+    assert_eq!(h.run("20000101T000000Z-0000").await.unwrap(), None);
+    let err = h
+        .finish_run("nope", RunStatus::NoChange, None, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HistoryError::UnknownRun { .. }), "{err}");
+}
+
+fn regex_like_run_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    id.len() == 21
+        && b[8] == b'T'
+        && b[15] == b'Z'
+        && b[16] == b'-'
+        && id[..8]
+            .bytes()
+            .chain(id[9..15].bytes())
+            .all(|c| c.is_ascii_digit())
+        && id[17..].bytes().all(|c| c.is_ascii_hexdigit())
+}
+
+#[tokio::test]
+async fn sqlite_round_trip_in_new_nested_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state/history/rlc.db");
+    let url = format!("sqlite://{}", path.display());
+    let h = History::connect(&url).await.unwrap();
+    round_trip(&h).await;
+    h.close().await;
+    assert!(path.exists());
+
+    // Reopening keeps the data and does not re-apply migrations.
+    let again = History::connect(&url).await.unwrap();
+    assert_eq!(again.recent_runs(10).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn run_status_names_round_trip() {
+    for st in [
+        RunStatus::Running,
+        RunStatus::Committed,
+        RunStatus::NoChange,
+        RunStatus::Failed,
+    ] {
+        assert_eq!(RunStatus::parse(st.as_str()), Some(st));
+    }
+    assert_eq!(RunStatus::parse("done"), None);
+}
+
+#[tokio::test]
+async fn postgres_round_trip() {
+    let admin_url = std::env::var("GRL_TEST_PG_URL").unwrap_or_else(|_| {
+        panic!(
+            "GRL_TEST_PG_URL is not set: run `bash tests/run.sh`, which starts PostgreSQL and \
+             sets it (e.g. postgres://grl:grl@127.0.0.1:5432/postgres)"
+        )
+    });
+    let name = format!("rlc_test_{:08x}", rand::rng().random::<u32>());
+    let mut admin = sqlx::postgres::PgConnection::connect(&admin_url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach GRL_TEST_PG_URL ({e}); run `bash tests/run.sh`"));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let mut url = reqwest::Url::parse(&admin_url).unwrap();
+    url.set_path(&name);
+
+    let outcome = std::panic::AssertUnwindSafe(async {
+        let h = History::connect(url.as_str()).await.unwrap();
+        assert!(!h.database().contains(":grl@"), "{}", h.database());
+        round_trip(&h).await;
+        h.close().await;
+    })
+    .catch_unwind()
+    .await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {name} WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[tokio::test]
+async fn unreachable_database_error_names_host_without_password() {
+    let err = History::connect("postgres://grl:hunter2@127.0.0.1:1/x")
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, HistoryError::Connect { .. }), "{err:?}");
+    assert!(msg.contains("postgres://grl@127.0.0.1:1/x"), "{msg}");
+    assert!(!msg.contains("hunter2"), "{msg}");
+    assert!(
+        !msg.contains("pool timed out"),
+        "the cause is shown, not the pool's timeout: {msg}"
+    );
+}
+
+#[tokio::test]
+async fn unwritable_sqlite_directory_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    let url = format!("sqlite://{}/h.db", file.display());
+    let msg = History::connect(&url).await.unwrap_err().to_string();
+    assert!(msg.contains("not-a-dir"), "{msg}");
+}

@@ -1,0 +1,103 @@
+//! The configurator's own Prometheus metrics (`rlc serve` exports them on `/metrics`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::run::RunReport;
+
+/// `status` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// committed | no-change | failed
+    pub status: String,
+}
+
+/// `outcome` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// new | changed | unchanged | kept-previous | no-limit
+    pub outcome: String,
+}
+
+/// Every metric of the configurator, registered once.
+pub struct RlcMetrics {
+    registry: Registry,
+    /// `rlc_runs_total{status}`.
+    pub runs: Family<StatusLabel, Counter>,
+    /// `rlc_last_success_timestamp_seconds`.
+    pub last_success: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// `rlc_buckets{outcome}` of the last finished run.
+    pub buckets: Family<OutcomeLabel, Gauge>,
+    /// `rlc_run_duration_seconds`.
+    pub duration: Histogram,
+    /// `rlc_limit_changes_total`.
+    pub limit_changes: Counter,
+}
+
+impl Default for RlcMetrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let runs = Family::<StatusLabel, Counter>::default();
+        let last_success = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let buckets = Family::<OutcomeLabel, Gauge>::default();
+        let duration = Histogram::new([1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0]);
+        let limit_changes = Counter::default();
+        registry.register("rlc_runs", "Configurator runs by final status", runs.clone());
+        registry.register(
+            "rlc_last_success_timestamp_seconds",
+            "Unix time of the last run that did not fail",
+            last_success.clone(),
+        );
+        registry.register("rlc_buckets", "Buckets of the last run by outcome", buckets.clone());
+        registry.register("rlc_run_duration_seconds", "Wall time of a run", duration.clone());
+        registry.register("rlc_limit_changes", "Limits changed (new or changed) by runs", limit_changes.clone());
+        Self {
+            registry,
+            runs,
+            last_success,
+            buckets,
+            duration,
+            limit_changes,
+        }
+    }
+}
+
+impl RlcMetrics {
+    /// Records a finished run (`Err` carries nothing but the fact it failed).
+    pub fn observe(&self, result: Result<&RunReport, ()>, seconds: f64) {
+        self.duration.observe(seconds);
+        match result {
+            Ok(report) => {
+                self.runs
+                    .get_or_create(&StatusLabel { status: report.status.as_str().into() })
+                    .inc();
+                self.last_success.set(chrono::Utc::now().timestamp() as f64);
+                self.buckets.clear();
+                for p in &report.plans {
+                    self.buckets
+                        .get_or_create(&OutcomeLabel { outcome: p.guarded.outcome.as_str().into() })
+                        .inc();
+                    if matches!(p.guarded.outcome.as_str(), "new" | "changed") {
+                        self.limit_changes.inc();
+                    }
+                }
+            }
+            Err(()) => {
+                self.runs
+                    .get_or_create(&StatusLabel { status: "failed".into() })
+                    .inc();
+            }
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

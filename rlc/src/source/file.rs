@@ -1,0 +1,345 @@
+//! [`FileSource`]: offline runs from files, either CSV per bucket or one OpenMetrics file.
+//!
+//! **CSV layout**: `<dir>/<service>/<bucket>.csv` holds the offered rate; the measures
+//! `shadow_dropped` and `dropped` read `<bucket>.shadow_dropped.csv` and
+//! `<bucket>.dropped.csv`. A missing file is no data (an empty series). Each line is
+//! `timestamp,value`: the timestamp in unix seconds or `YYYY-MM-DD HH:MM:SS` (UTC, `T`
+//! and a trailing `Z` accepted), the value in requests per second. A header line, blank
+//! lines and `#` comments are skipped.
+//!
+//! **OpenMetrics**: a directory holding exactly one `*.om`, `*.prom`, `*.txt` or
+//! `*.openmetrics` file (or that file itself) of `grl_requests_total` samples with
+//! timestamps in seconds; see the `openmetrics` module. Buckets are matched by rule, as in
+//! Prometheus.
+//!
+//! Either way, the points are reduced to the peak per step (default 300 s).
+
+use super::openmetrics::{self, CounterSeries};
+use super::{BucketQuery, FetchFuture, Measure, MetricsSource, RangeSeries, SourceError};
+use chrono::NaiveDateTime;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const OPENMETRICS_EXTENSIONS: [&str; 4] = ["om", "prom", "txt", "openmetrics"];
+
+/// Bucket rates read from files (see the module doc for the layouts).
+#[derive(Debug, Clone)]
+pub struct FileSource {
+    path: PathBuf,
+    data: Data,
+    step_secs: i64,
+    resolution_secs: i64,
+}
+
+#[derive(Debug, Clone)]
+enum Data {
+    Csv,
+    OpenMetrics(Arc<Vec<CounterSeries>>),
+}
+
+impl FileSource {
+    /// Opens `path`: an OpenMetrics file, a directory holding one, or a CSV directory.
+    /// OpenMetrics files are read now; CSV files at each fetch.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SourceError> {
+        let path = path.as_ref().to_path_buf();
+        let file_err = |p: &Path, message: String| SourceError::File {
+            path: p.to_path_buf(),
+            line: None,
+            message,
+        };
+        let om_file = if path.is_file() {
+            Some(path.clone())
+        } else {
+            let entries = std::fs::read_dir(&path).map_err(|e| file_err(&path, e.to_string()))?;
+            let mut found: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.is_file()
+                        && p.extension()
+                            .and_then(|x| x.to_str())
+                            .is_some_and(|x| OPENMETRICS_EXTENSIONS.contains(&x))
+                })
+                .collect();
+            if found.len() > 1 {
+                found.sort();
+                return Err(file_err(
+                    &path,
+                    format!("several OpenMetrics files, expected one: {found:?}"),
+                ));
+            }
+            found.pop()
+        };
+        let data = match om_file {
+            None => Data::Csv,
+            Some(f) => {
+                let text = std::fs::read_to_string(&f).map_err(|e| file_err(&f, e.to_string()))?;
+                let series =
+                    openmetrics::parse(&text).map_err(|(line, message)| SourceError::File {
+                        path: f.clone(),
+                        line: Some(line),
+                        message,
+                    })?;
+                tracing::info!(path = %f.display(), series = series.len(), "openmetrics file loaded");
+                Data::OpenMetrics(Arc::new(series))
+            }
+        };
+        Ok(FileSource {
+            path,
+            data,
+            step_secs: 300,
+            resolution_secs: 60,
+        })
+    }
+
+    /// Sets the step of returned series (peak per step); default 300 s.
+    pub fn with_step(mut self, step_secs: i64) -> Self {
+        self.step_secs = step_secs.max(1);
+        self
+    }
+
+    /// The CSV file read for a bucket and measure.
+    pub fn csv_path(&self, q: &BucketQuery, measure: Measure) -> PathBuf {
+        let name = match measure {
+            Measure::Offered => format!("{}.csv", q.bucket),
+            m => format!("{}.{}.csv", q.bucket, m.as_str()),
+        };
+        self.path.join(&q.service).join(name)
+    }
+
+    async fn fetch_csv(
+        &self,
+        q: &BucketQuery,
+        measure: Measure,
+        start: i64,
+        end: i64,
+    ) -> Result<RangeSeries, SourceError> {
+        let path = self.csv_path(q, measure);
+        let text = match tokio::fs::read_to_string(&path).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(bucket = %q.name(), path = %path.display(), "no csv file, no data");
+                return Ok(RangeSeries::empty(self.step_secs));
+            }
+            Err(e) => {
+                return Err(SourceError::File {
+                    path,
+                    line: None,
+                    message: e.to_string(),
+                });
+            }
+        };
+        let points = parse_csv(&text).map_err(|(line, message)| SourceError::File {
+            path,
+            line: Some(line),
+            message,
+        })?;
+        Ok(RangeSeries::max_per_step(
+            self.step_secs,
+            points.into_iter().filter(|p| p.0 >= start && p.0 <= end),
+        ))
+    }
+}
+
+impl MetricsSource for FileSource {
+    fn fetch<'a>(
+        &'a self,
+        q: &'a BucketQuery,
+        measure: Measure,
+        start: i64,
+        end: i64,
+    ) -> FetchFuture<'a> {
+        Box::pin(async move {
+            match &self.data {
+                Data::Csv => self.fetch_csv(q, measure, start, end).await,
+                Data::OpenMetrics(series) => Ok(openmetrics::bucket_rate(
+                    series,
+                    q,
+                    measure,
+                    start,
+                    end,
+                    self.resolution_secs,
+                    self.step_secs,
+                )),
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("files at {}", self.path.display())
+    }
+}
+
+/// Parses `timestamp,value` lines; errors carry the 1-based line.
+pub fn parse_csv(text: &str) -> Result<Vec<(i64, f64)>, (usize, String)> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let err = |m: String| (i + 1, m);
+        let (ts, value) = line
+            .split_once(',')
+            .ok_or_else(|| err("expected 'timestamp,value'".into()))?;
+        let (ts, value) = (ts.trim(), value.trim());
+        let Some(t) = parse_timestamp(ts) else {
+            if out.is_empty() && value.parse::<f64>().is_err() {
+                continue; // header
+            }
+            return Err(err(format!(
+                "bad timestamp {ts:?}: use unix seconds or 'YYYY-MM-DD HH:MM:SS' (UTC)"
+            )));
+        };
+        if t > 100_000_000_000 {
+            return Err(err(format!(
+                "timestamp {ts} looks like milliseconds; use seconds"
+            )));
+        }
+        let v: f64 = value
+            .parse()
+            .map_err(|_| err(format!("bad value {value:?}: expected requests per second")))?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(err(format!(
+                "bad value {value:?}: rate must be finite and >= 0"
+            )));
+        }
+        out.push((t, v));
+    }
+    Ok(out)
+}
+
+fn parse_timestamp(s: &str) -> Option<i64> {
+    if let Ok(n) = s.parse::<i64>() {
+        return Some(n);
+    }
+    if let Ok(f) = s.parse::<f64>() {
+        return f.is_finite().then_some(f.round() as i64);
+    }
+    let s = s.strip_suffix('Z').unwrap_or(s);
+    ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+        .map(|d| d.and_utc().timestamp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q() -> BucketQuery {
+        BucketQuery {
+            service: "payments".into(),
+            bucket: "gw-pay".into(),
+            caller: None,
+            procedure: None,
+        }
+    }
+
+    #[test]
+    fn csv_accepts_both_timestamp_forms_header_and_comments() {
+        let p = parse_csv("timestamp,value\n# c\n1700000000,1.5\n\n2023-11-14 22:14:20, 2\n2023-11-14T22:14:30Z,3\n").unwrap();
+        assert_eq!(
+            p,
+            vec![
+                (1_700_000_000, 1.5),
+                (1_700_000_060, 2.0),
+                (1_700_000_070, 3.0)
+            ]
+        );
+    }
+
+    #[test]
+    fn csv_errors_name_the_line() {
+        assert_eq!(parse_csv("1,2\nyesterday,3\n").unwrap_err().0, 2);
+        assert!(parse_csv("1,-2\n").unwrap_err().1.contains("finite"));
+        assert!(
+            parse_csv("1700000000000,1\n")
+                .unwrap_err()
+                .1
+                .contains("milliseconds")
+        );
+        assert!(parse_csv("1 2\n").is_err());
+    }
+
+    #[tokio::test]
+    async fn csv_dir_gives_peak_per_step_and_missing_files_are_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("payments")).unwrap();
+        std::fs::write(
+            dir.path().join("payments/gw-pay.csv"),
+            "0,1\n60,4\n120,2\n300,3\n360,9\n900,5\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("payments/gw-pay.shadow_dropped.csv"),
+            "300,0.5\n",
+        )
+        .unwrap();
+        let src = FileSource::open(dir.path()).unwrap();
+        let s = src.fetch(&q(), Measure::Offered, 0, 600).await.unwrap();
+        assert_eq!(s.step_secs, 300);
+        assert_eq!(s.points, vec![(0, 1.0), (300, 4.0), (600, 9.0)]);
+        let s = src
+            .fetch(&q(), Measure::ShadowDropped, 0, 600)
+            .await
+            .unwrap();
+        assert_eq!(s.points, vec![(300, 0.5)]);
+        assert!(
+            src.fetch(&q(), Measure::Dropped, 0, 600)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let other = BucketQuery {
+            bucket: "nope".into(),
+            ..q()
+        };
+        assert!(
+            src.fetch(&other, Measure::Offered, 0, 600)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn csv_parse_error_names_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("payments")).unwrap();
+        std::fs::write(dir.path().join("payments/gw-pay.csv"), "0,1\n60,x\n").unwrap();
+        let err = FileSource::open(dir.path())
+            .unwrap()
+            .fetch(&q(), Measure::Offered, 0, 600)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("payments/gw-pay.csv:2: bad value"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn openmetrics_file_in_dir_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |v: f64, t: i64| {
+            format!(
+                "grl_requests_total{{service=\"payments\",caller=\"gw\",procedure=\"Pay\",decision=\"allowed\"}} {v} {t}\n"
+            )
+        };
+        std::fs::write(
+            dir.path().join("m.om"),
+            format!("{}{}# EOF\n", line(0.0, 0), line(600.0, 60)),
+        )
+        .unwrap();
+        let src = FileSource::open(dir.path()).unwrap().with_step(60);
+        let s = src.fetch(&q(), Measure::Offered, 0, 600).await.unwrap();
+        assert_eq!(s.points, vec![(60, 10.0)]);
+        assert!(src.describe().starts_with("files at "));
+    }
+
+    #[test]
+    fn missing_dir_is_an_error_naming_it() {
+        let err = FileSource::open("/nonexistent/rlc-data").unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/rlc-data"), "{err}");
+    }
+}

@@ -1,0 +1,161 @@
+//! Metrics sources: where the RLC reads per-bucket request-rate history.
+//!
+//! A [`MetricsSource`] answers one question: for a bucket ([`BucketQuery`]) and a
+//! [`Measure`], what was the request rate (requests per second) between two instants, at a
+//! fixed step, *keeping peaks* (each point is the maximum rate seen during the step that
+//! ends at its timestamp)? Two sources exist:
+//!
+//! - [`PrometheusSource`]: PromQL range queries against Prometheus (or any PromQL-compatible
+//!   store), chunked under Prometheus' limits, with timeouts and jittered retries. The
+//!   expression is a user-editable [`QueryTemplate`], so an existing mesh metric (for example
+//!   Istio's `istio_requests_total`) can be used instead of the GRL contract below.
+//! - [`BatchedPrometheusSource`]: the fast path for the GRL contract metric: one query per
+//!   service, buckets assembled client-side (1,000 buckets × 28 days in seconds).
+//! - [`FileSource`]: offline runs from CSV files or one OpenMetrics text file.
+//!
+//! [`fetch_all`] fetches many buckets with bounded concurrency.
+//!
+//! # Metrics contract
+//! GRL clients export [`REQUESTS_TOTAL`] (`grl_requests_total`), a counter of every *offered*
+//! request, labelled [`LABEL_SERVICE`], [`LABEL_CALLER`], [`LABEL_PROCEDURE`], [`LABEL_BUCKET`]
+//! and [`LABEL_DECISION`] (`allowed`, `dropped`, `shadow_dropped`). A bucket's offered rate is
+//! the sum over all decisions of the series matching its rule: `caller` exact and/or
+//! `procedure` exact, or a prefix when the rule ends with `*`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rlc::source::SourceError> {
+//! use rlc::source::{BucketQuery, Measure, MetricsSource, PromSettings, PrometheusSource};
+//! let prom = PrometheusSource::new("http://127.0.0.1:9090", PromSettings::default())?;
+//! let q = BucketQuery {
+//!     service: "payments".into(),
+//!     bucket: "gateway-pay".into(),
+//!     caller: Some("gateway".into()),
+//!     procedure: Some("Pay/*".into()),
+//! };
+//! let end = 1_700_000_000;
+//! let series = prom.fetch(&q, Measure::Offered, end - 28 * 86_400, end).await?;
+//! println!("peak {:?} rps", series.max());
+//! # Ok(()) }
+//! ```
+
+mod batched;
+mod chunk;
+mod error;
+mod fetch_all;
+mod file;
+mod openmetrics;
+mod prometheus;
+#[cfg(test)]
+mod prometheus_tests;
+mod query_template;
+mod range_query;
+mod retry;
+mod series;
+#[cfg(test)]
+mod testprom;
+
+pub use batched::BatchedPrometheusSource;
+pub use error::SourceError;
+pub use fetch_all::fetch_all;
+pub use file::FileSource;
+pub use prometheus::{PromSettings, PrometheusSource};
+pub use query_template::{QueryTemplate, escape_label_value, escape_regex, selector};
+pub use series::RangeSeries;
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// Name of the GRL counter of offered requests (the metrics contract).
+pub const REQUESTS_TOTAL: &str = "grl_requests_total";
+/// Label: the service that owns the bucket.
+pub const LABEL_SERVICE: &str = "service";
+/// Label: the calling workload.
+pub const LABEL_CALLER: &str = "caller";
+/// Label: the called procedure (for example a gRPC `Service/Method`).
+pub const LABEL_PROCEDURE: &str = "procedure";
+/// Label: the bucket that counted the request.
+pub const LABEL_BUCKET: &str = "bucket";
+/// Label: the decision taken (`allowed`, `dropped`, `shadow_dropped`).
+pub const LABEL_DECISION: &str = "decision";
+
+/// One bucket to fetch: its identity and its match rule as written in the config.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BucketQuery {
+    /// Service that owns the bucket.
+    pub service: String,
+    /// Bucket name (unique within the service).
+    pub bucket: String,
+    /// Exact caller to match, if the rule names one.
+    pub caller: Option<String>,
+    /// Procedure to match, as written: exact, or a prefix when it ends with `*`.
+    pub procedure: Option<String>,
+}
+
+impl BucketQuery {
+    /// `service/bucket`, the name used in logs and errors.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.service, self.bucket)
+    }
+
+    /// Whether a (caller, procedure) pair of label values falls under this bucket's rule.
+    pub fn matches(&self, caller: &str, procedure: &str) -> bool {
+        if self.caller.as_deref().is_some_and(|c| c != caller) {
+            return false;
+        }
+        match self.procedure.as_deref() {
+            None => true,
+            Some(p) => match p.strip_suffix('*') {
+                Some(prefix) => procedure.starts_with(prefix),
+                None => p == procedure,
+            },
+        }
+    }
+}
+
+/// What to measure for a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Measure {
+    /// All offered requests, whatever the decision (the input of limit policies).
+    Offered,
+    /// Requests a shadow (dry-run) limit would have dropped.
+    ShadowDropped,
+    /// Requests actually dropped.
+    Dropped,
+}
+
+impl Measure {
+    /// The `decision` label value this measure selects, `None` for all decisions.
+    pub fn decision(self) -> Option<&'static str> {
+        match self {
+            Measure::Offered => None,
+            Measure::ShadowDropped => Some("shadow_dropped"),
+            Measure::Dropped => Some("dropped"),
+        }
+    }
+
+    /// Short lowercase name (`offered`, `shadow_dropped`, `dropped`).
+    pub fn as_str(self) -> &'static str {
+        self.decision().unwrap_or("offered")
+    }
+}
+
+/// The future returned by [`MetricsSource::fetch`].
+pub type FetchFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<RangeSeries, SourceError>> + Send + 'a>>;
+
+/// A store of per-bucket request-rate history.
+pub trait MetricsSource: Send + Sync {
+    /// The rate of `measure` for bucket `q` between `start` and `end` (unix seconds), one
+    /// point per step holding the peak rate within that step. No data is an empty series,
+    /// not an error.
+    fn fetch<'a>(
+        &'a self,
+        q: &'a BucketQuery,
+        measure: Measure,
+        start: i64,
+        end: i64,
+    ) -> FetchFuture<'a>;
+
+    /// Human description for logs and errors, e.g. `prometheus at http://127.0.0.1:9090`.
+    fn describe(&self) -> String;
+}

@@ -1,0 +1,215 @@
+//! [`RangeQuerier`]: one PromQL range query, chunked under Prometheus' limits, with
+//! per-request timeouts and jittered retries. Shared by the per-bucket and the per-service
+//! Prometheus sources.
+//!
+//! Chunks hold at most `max_points_per_query` points per series (11,000 is Prometheus'
+//! limit). A chunk refused for loading too many samples (`--query.max-samples`, 50M by
+//! default, counts series × steps) is split in halves and retried. Connection errors, HTTP
+//! timeouts, 5xx and Prometheus' timeout/internal/unavailable errors are retried; bad PromQL
+//! is not.
+
+use super::chunk::{self, Chunk};
+use super::error::chain;
+use super::retry::{Backoff, retry};
+use super::{PromSettings, SourceError};
+use prometheus_http_query::{Client, Error as PromError, response::Data};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+use tracing::{debug, warn};
+
+/// Labels and `(unix seconds, value)` points of one returned series.
+pub type LabelledPoints = (HashMap<String, String>, Vec<(i64, f64)>);
+
+/// Runs range queries against one Prometheus.
+#[derive(Clone)]
+pub struct RangeQuerier {
+    client: Client,
+    url: String,
+    timeout: Duration,
+    backoff: Backoff,
+    max_points: usize,
+}
+
+impl std::fmt::Debug for RangeQuerier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RangeQuerier")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why one chunk failed.
+enum ChunkError {
+    TooManySamples(String),
+    Permanent(String),
+    Exhausted(String, u32),
+}
+
+impl RangeQuerier {
+    /// A querier for `url` with the timeouts, retries and chunk size of `settings`.
+    pub fn new(url: &str, settings: &PromSettings) -> Result<Self, SourceError> {
+        let bad = |message: String| SourceError::InvalidUrl {
+            url: url.to_owned(),
+            message,
+        };
+        let http = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| bad(chain(&e)))?;
+        let client = Client::from(http, url).map_err(|e| bad(chain(&e)))?;
+        Ok(RangeQuerier {
+            client,
+            url: url.trim_end_matches('/').to_owned(),
+            timeout: settings.timeout,
+            backoff: Backoff {
+                retries: settings.retries,
+                base: settings.backoff_base,
+                max: settings.backoff_max,
+            },
+            max_points: settings.max_points_per_query,
+        })
+    }
+
+    /// `prometheus at <url>`.
+    pub fn describe(&self) -> String {
+        format!("prometheus at {}", self.url)
+    }
+
+    /// Evaluates `expr` over `[start, end]` at `step` (chunked); returns every series' points.
+    /// `what` names the bucket or service in errors and logs.
+    pub async fn run(
+        &self,
+        what: &str,
+        expr: &str,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Vec<LabelledPoints>, SourceError> {
+        if end < start || step <= 0 {
+            return Err(SourceError::InvalidRange {
+                source_desc: self.describe(),
+                bucket: what.to_owned(),
+                start,
+                end,
+                step_secs: step,
+            });
+        }
+        let rejected = |message: String| SourceError::Rejected {
+            source_desc: self.describe(),
+            bucket: what.to_owned(),
+            message,
+            query: expr.to_owned(),
+        };
+        let mut todo: VecDeque<Chunk> = chunk::plan(start, end, step, self.max_points).into();
+        let mut out: HashMap<Vec<(String, String)>, LabelledPoints> = HashMap::new();
+        while let Some(c) = todo.pop_front() {
+            match self.query_chunk(what, expr, c, step).await {
+                Ok(series) => {
+                    for (labels, points) in series {
+                        let mut key: Vec<(String, String)> = labels.clone().into_iter().collect();
+                        key.sort();
+                        out.entry(key)
+                            .or_insert_with(|| (labels, Vec::new()))
+                            .1
+                            .extend(points);
+                    }
+                }
+                Err(ChunkError::TooManySamples(msg)) => match c.halves(step) {
+                    Some((a, b)) => {
+                        debug!(
+                            what,
+                            start = c.start,
+                            end = c.end,
+                            "too many samples, splitting chunk"
+                        );
+                        todo.push_front(b);
+                        todo.push_front(a);
+                    }
+                    None => return Err(rejected(msg)),
+                },
+                Err(ChunkError::Permanent(msg)) => return Err(rejected(msg)),
+                Err(ChunkError::Exhausted(message, attempts)) => {
+                    return Err(SourceError::Exhausted {
+                        source_desc: self.describe(),
+                        bucket: what.to_owned(),
+                        attempts,
+                        message,
+                    });
+                }
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// One range query for one chunk, retried.
+    async fn query_chunk(
+        &self,
+        what: &str,
+        expr: &str,
+        c: Chunk,
+        step: i64,
+    ) -> Result<Vec<LabelledPoints>, ChunkError> {
+        let timeout_ms = self.timeout.as_millis() as i64;
+        let result = retry(
+            &self.backoff,
+            is_transient,
+            |attempt, e, delay| {
+                warn!(
+                    source = %self.url, what, attempt, delay_ms = delay.as_millis() as u64,
+                    error = %chain(e), "prometheus query failed, retrying"
+                );
+            },
+            || {
+                self.client
+                    .query_range(expr, c.start, c.end, step as f64)
+                    .timeout(timeout_ms)
+                    .post()
+            },
+        )
+        .await;
+        match result {
+            Ok(r) => match r.into_inner().0 {
+                Data::Matrix(series) => Ok(series
+                    .into_iter()
+                    .map(|s| {
+                        let (labels, samples) = s.into_inner();
+                        let points = samples
+                            .into_iter()
+                            .map(|s| (s.timestamp().round() as i64, s.value()))
+                            .collect();
+                        (labels, points)
+                    })
+                    .collect()),
+                Data::Vector(_) => Err(ChunkError::Permanent(
+                    "expected a matrix, got a vector".into(),
+                )),
+                Data::Scalar(_) => Err(ChunkError::Permanent(
+                    "expected a matrix, got a scalar".into(),
+                )),
+            },
+            Err((e, attempts)) => {
+                let msg = chain(&e);
+                if msg.contains("too many samples") {
+                    Err(ChunkError::TooManySamples(msg))
+                } else if is_transient(&e) {
+                    Err(ChunkError::Exhausted(msg, attempts))
+                } else {
+                    Err(ChunkError::Permanent(msg))
+                }
+            }
+        }
+    }
+}
+
+/// Whether retrying `e` may help.
+fn is_transient(e: &PromError) -> bool {
+    match e {
+        PromError::Client(_) => true,
+        PromError::Prometheus(p) => {
+            !p.message().contains("too many samples")
+                && (p.is_timeout() || p.is_internal() || p.is_unavailable() || p.is_canceled())
+        }
+        _ => false,
+    }
+}

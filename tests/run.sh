@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The project's test command: `bash tests/run.sh` (CI runs it through .ci/run).
+#
+# On a fresh Debian machine with only the Rust toolchain, run as root, it:
+#   1. installs what is missing of `prometheus` (prometheus + promtool), `redis-server` and
+#      `postgresql` with apt-get (no service is started by the install);
+#   2. starts the PostgreSQL cluster (creating one if there is none), creates the role
+#      `grl` (password `grl`, CREATEDB) and its database `grl`, checks password login over
+#      TCP on 127.0.0.1;
+#   3. exports the environment the end-to-end helpers (tests/src) read:
+#        GRL_TEST_PROMETHEUS    path of prometheus     (default /usr/bin/prometheus)
+#        GRL_TEST_PROMTOOL      path of promtool       (default /usr/bin/promtool)
+#        GRL_TEST_REDIS_SERVER  path of redis-server   (default /usr/bin/redis-server)
+#        GRL_TEST_PG_URL        postgres://grl:grl@127.0.0.1:<port>/grl
+#      Set any of them beforehand to use your own binary or server instead (with
+#      GRL_TEST_PG_URL set, the local PostgreSQL is neither installed nor started);
+#      GRL_TEST_PG_CLUSTER names the local cluster to use (default: `main`);
+#   4. runs cargo fmt --check, cargo clippy -D warnings and cargo test for the workspace.
+#
+# It is idempotent: a second run finds everything installed and running.
+#
+# GRL_TEST_ENV_ONLY=1 does steps 1-3 only and prints the `export` lines on stdout, so
+#   eval "$(GRL_TEST_ENV_ONLY=1 bash tests/run.sh)" && cargo test -p e2e
+# runs a subset of the tests by hand. All progress output goes to stderr.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+log() { printf '%s\n' "$*" >&2; }
+section() { printf '\n==== %s ====\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------------------------------
+section "System packages"
+
+need_pg=1
+[[ -n "${GRL_TEST_PG_URL:-}" ]] && need_pg=0
+
+missing=()
+if [[ -z "${GRL_TEST_PROMETHEUS:-}${GRL_TEST_PROMTOOL:-}" ]] &&
+    { [[ ! -x /usr/bin/prometheus ]] || [[ ! -x /usr/bin/promtool ]]; }; then
+    missing+=(prometheus)
+fi
+if [[ -z "${GRL_TEST_REDIS_SERVER:-}" && ! -x /usr/bin/redis-server ]]; then
+    missing+=(redis-server)
+fi
+if ((need_pg)) && { ! command -v pg_lsclusters >/dev/null || ! command -v psql >/dev/null ||
+    ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }; then
+    missing+=(postgresql)
+fi
+
+if ((${#missing[@]})); then
+    [[ $(id -u) -eq 0 ]] || die "missing packages ${missing[*]}; run as root to install them"
+    log "installing: ${missing[*]}"
+    # Keep package scripts from starting services (redis-server would take port 6379):
+    # the tests start their own servers. Only remove a policy we created ourselves.
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt_opts=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+    apt-get "${apt_opts[@]}" update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y -q \
+        --no-install-recommends "${missing[@]}" >&2
+    if [[ -f /usr/sbin/policy-rc.d ]] && trap -p EXIT | grep -q policy-rc.d; then
+        rm -f /usr/sbin/policy-rc.d
+        trap - EXIT
+    fi
+else
+    log "prometheus, promtool, redis-server and postgresql are installed"
+fi
+
+export GRL_TEST_PROMETHEUS="${GRL_TEST_PROMETHEUS:-/usr/bin/prometheus}"
+export GRL_TEST_PROMTOOL="${GRL_TEST_PROMTOOL:-/usr/bin/promtool}"
+export GRL_TEST_REDIS_SERVER="${GRL_TEST_REDIS_SERVER:-/usr/bin/redis-server}"
+for bin in "$GRL_TEST_PROMETHEUS" "$GRL_TEST_PROMTOOL" "$GRL_TEST_REDIS_SERVER"; do
+    [[ -x "$bin" ]] || die "$bin is missing or not executable"
+done
+
+# ---------------------------------------------------------------------------------------
+if ((need_pg)); then
+    section "PostgreSQL"
+    [[ $(id -u) -eq 0 ]] || die "run as root to start PostgreSQL, or set GRL_TEST_PG_URL"
+
+    # The cluster to use: GRL_TEST_PG_CLUSTER if set (created if missing), else `main`,
+    # else the first one listed; if there is none, a new `main` of the newest version.
+    cluster_line() {
+        local name="${GRL_TEST_PG_CLUSTER:-main}"
+        pg_lsclusters --no-header 2>/dev/null | awk -v n="$name" '$2 == n { print; exit }' | grep . ||
+            { [[ -z "${GRL_TEST_PG_CLUSTER:-}" ]] && pg_lsclusters --no-header 2>/dev/null | head -n 1; }
+    }
+    if ! line=$(cluster_line) || [[ -z "$line" ]]; then
+        ver=$(find /usr/lib/postgresql -mindepth 1 -maxdepth 1 -printf '%f\n' | sort -n | tail -n 1)
+        [[ -n "$ver" ]] || die "no PostgreSQL server version under /usr/lib/postgresql"
+        log "creating cluster $ver/${GRL_TEST_PG_CLUSTER:-main}"
+        pg_createcluster "$ver" "${GRL_TEST_PG_CLUSTER:-main}" >&2
+        line=$(cluster_line)
+    fi
+    read -r pg_ver pg_cluster pg_port pg_status _ <<<"$line"
+
+    if [[ "$pg_status" != online* ]]; then
+        log "starting cluster $pg_ver/$pg_cluster on port $pg_port"
+        pg_ctlcluster "$pg_ver" "$pg_cluster" start >&2
+    else
+        log "cluster $pg_ver/$pg_cluster is running on port $pg_port"
+    fi
+    for _ in $(seq 1 120); do
+        pg_isready -q -h 127.0.0.1 -p "$pg_port" && break
+        sleep 0.5
+    done
+    pg_isready -h 127.0.0.1 -p "$pg_port" >&2 || die "PostgreSQL does not accept connections on 127.0.0.1:$pg_port"
+
+    as_postgres() { runuser -u postgres -- psql -X -q -v ON_ERROR_STOP=1 -p "$pg_port" "$@"; }
+    as_postgres -d postgres <<'SQL'
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'grl') THEN
+        CREATE ROLE grl LOGIN CREATEDB PASSWORD 'grl';
+    ELSE
+        ALTER ROLE grl LOGIN CREATEDB PASSWORD 'grl';
+    END IF;
+END
+$$;
+SQL
+    if [[ -z $(as_postgres -d postgres -tA -c "SELECT 1 FROM pg_database WHERE datname = 'grl'") ]]; then
+        as_postgres -d postgres -c 'CREATE DATABASE grl OWNER grl'
+    fi
+
+    pg_url="postgres://grl:grl@127.0.0.1:${pg_port}/grl"
+    can_login() { psql -X -q -d "$pg_url" -tA -c 'SELECT 1' >/dev/null 2>&1; }
+    if ! can_login; then
+        # Debian's default pg_hba.conf allows password logins on 127.0.0.1; if a changed
+        # one does not, put a rule for the test role first and reload.
+        hba=$(as_postgres -d postgres -tA -c 'SHOW hba_file')
+        log "allowing password login for role grl on 127.0.0.1 in $hba"
+        sed -i '0,/^[[:space:]]*[^#[:space:]]/s//host all grl 127.0.0.1\/32 scram-sha-256\n&/' "$hba"
+        as_postgres -d postgres -c 'SELECT pg_reload_conf()' >/dev/null
+        sleep 1
+        can_login || die "cannot log in as grl at $pg_url"
+    fi
+    export GRL_TEST_PG_URL="$pg_url"
+fi
+log "GRL_TEST_PG_URL=$GRL_TEST_PG_URL"
+
+if [[ "${GRL_TEST_ENV_ONLY:-}" == 1 ]]; then
+    for var in GRL_TEST_PROMETHEUS GRL_TEST_PROMTOOL GRL_TEST_REDIS_SERVER GRL_TEST_PG_URL; do
+        printf 'export %s=%q\n' "$var" "${!var}"
+    done
+    exit 0
+fi
+
+# ---------------------------------------------------------------------------------------
+section "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+section "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+section "cargo build --workspace --bins (the end-to-end tests run grl and rlc as processes)"
+cargo build --workspace --bins
+
+section "cargo test --workspace"
+cargo test --workspace -- --test-threads=2
+
+section "all checks passed"
