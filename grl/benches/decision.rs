@@ -194,7 +194,7 @@ fn bench_redis(c: &mut Criterion) {
     let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
     let mut con = client.get_connection().unwrap();
     let key = format!("rl:gw0:{PROCEDURE}");
-    let mut window = |con: &mut redis::Connection| -> i64 {
+    let window = |con: &mut redis::Connection| -> i64 {
         let (count, _): (i64, bool) = redis::pipe()
             .incr(&key, 1)
             .expire(&key, 1)

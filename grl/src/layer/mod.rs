@@ -17,6 +17,8 @@
 //! ```
 
 mod future;
+// Tower's folder style: `layer.rs` holds the `Layer` of the middleware of the same name.
+#[allow(clippy::module_inception)]
 mod layer;
 mod service;
 
