@@ -42,6 +42,19 @@ pub struct RunSettings {
     pub trigger: String,
     /// Attempts when `main` moved under the run.
     pub max_attempts: u32,
+    /// Where to open or update the pull request in PR mode (none: the branch only).
+    pub github: Option<GitHubTarget>,
+}
+
+/// A GitHub repository to open the review pull request in.
+#[derive(Debug, Clone)]
+pub struct GitHubTarget {
+    /// API base URL, e.g. `https://api.github.com`.
+    pub api_base: String,
+    /// A token allowed to open pull requests.
+    pub token: String,
+    /// `owner/name`.
+    pub repo: String,
 }
 
 /// What a successful run did.
@@ -123,10 +136,11 @@ pub async fn run_once(
                     Some(branch.clone()),
                 ),
             };
-            let push_error = match (&commit, settings.mode, &settings.controller) {
-                (Some(c), PublishMode::Direct, Some(addr)) => {
+            let push_error = match (&commit, settings.mode, &settings.controller, &settings.github) {
+                (Some(c), PublishMode::Direct, Some(addr), _) => {
                     push_commit(settings, addr, c).await.err()
                 }
+                (Some(_), PublishMode::Pr, _, Some(gh)) => open_pull_request(gh, &description).await.err(),
                 _ => None,
             };
             history
@@ -374,6 +388,29 @@ async fn push_commit(settings: &RunSettings, addr: &str, commit: &str) -> Result
         }
         Err(e) => {
             warn!(controller = addr, error = %e, "controller push failed; it will pick the commit up from the repo");
+            Err(e.to_string())
+        }
+    }
+}
+
+async fn open_pull_request(gh: &GitHubTarget, body: &str) -> Result<(), String> {
+    let client = crate::github::GitHubClient::new(&gh.api_base, &gh.token, &gh.repo)
+        .map_err(|e| e.to_string())?;
+    match client
+        .upsert_pull_request(
+            crate::git_store::PR_BRANCH,
+            crate::git_store::MAIN_BRANCH,
+            "rlc: rate limit changes",
+            body,
+        )
+        .await
+    {
+        Ok(pr) => {
+            info!(url = %pr.url, number = pr.number, created = pr.created, "pull request up to date");
+            Ok(())
+        }
+        Err(e) => {
+            warn!(error = %e, "opening the pull request failed; the branch is pushed");
             Err(e.to_string())
         }
     }

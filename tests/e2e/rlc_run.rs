@@ -109,6 +109,7 @@ impl Setup {
             now: None,
             trigger: "test".into(),
             max_attempts: 3,
+            github: None,
         }
     }
 
@@ -133,7 +134,25 @@ fn limits_at(remote: &BareRemote, branch: &str) -> Result<grl::config::Snapshot>
 
 async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<()> {
     let before = setup.remote.log("main").len();
-    let report = run_once(&setup.settings(PublishMode::Direct, db), setup.source()).await?;
+    let (controller, ctl) = grl::tier::controller::start(
+        grl::tier::controller::ControllerOptions {
+            region: "r".into(),
+            parent: None,
+            interval: Duration::from_millis(500),
+            config: grl::tier::controller::ConfigSource::None,
+            poll: Duration::from_secs(60),
+        },
+        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        None,
+    )
+    .await?;
+    let mut settings = setup.settings(PublishMode::Direct, db);
+    settings.controller = Some(controller.addr.to_string());
+    let report = run_once(&settings, setup.source()).await?;
+    assert_eq!(report.push_error, None);
+    let pushed = ctl.snapshot();
+    assert_eq!(Some(&pushed.version), report.commit.as_ref(), "the controller runs the new commit");
+    let pushed_limit = pushed.service("payments").unwrap().bucket("gateway-pay").unwrap().limit;
     assert_eq!(
         report.status,
         RunStatus::Committed,
@@ -451,5 +470,40 @@ async fn serve_runs_after_a_persons_services_commit_but_not_after_its_own() -> R
         text.contains("rlc_runs_total{status=\"committed\"} 1"),
         "{text}"
     );
+    Ok(())
+}
+
+#[test]
+fn rlc_backtest_prints_the_three_figures_as_json() -> Result<()> {
+    let rlc = e2e::process::target_bin("rlc")?;
+    let series = e2e::traffic::data_dir().join("nyc_taxi.csv");
+    let run = |policy: &str| -> Result<serde_json::Value> {
+        let out = std::process::Command::new(&rlc)
+            .args(["backtest", "--series"])
+            .arg(&series)
+            .args(["--policy", policy, "--horizon", "7d", "--json"])
+            .output()?;
+        anyhow::ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        Ok(serde_json::from_slice(&out.stdout)?)
+    };
+    let tight = run("{ kind: historical-peak, window: 28d, buffer: 0.0 }")?;
+    let loose = run("{ kind: historical-peak, window: 28d, buffer: 1.0 }")?;
+    for r in [&tight, &loose] {
+        assert!(r["origins"].as_u64().unwrap() > 20, "{r}");
+        for k in ["exceedance_rate", "peak_headroom", "median_headroom"] {
+            assert!(r[k].as_f64().is_some(), "{k} in {r}");
+        }
+    }
+    let ex = |r: &serde_json::Value| r["exceedance_rate"].as_f64().unwrap();
+    let head = |r: &serde_json::Value| r["peak_headroom"].as_f64().unwrap();
+    assert!(ex(&tight) > ex(&loose), "a bigger buffer throttles less: {tight} vs {loose}");
+    assert!((head(&loose) / head(&tight) - 2.0).abs() < 1e-6, "headroom doubles with buffer 1.0");
+    let bad = std::process::Command::new(&rlc)
+        .args(["backtest", "--series"])
+        .arg(&series)
+        .args(["--policy", "{ kind: magic }", "--json"])
+        .output()?;
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("kind"));
     Ok(())
 }

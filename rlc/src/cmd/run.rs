@@ -75,6 +75,15 @@ pub struct RunArgs {
     /// Pretend "now" is this unix time (offline runs over old data).
     #[arg(long)]
     pub now: Option<i64>,
+    /// In PR mode, open or update a pull request in this GitHub repo (`owner/name`).
+    #[arg(long, env = "RLC_GITHUB_REPO", requires = "github_token")]
+    pub github_repo: Option<String>,
+    /// Token for `--github-repo`.
+    #[arg(long, env = "RLC_GITHUB_TOKEN", hide_env_values = true)]
+    pub github_token: Option<String>,
+    /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
+    #[arg(long, env = "RLC_GITHUB_API", default_value = "https://api.github.com")]
+    pub github_api: String,
 }
 
 /// `rlc run`.
@@ -114,6 +123,14 @@ impl RunArgs {
             now: self.now,
             trigger: trigger.to_string(),
             max_attempts: 3,
+            github: match (&self.github_repo, &self.github_token) {
+                (Some(repo), Some(token)) => Some(rlc::run::GitHubTarget {
+                    api_base: self.github_api.clone(),
+                    token: token.clone(),
+                    repo: repo.clone(),
+                }),
+                _ => None,
+            },
         }
     }
 
