@@ -10,7 +10,7 @@
 //! ```no_run
 //! # async fn f(client: grl::client::Client) {
 //! let layer = grl::layer::GrlLayer::new(client).caller_header("x-caller");
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .route("/", axum::routing::get(|| async { "hi" }))
 //!     .layer(layer);
 //! # }
