@@ -341,9 +341,11 @@ mod tests {
 
     #[test]
     fn floor_and_cap_bound_the_limit() {
-        let mut s = GuardSettings::default();
-        s.floor = Some(50.0);
-        s.cap = Some(900.0);
+        let s = GuardSettings {
+            floor: Some(50.0),
+            cap: Some(900.0),
+            ..GuardSettings::default()
+        };
         let g = apply(&s, Ok(10.0), None, Some(1.0));
         assert_eq!(g.limit, Some(50.0));
         let g = apply(&s, Ok(5000.0), None, Some(1.0));

@@ -136,11 +136,18 @@ pub async fn run_once(
                     Some(branch.clone()),
                 ),
             };
-            let push_error = match (&commit, settings.mode, &settings.controller, &settings.github) {
+            let push_error = match (
+                &commit,
+                settings.mode,
+                &settings.controller,
+                &settings.github,
+            ) {
                 (Some(c), PublishMode::Direct, Some(addr), _) => {
                     push_commit(settings, addr, c).await.err()
                 }
-                (Some(_), PublishMode::Pr, _, Some(gh)) => open_pull_request(gh, &description).await.err(),
+                (Some(_), PublishMode::Pr, _, Some(gh)) => {
+                    open_pull_request(gh, &description).await.err()
+                }
                 _ => None,
             };
             history

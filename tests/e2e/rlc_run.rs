@@ -151,8 +151,17 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
     let report = run_once(&settings, setup.source()).await?;
     assert_eq!(report.push_error, None);
     let pushed = ctl.snapshot();
-    assert_eq!(Some(&pushed.version), report.commit.as_ref(), "the controller runs the new commit");
-    let pushed_limit = pushed.service("payments").unwrap().bucket("gateway-pay").unwrap().limit;
+    assert_eq!(
+        Some(&pushed.version),
+        report.commit.as_ref(),
+        "the controller runs the new commit"
+    );
+    let pushed_limit = pushed
+        .service("payments")
+        .unwrap()
+        .bucket("gateway-pay")
+        .unwrap()
+        .limit;
     assert_eq!(
         report.status,
         RunStatus::Committed,
@@ -167,6 +176,11 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
     assert!(
         (got / expected - 1.0).abs() < 0.01,
         "limit {got} vs peak×1.25 = {expected}"
+    );
+    assert_eq!(
+        pushed_limit,
+        Some(got),
+        "the controller enforces the committed limit"
     );
     assert_eq!(
         svc.bucket("partner-acme").unwrap().limit,
@@ -483,7 +497,11 @@ fn rlc_backtest_prints_the_three_figures_as_json() -> Result<()> {
             .arg(&series)
             .args(["--policy", policy, "--horizon", "7d", "--json"])
             .output()?;
-        anyhow::ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        anyhow::ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(serde_json::from_slice(&out.stdout)?)
     };
     let tight = run("{ kind: historical-peak, window: 28d, buffer: 0.0 }")?;
@@ -496,8 +514,14 @@ fn rlc_backtest_prints_the_three_figures_as_json() -> Result<()> {
     }
     let ex = |r: &serde_json::Value| r["exceedance_rate"].as_f64().unwrap();
     let head = |r: &serde_json::Value| r["peak_headroom"].as_f64().unwrap();
-    assert!(ex(&tight) > ex(&loose), "a bigger buffer throttles less: {tight} vs {loose}");
-    assert!((head(&loose) / head(&tight) - 2.0).abs() < 1e-6, "headroom doubles with buffer 1.0");
+    assert!(
+        ex(&tight) > ex(&loose),
+        "a bigger buffer throttles less: {tight} vs {loose}"
+    );
+    assert!(
+        (head(&loose) / head(&tight) - 2.0).abs() < 1e-6,
+        "headroom doubles with buffer 1.0"
+    );
     let bad = std::process::Command::new(&rlc)
         .args(["backtest", "--series"])
         .arg(&series)

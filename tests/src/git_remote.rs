@@ -186,26 +186,6 @@ pub fn copy_dir_files(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn copy_dir_files_lists_nested_files() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("services")).unwrap();
-        std::fs::write(dir.path().join("services/a.yaml"), "a: 1\n").unwrap();
-        std::fs::write(dir.path().join("README.md"), "hi\n").unwrap();
-        assert_eq!(
-            copy_dir_files(dir.path()),
-            vec![
-                ("README.md".to_owned(), "hi\n".to_owned()),
-                ("services/a.yaml".to_owned(), "a: 1\n".to_owned()),
-            ]
-        );
-    }
-}
-
 /// A `git daemon` serving one bare remote over `git://` with pushes enabled, so that the
 /// remote's hooks run (libgit2 runs no hooks when pushing to a path).
 pub struct GitDaemon {
@@ -259,5 +239,25 @@ impl GitDaemon {
     /// The `git://` URL of the served remote.
     pub fn url(&self) -> &str {
         &self.url
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_dir_files_lists_nested_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("services")).unwrap();
+        std::fs::write(dir.path().join("services/a.yaml"), "a: 1\n").unwrap();
+        std::fs::write(dir.path().join("README.md"), "hi\n").unwrap();
+        assert_eq!(
+            copy_dir_files(dir.path()),
+            vec![
+                ("README.md".to_owned(), "hi\n".to_owned()),
+                ("services/a.yaml".to_owned(), "a: 1\n".to_owned()),
+            ]
+        );
     }
 }

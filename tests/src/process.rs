@@ -124,6 +124,25 @@ pub async fn wait_for_http_ok(url: &str, timeout: Duration) -> Result<()> {
     }
 }
 
+/// A binary built by `cargo build --bins` in the test binary's target directory
+/// (`bash tests/run.sh` builds them before the tests).
+pub fn target_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    // The test binary is <target>/debug/deps/e2e-<hash>; the binaries are in <target>/debug.
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .ok_or_else(|| anyhow::anyhow!("unexpected test binary path {}", exe.display()))?;
+    let bin = dir.join(name);
+    anyhow::ensure!(
+        bin.is_file(),
+        "binary `{name}` not found at {}: build the binaries first (`cargo build --bins`, as \
+         `bash tests/run.sh` does)",
+        bin.display()
+    );
+    Ok(bin)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,23 +170,4 @@ mod tests {
         let err = spawn(&mut Command::new("/nonexistent/grl-test-binary")).unwrap_err();
         assert!(format!("{err:#}").contains("/nonexistent/grl-test-binary"));
     }
-}
-
-/// A binary built by `cargo build --bins` in the test binary's target directory
-/// (`bash tests/run.sh` builds them before the tests).
-pub fn target_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
-    // The test binary is <target>/debug/deps/e2e-<hash>; the binaries are in <target>/debug.
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .ok_or_else(|| anyhow::anyhow!("unexpected test binary path {}", exe.display()))?;
-    let bin = dir.join(name);
-    anyhow::ensure!(
-        bin.is_file(),
-        "binary `{name}` not found at {}: build the binaries first (`cargo build --bins`, as \
-         `bash tests/run.sh` does)",
-        bin.display()
-    );
-    Ok(bin)
 }

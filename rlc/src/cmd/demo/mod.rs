@@ -64,7 +64,7 @@ pub async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
         now: Some(now),
         trigger: "demo".into(),
         max_attempts: 3,
-            github: None,
+        github: None,
     };
     let source = Arc::new(FileSource::open(&history)?);
     let report = run_once(&settings, source)
