@@ -51,7 +51,8 @@ pub fn drop_fraction(offered: &[(i64, f64)], drops: &[(i64, f64)], since: i64) -
             .sum::<f64>()
     };
     let o = sum(offered);
-    if o > 0.0 { sum(drops) / o } else { 0.0 }
+    // `+ 0.0`: an empty f64 sum is -0.0, which would print as "-0.000%".
+    if o > 0.0 { sum(drops) / o + 0.0 } else { 0.0 }
 }
 
 /// Verdict for a shadow bucket.

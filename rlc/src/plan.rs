@@ -19,6 +19,10 @@ pub struct BucketPlan {
     pub service: String,
     /// The bucket.
     pub bucket: String,
+    /// The bucket's caller rule.
+    pub caller: Option<String>,
+    /// The bucket's procedure rule, as written.
+    pub procedure: Option<String>,
     /// The policy kind.
     pub policy: String,
     /// Enforce or shadow.
@@ -35,6 +39,8 @@ pub struct BucketPlan {
     pub evidence: BTreeMap<String, Value>,
     /// How the proposed limit would have fared over the history it came from.
     pub backtest: Option<BacktestReport>,
+    /// Shadow → deny readiness, or an enforced bucket's unexpected drops.
+    pub lifecycle: Option<crate::lifecycle::LifecycleVerdict>,
 }
 
 impl BucketPlan {
@@ -167,6 +173,8 @@ pub fn plan_bucket(
     BucketPlan {
         service: service.to_string(),
         bucket: bucket.name.clone(),
+        caller: bucket.rule.caller.clone(),
+        procedure: bucket.rule.procedure.as_ref().map(|p| p.as_written()),
         policy: bucket.policy.kind.clone(),
         mode: bucket.mode,
         previous,
@@ -175,6 +183,7 @@ pub fn plan_bucket(
         coverage: Some(coverage),
         evidence,
         backtest,
+        lifecycle: None,
     }
 }
 
@@ -189,6 +198,8 @@ fn refused(
     BucketPlan {
         service: service.to_string(),
         bucket: bucket.name.clone(),
+        caller: bucket.rule.caller.clone(),
+        procedure: bucket.rule.procedure.as_ref().map(|p| p.as_written()),
         policy: bucket.policy.kind.clone(),
         mode: bucket.mode,
         previous,
@@ -197,6 +208,7 @@ fn refused(
         coverage: None,
         evidence: BTreeMap::new(),
         backtest: None,
+        lifecycle: None,
     }
 }
 
@@ -251,6 +263,30 @@ pub fn previous_limits(
         }
     }
     (out, stale)
+}
+
+/// The evidence of each bucket's entry in `limits/<service>.yaml` (e.g. `shadow_since`).
+pub fn previous_evidence(
+    service: &str,
+    limits_text: Option<&str>,
+) -> BTreeMap<String, BTreeMap<String, Value>> {
+    let Some(text) = limits_text else {
+        return BTreeMap::new();
+    };
+    let Ok(file) = yaml::parse::<LimitsFile>(&limits_file::path(service), text) else {
+        return BTreeMap::new();
+    };
+    file.limits
+        .into_iter()
+        .map(|(name, entry)| {
+            let ev = entry
+                .evidence
+                .iter()
+                .map(|(k, v)| (k.clone(), yaml::to_json(v)))
+                .collect();
+            (name, ev)
+        })
+        .collect()
 }
 
 /// The new `limits/<service>.yaml`, or `None` when no limit of the service changes.

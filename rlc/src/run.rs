@@ -7,13 +7,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use grl::config::{self, Snapshot};
+use grl::config::{self, Mode, Snapshot};
 use policies::{Point, Series};
 use tracing::{info, warn};
 
 use crate::git_store::{FileChange, GitStore, Proposal, PublishMode, PublishOutcome};
 use crate::guards::{GuardSettings, Outcome};
 use crate::history::{History, RecommendationRecord, RunStatus};
+use crate::lifecycle::{self, LifecycleSettings};
 use crate::limits_file;
 use crate::plan::{self, BucketPlan};
 use crate::pr_description;
@@ -262,7 +263,8 @@ async fn build(
         }
     }
     let rows: Vec<_> = plans.iter().map(BucketPlan::pr_row).collect();
-    let description = pr_description::render(run_id, &rows, &[]);
+    let sections: Vec<_> = lifecycle_section(&plans).into_iter().collect();
+    let description = pr_description::render(run_id, &rows, &sections);
     if new_files.is_empty() {
         return Ok((None, plans, description));
     }
@@ -334,8 +336,10 @@ async fn plan_all(
     )
     .await;
     let mut plans = Vec::with_capacity(targets.len());
+    let mut offered = Vec::with_capacity(targets.len());
     for ((svc, bucket, previous), series) in targets.into_iter().zip(fetched) {
         let series = series?;
+        offered.push(series.points.clone());
         let history = Series::new(
             series.step_secs.max(1),
             series
@@ -354,7 +358,94 @@ async fn plan_all(
             run_id,
         ));
     }
+    lifecycle(source, &mut plans, &offered, limits_texts, now).await?;
     Ok(plans)
+}
+
+/// Shadow buckets: days in shadow (kept as `shadow_since` evidence) and virtual drops;
+/// enforced buckets: drops against what their backtest predicted.
+async fn lifecycle(
+    source: &dyn MetricsSource,
+    plans: &mut [BucketPlan],
+    offered: &[Vec<(i64, f64)>],
+    limits_texts: &HashMap<&str, &str>,
+    now: i64,
+) -> Result<(), RunError> {
+    let settings = LifecycleSettings::default();
+    let since = now - (settings.min_days * 86_400.0) as i64;
+    let mut previous: HashMap<String, _> = HashMap::new();
+    for p in plans.iter() {
+        let path = limits_file::path(&p.service);
+        previous.entry(p.service.clone()).or_insert_with(|| {
+            plan::previous_evidence(&p.service, limits_texts.get(path.as_str()).copied())
+        });
+    }
+    for (measure, mode) in [
+        (Measure::ShadowDropped, Mode::Shadow),
+        (Measure::Dropped, Mode::Deny),
+    ] {
+        let idx: Vec<usize> = (0..plans.len())
+            .filter(|&i| plans[i].mode == mode && plans[i].guarded.limit.is_some())
+            .collect();
+        let queries: Vec<BucketQuery> = idx.iter().map(|&i| query_of(&plans[i])).collect();
+        let drops = fetch_all(source, &queries, measure, since, now, 8, |_, _| {}).await;
+        for (&i, d) in idx.iter().zip(drops) {
+            let d = d?;
+            let fraction = lifecycle::drop_fraction(&offered[i], &d.points, since);
+            let p = &mut plans[i];
+            let verdict = if mode == Mode::Shadow {
+                let shadow_since = previous
+                    .get(&p.service)
+                    .and_then(|m| m.get(&p.bucket))
+                    .and_then(|ev| ev.get("shadow_since"))
+                    .and_then(serde_json::Value::as_i64)
+                    .unwrap_or(now);
+                p.evidence
+                    .insert("shadow_since".into(), shadow_since.into());
+                lifecycle::shadow_verdict(&settings, shadow_since, now, fraction)
+            } else {
+                let expected = p.backtest.as_ref().map(|b| b.exceedance_rate);
+                lifecycle::deny_verdict(&settings, fraction, expected)
+            };
+            p.lifecycle = Some(verdict);
+        }
+    }
+    Ok(())
+}
+
+fn query_of(p: &BucketPlan) -> BucketQuery {
+    BucketQuery {
+        service: p.service.clone(),
+        bucket: p.bucket.clone(),
+        caller: p.caller.clone(),
+        procedure: p.procedure.clone(),
+    }
+}
+
+/// The review section of the shadow → deny lifecycle.
+fn lifecycle_section(plans: &[BucketPlan]) -> Option<(String, String)> {
+    let mut rows = String::from(
+        "| bucket | mode | verdict | drops (7 d) | days in shadow | why |\n|---|---|---|---:|---:|---|\n",
+    );
+    let mut any = false;
+    for p in plans {
+        let Some(v) = &p.lifecycle else { continue };
+        if v.status == "ok" {
+            continue;
+        }
+        any = true;
+        rows.push_str(&format!(
+            "| {}/{} | {} | {} | {:.3}% | {} | {} |\n",
+            p.service,
+            p.bucket,
+            p.mode,
+            v.status,
+            v.drop_fraction * 100.0,
+            v.days_in_shadow.map_or("—".into(), |d| format!("{d:.1}")),
+            v.reason.replace('|', "\\|")
+        ));
+    }
+    any.then(|| ("Shadow → deny".to_string(), rows))
 }
 
 fn record(p: &BucketPlan) -> RecommendationRecord {

@@ -531,3 +531,38 @@ fn rlc_backtest_prints_the_three_figures_as_json() -> Result<()> {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("kind"));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_lists_shadow_buckets_ready_to_enforce_and_those_not() -> Result<()> {
+    let setup = setup().await?;
+    let now = chrono::Utc::now().timestamp();
+    let services = SERVICES
+        .replace("mode: deny\n    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }\n  - name: partner", "mode: shadow\n    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }\n  - name: partner")
+        .replace("scope: global\n    mode: deny\n    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }\n", "scope: global\n    mode: shadow\n    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }\n");
+    assert_eq!(services.matches("mode: shadow").count(), 2, "{services}");
+    let limits = format!(
+        "service: payments\nlimits:\n  gateway-pay: {{ rps: 5000, shadow_since: {} }}\n  refunds: {{ rps: 700, shadow_since: {} }}\n",
+        now - 10 * 86_400,
+        now - 2 * 86_400
+    );
+    let remote = BareRemote::with_files(&[
+        ("services/payments.yaml", services.as_str()),
+        ("limits/payments.yaml", limits.as_str()),
+    ])?;
+    let mut settings = setup.settings(PublishMode::Pr, &setup.sqlite());
+    settings.config_repo = remote.url();
+    settings.guards.hysteresis = 10.0;
+    let report = run_once(&settings, setup.source()).await?;
+    let d = &report.description;
+    assert!(d.contains("### Shadow → deny"), "{d}");
+    assert!(
+        d.contains("| payments/gateway-pay | shadow | ready | 0.000% | 10.0 |"),
+        "{d}"
+    );
+    assert!(
+        d.contains("| payments/refunds | shadow | not-ready |"),
+        "{d}"
+    );
+    assert!(d.contains("in shadow 2.0 of 7 days"), "{d}");
+    Ok(())
+}

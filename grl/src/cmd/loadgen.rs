@@ -36,6 +36,9 @@ pub struct Args {
     /// Reporting interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
+    /// Serve the clients' `/metrics` here (each client's series labelled `client="i"`).
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// One row of the profile.
@@ -113,12 +116,57 @@ pub async fn run(a: Args) -> anyhow::Result<()> {
         })
         .collect();
     let tasks: Vec<_> = clients.iter().map(Client::spawn).collect();
+    let _metrics = match a.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}"))?;
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            let cs = clients.clone();
+            let render: grl::tier::admin::Render = std::sync::Arc::new(move || render_all(&cs));
+            tokio::spawn(grl::tier::admin::serve(listener, render, rx));
+            Some(tx)
+        }
+        None => None,
+    };
     let duration = a.duration;
     tokio::task::spawn_blocking(move || generate(&clients, &profile, duration)).await??;
     for t in tasks {
         t.abort();
     }
     Ok(())
+}
+
+/// Every client's metrics in one exposition: each sample gets a `client="i"` label so the
+/// series of different clients stay distinct; `# HELP`/`# TYPE` lines come once.
+fn render_all(clients: &[Client]) -> String {
+    let mut out = String::new();
+    for (i, c) in clients.iter().enumerate() {
+        let mut text = String::new();
+        c.encode_metrics(&mut text);
+        for line in text.lines() {
+            if line.starts_with('#') {
+                if i == 0 && !line.starts_with("# EOF") {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                continue;
+            }
+            match line.find('{') {
+                Some(b) => {
+                    out.push_str(&line[..=b]);
+                    out.push_str(&format!("client=\"{i}\","));
+                    out.push_str(&line[b + 1..]);
+                }
+                None => match line.split_once(' ') {
+                    Some((name, rest)) => out.push_str(&format!("{name}{{client=\"{i}\"}} {rest}")),
+                    None => out.push_str(line),
+                },
+            }
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Offers the traffic in 10 ms ticks and prints a line per bucket each second.
