@@ -1,3 +1,4 @@
+mod dashboard_data;
 mod demo;
 mod deploy_assets;
 mod harness_smoke;

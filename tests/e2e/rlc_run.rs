@@ -566,3 +566,63 @@ async fn review_lists_shadow_buckets_ready_to_enforce_and_those_not() -> Result<
     assert!(d.contains("in shadow 2.0 of 7 days"), "{d}");
     Ok(())
 }
+
+#[test]
+fn rlc_promote_flips_the_mode_keeping_comments() -> Result<()> {
+    let services = format!("# owned by the payments team\n{SERVICES}").replace(
+        "    mode: deny\n    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }\n",
+        "    mode: shadow  # observe first\n    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }\n",
+    );
+    let remote = BareRemote::with_files(&[("services/payments.yaml", services.as_str())])?;
+    let work = tempfile::tempdir()?;
+    let out = std::process::Command::new(e2e::process::target_bin("rlc")?)
+        .args([
+            "promote",
+            "payments",
+            "gateway-pay",
+            "--config-repo",
+            &remote.url(),
+            "--mode",
+            "direct",
+        ])
+        .arg("--workdir")
+        .arg(work.path())
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = remote
+        .read_file_at("main", "services/payments.yaml")
+        .unwrap();
+    assert_eq!(
+        after,
+        services.replacen(
+            "mode: shadow  # observe first",
+            "mode: deny  # observe first",
+            1
+        )
+    );
+    assert!(
+        remote.log("main")[0]
+            .1
+            .contains("enforce bucket gateway-pay")
+    );
+    let again = std::process::Command::new(e2e::process::target_bin("rlc")?)
+        .args([
+            "promote",
+            "payments",
+            "gateway-pay",
+            "--config-repo",
+            &remote.url(),
+            "--mode",
+            "direct",
+        ])
+        .arg("--workdir")
+        .arg(work.path())
+        .output()?;
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already in mode deny"));
+    Ok(())
+}
