@@ -245,7 +245,7 @@ fn killed_controller_process_fails_open_then_recovers() {
             "--clients",
             "2",
             "--duration",
-            "10",
+            "12",
             "--interval-ms",
             "200",
             "--profile",
@@ -266,18 +266,20 @@ fn killed_controller_process_fails_open_then_recovers() {
     for t in 1..=3 {
         next(t);
     }
-    // Killed after second 3; ratios are valid 1 s (5 intervals of 200 ms).
+    // Killed after second 3 was read; ratios are valid 1 s (5 intervals of 200 ms). The line
+    // may be read late on a loaded machine (the pipe buffers it), so second 5 or 6 must be
+    // a whole second of failing open.
     drop(ctl);
     let before = next(4);
-    let open = next(5);
-    assert_eq!(
-        open["dropped"], 0,
-        "not failing open: {open}; second 4: {before}"
+    let (five, six) = (next(5), next(6));
+    assert!(
+        five["dropped"] == 0 || six["dropped"] == 0,
+        "not failing open: second 5: {five}; second 6: {six}; second 4: {before}"
     );
     let _ctl = spawn(&ctl_args);
     wait_port(cp);
     let mut resumed = false;
-    for t in 6..=10 {
+    for t in 7..=12 {
         let l = next(t);
         let f = drop_fraction(&l);
         assert!(f < 1.0 / 3.0 + 0.08, "over-dropping after restart: {l}");
