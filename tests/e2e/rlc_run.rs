@@ -575,19 +575,21 @@ fn rlc_promote_flips_the_mode_keeping_comments() -> Result<()> {
     );
     let remote = BareRemote::with_files(&[("services/payments.yaml", services.as_str())])?;
     let work = tempfile::tempdir()?;
-    let out = std::process::Command::new(e2e::process::target_bin("rlc")?)
-        .args([
-            "promote",
-            "payments",
-            "gateway-pay",
-            "--config-repo",
-            &remote.url(),
-            "--mode",
-            "direct",
-        ])
-        .arg("--workdir")
-        .arg(work.path())
-        .output()?;
+    let rlc = e2e::process::target_bin("rlc")?;
+    let promote = || {
+        std::process::Command::new(&rlc)
+            .args([
+                "promote",
+                "payments",
+                "gateway-pay",
+                "--config-repo",
+                &remote.url(),
+            ])
+            .args(["--mode", "direct", "--workdir"])
+            .arg(work.path())
+            .output()
+    };
+    let out = promote()?;
     assert!(
         out.status.success(),
         "{}",
@@ -609,19 +611,7 @@ fn rlc_promote_flips_the_mode_keeping_comments() -> Result<()> {
             .1
             .contains("enforce bucket gateway-pay")
     );
-    let again = std::process::Command::new(e2e::process::target_bin("rlc")?)
-        .args([
-            "promote",
-            "payments",
-            "gateway-pay",
-            "--config-repo",
-            &remote.url(),
-            "--mode",
-            "direct",
-        ])
-        .arg("--workdir")
-        .arg(work.path())
-        .output()?;
+    let again = promote()?;
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already in mode deny"));
     Ok(())
