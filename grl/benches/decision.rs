@@ -2,12 +2,18 @@
 //! governor's keyed limiter and a Redis fixed-window limiter (INCR + EXPIRE, pipelined) in
 //! the same run. Figures go to BENCHMARKS.md ("Client decision").
 //!
-//! Two-thread figures are aggregate throughput: each thread does `iters` decisions after a
-//! barrier, and the reported time per iteration is the slower thread's time / 2, i.e. ns
-//! per decision of the pair of threads. Perfect scaling halves the one-thread figure.
+//! Every figure comes from the same harness, so 1 and 2 threads run the same loop: each
+//! thread does `iters` decisions after a barrier, and the reported time per iteration is
+//! the slowest thread's time divided by the number of threads, i.e. ns per decision of the
+//! threads together. Perfect scaling halves the one-thread figure.
 //!
 //! Redis: started by the bench on a free loopback port from `GRL_TEST_REDIS_SERVER`
-//! (default `/usr/bin/redis-server`); skipped with a message when absent.
+//! (default `/usr/bin/redis-server`); skipped with a message when absent. Its round trip is
+//! measured twice: once with the CPUs allowed to idle between requests, and once with a
+//! zero wake-up latency requested through `/dev/cpu_dma_latency` (needs root; the request
+//! holds only while the file is open). On a virtual machine an idle vCPU takes tens of
+//! microseconds to wake, so the first figure is what a quiet host sees and the second is
+//! Redis at its best, the fair figure to compare with.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -59,11 +65,12 @@ fn client() -> Client {
     client
 }
 
-/// Runs `f(thread, iters)` on 2 threads after a barrier; returns the slower thread's time / 2.
-fn two_threads(iters: u64, f: impl Fn(usize, u64) + Sync) -> Duration {
-    let barrier = Barrier::new(2);
+/// Runs `f(thread, iters)` on `threads` threads after a barrier; returns the slowest
+/// thread's time divided by `threads`.
+fn on_threads(threads: u32, iters: u64, f: impl Fn(usize, u64) + Sync) -> Duration {
+    let barrier = Barrier::new(threads as usize);
     let times: Vec<Duration> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
+        let handles: Vec<_> = (0..threads as usize)
             .map(|t| {
                 let (barrier, f) = (&barrier, &f);
                 s.spawn(move || {
@@ -76,33 +83,26 @@ fn two_threads(iters: u64, f: impl Fn(usize, u64) + Sync) -> Duration {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    times.into_iter().max().unwrap() / 2
+    times.into_iter().max().unwrap() / threads
 }
 
 fn bench_grl(c: &mut Criterion) {
     let client = client();
     let callers = ["gw0", "gw1"];
+    let decide = |caller: usize, n: u64| {
+        for _ in 0..n {
+            black_box(client.decide(black_box(callers[caller]), black_box(PROCEDURE)));
+        }
+    };
     let mut g = c.benchmark_group("decide");
     g.bench_function("grl/1 thread", |b| {
-        b.iter(|| client.decide(black_box("gw0"), black_box(PROCEDURE)))
+        b.iter_custom(|iters| on_threads(1, iters, |_, n| decide(0, n)))
     });
     g.bench_function("grl/2 threads same pair", |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, |_, n| {
-                for _ in 0..n {
-                    black_box(client.decide(black_box("gw0"), black_box(PROCEDURE)));
-                }
-            })
-        })
+        b.iter_custom(|iters| on_threads(2, iters, |_, n| decide(0, n)))
     });
     g.bench_function("grl/2 threads distinct pairs", |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, |t, n| {
-                for _ in 0..n {
-                    black_box(client.decide(black_box(callers[t]), black_box(PROCEDURE)));
-                }
-            })
-        })
+        b.iter_custom(|iters| on_threads(2, iters, decide))
     });
     g.finish();
     let dropped = client
@@ -121,27 +121,20 @@ fn bench_governor(c: &mut Criterion) {
     for k in &keys {
         assert!(limiter.check_key(k).is_ok());
     }
+    let check = |key: usize, n: u64| {
+        for _ in 0..n {
+            black_box(limiter.check_key(black_box(&keys[key])).is_ok());
+        }
+    };
     let mut g = c.benchmark_group("decide");
     g.bench_function("governor keyed/1 thread", |b| {
-        b.iter(|| limiter.check_key(black_box(&keys[0])).is_ok())
+        b.iter_custom(|iters| on_threads(1, iters, |_, n| check(0, n)))
     });
     g.bench_function("governor keyed/2 threads same key", |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, |_, n| {
-                for _ in 0..n {
-                    black_box(limiter.check_key(black_box(&keys[0])).is_ok());
-                }
-            })
-        })
+        b.iter_custom(|iters| on_threads(2, iters, |_, n| check(0, n)))
     });
     g.bench_function("governor keyed/2 threads distinct keys", |b| {
-        b.iter_custom(|iters| {
-            two_threads(iters, |t, n| {
-                for _ in 0..n {
-                    black_box(limiter.check_key(black_box(&keys[t])).is_ok());
-                }
-            })
-        })
+        b.iter_custom(|iters| on_threads(2, iters, check))
     });
     g.finish();
 }
@@ -204,10 +197,30 @@ fn bench_redis(c: &mut Criterion) {
     };
     assert!(window(&mut con) >= 1);
     let mut g = c.benchmark_group("decide");
-    g.bench_function("redis INCR+EXPIRE/1 thread", |b| {
+    g.bench_function("redis INCR+EXPIRE/1 thread, cpus may idle", |b| {
         b.iter(|| black_box(window(&mut con)))
     });
+    match hold_zero_wake_latency() {
+        Some(_held) => {
+            g.bench_function("redis INCR+EXPIRE/1 thread, cpus kept awake", |b| {
+                b.iter(|| black_box(window(&mut con)))
+            });
+        }
+        None => eprintln!("cannot write /dev/cpu_dma_latency (not root?): no cpus-awake figure"),
+    }
     g.finish();
+}
+
+/// Asks the kernel for a zero CPU wake-up latency (idle CPUs poll instead of halting) for
+/// as long as the returned file stays open.
+fn hold_zero_wake_latency() -> Option<std::fs::File> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/cpu_dma_latency")
+        .ok()?;
+    f.write_all(&0i32.to_ne_bytes()).ok()?;
+    Some(f)
 }
 
 fn config() -> Criterion {

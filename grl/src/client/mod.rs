@@ -2,8 +2,9 @@
 //!
 //! [`Client::decide`] is the hot path: it hashes (caller, procedure), finds the pair in a
 //! fixed-capacity table allocated once, compares one random draw with the pair's drop
-//! threshold and bumps a per-thread counter shard. No lock, no allocation for a known pair,
-//! no I/O, no clock read, no tracing, and no cache line written by two threads.
+//! threshold and bumps the counter shard its thread owns with a plain store (no locked
+//! instruction; see `local`). No lock, no allocation for a known pair, no I/O, no clock
+//! read, no tracing, and no cache line written by two threads.
 //!
 //! Why per-pair thresholds instead of a bucket snapshot behind an atomic pointer: the
 //! per-request cost is then one table lookup; the control plane pays instead, copying each
@@ -31,6 +32,7 @@ mod control;
 mod error;
 mod local;
 mod metrics;
+mod pair_hash;
 mod stream;
 mod table;
 
