@@ -14,6 +14,12 @@
 //! holds only while the file is open). On a virtual machine an idle vCPU takes tens of
 //! microseconds to wake, so the first figure is what a quiet host sees and the second is
 //! Redis at its best, the fair figure to compare with.
+//!
+//! Criterion measures each case for a few seconds, one case after the other; on a shared
+//! virtual machine the host's load drifts between cases, so a ratio of two criterion
+//! figures can be off by 30% either way. The bench therefore ends with **paired rounds**:
+//! 31 rounds, each timing every case back to back for a few milliseconds, and prints the
+//! median and range of the per-round ratios. Those are the ratios to quote.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -21,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use grl::client::{Client, ClientConfig, Decision};
 use grl::proto;
@@ -65,15 +71,21 @@ fn client() -> Client {
     client
 }
 
-/// Runs `f(thread, iters)` on `threads` threads after a barrier; returns the slowest
-/// thread's time divided by `threads`.
+/// Runs `f(thread, iters)` on `threads` threads, thread `t` pinned to core `t`, after a
+/// barrier; returns the slowest thread's time divided by `threads`. Pinning keeps the
+/// scheduler from moving a thread between cores mid-measurement, which on this kind of
+/// virtual machine made a one-thread figure jump between two speeds 1.7x apart.
 fn on_threads(threads: u32, iters: u64, f: impl Fn(usize, u64) + Sync) -> Duration {
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
     let barrier = Barrier::new(threads as usize);
     let times: Vec<Duration> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads as usize)
             .map(|t| {
-                let (barrier, f) = (&barrier, &f);
+                let (barrier, f, core) = (&barrier, &f, cores.get(t).copied());
                 s.spawn(move || {
+                    if let Some(core) = core {
+                        core_affinity::set_for_current(core);
+                    }
                     barrier.wait();
                     let start = Instant::now();
                     f(t, iters);
@@ -86,14 +98,34 @@ fn on_threads(threads: u32, iters: u64, f: impl Fn(usize, u64) + Sync) -> Durati
     times.into_iter().max().unwrap() / threads
 }
 
+/// `n` decisions of caller `gw{caller}`.
+fn grl_loop(client: &Client, caller: usize, n: u64) {
+    let callers = ["gw0", "gw1"];
+    for _ in 0..n {
+        black_box(client.decide(black_box(callers[caller]), black_box(PROCEDURE)));
+    }
+}
+
+/// governor's keyed limiter with the same two keys as the GRL client's pairs.
+fn governor() -> (DefaultKeyedRateLimiter<String>, [String; 2]) {
+    let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+    let keys = [format!("gw0\0{PROCEDURE}"), format!("gw1\0{PROCEDURE}")];
+    for k in &keys {
+        assert!(limiter.check_key(k).is_ok());
+    }
+    (limiter, keys)
+}
+
+/// `n` checks of `keys[key]`.
+fn governor_loop(limiter: &DefaultKeyedRateLimiter<String>, keys: &[String], key: usize, n: u64) {
+    for _ in 0..n {
+        black_box(limiter.check_key(black_box(&keys[key])).is_ok());
+    }
+}
+
 fn bench_grl(c: &mut Criterion) {
     let client = client();
-    let callers = ["gw0", "gw1"];
-    let decide = |caller: usize, n: u64| {
-        for _ in 0..n {
-            black_box(client.decide(black_box(callers[caller]), black_box(PROCEDURE)));
-        }
-    };
+    let decide = |caller: usize, n: u64| grl_loop(&client, caller, n);
     let mut g = c.benchmark_group("decide");
     g.bench_function("grl/1 thread", |b| {
         b.iter_custom(|iters| on_threads(1, iters, |_, n| decide(0, n)))
@@ -105,6 +137,11 @@ fn bench_grl(c: &mut Criterion) {
         b.iter_custom(|iters| on_threads(2, iters, decide))
     });
     g.finish();
+    assert_drop_share(&client);
+}
+
+/// The client dropped about its 10% while being measured.
+fn assert_drop_share(client: &Client) {
     let dropped = client
         .bucket_totals()
         .iter()
@@ -115,17 +152,8 @@ fn bench_grl(c: &mut Criterion) {
 }
 
 fn bench_governor(c: &mut Criterion) {
-    let limiter: DefaultKeyedRateLimiter<String> =
-        RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
-    let keys = [format!("gw0\0{PROCEDURE}"), format!("gw1\0{PROCEDURE}")];
-    for k in &keys {
-        assert!(limiter.check_key(k).is_ok());
-    }
-    let check = |key: usize, n: u64| {
-        for _ in 0..n {
-            black_box(limiter.check_key(black_box(&keys[key])).is_ok());
-        }
-    };
+    let (limiter, keys) = governor();
+    let check = |key: usize, n: u64| governor_loop(&limiter, &keys, key, n);
     let mut g = c.benchmark_group("decide");
     g.bench_function("governor keyed/1 thread", |b| {
         b.iter_custom(|iters| on_threads(1, iters, |_, n| check(0, n)))
@@ -180,35 +208,151 @@ impl Drop for RedisServer {
     }
 }
 
+/// A connection doing the fixed-window check: `INCR key` + `EXPIRE key 1`, pipelined.
+struct RedisWindow {
+    con: redis::Connection,
+    key: String,
+}
+
+impl RedisWindow {
+    fn connect(server: &RedisServer) -> Self {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
+        let mut window = RedisWindow {
+            con: client.get_connection().unwrap(),
+            key: format!("rl:gw0:{PROCEDURE}"),
+        };
+        assert!(window.check() >= 1);
+        window
+    }
+
+    /// One check: the count in the current window.
+    fn check(&mut self) -> i64 {
+        let (count, _): (i64, bool) = redis::pipe()
+            .incr(&self.key, 1)
+            .expire(&self.key, 1)
+            .query(&mut self.con)
+            .unwrap();
+        count
+    }
+
+    /// Time per check over `n` checks.
+    fn time(&mut self, n: u32) -> Duration {
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(self.check());
+        }
+        start.elapsed() / n
+    }
+}
+
 fn bench_redis(c: &mut Criterion) {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", server.port)).unwrap();
-    let mut con = client.get_connection().unwrap();
-    let key = format!("rl:gw0:{PROCEDURE}");
-    let window = |con: &mut redis::Connection| -> i64 {
-        let (count, _): (i64, bool) = redis::pipe()
-            .incr(&key, 1)
-            .expire(&key, 1)
-            .query(con)
-            .unwrap();
-        count
-    };
-    assert!(window(&mut con) >= 1);
+    let mut window = RedisWindow::connect(&server);
     let mut g = c.benchmark_group("decide");
     g.bench_function("redis INCR+EXPIRE/1 thread, cpus may idle", |b| {
-        b.iter(|| black_box(window(&mut con)))
+        b.iter(|| black_box(window.check()))
     });
     match hold_zero_wake_latency() {
         Some(_held) => {
             g.bench_function("redis INCR+EXPIRE/1 thread, cpus kept awake", |b| {
-                b.iter(|| black_box(window(&mut con)))
+                b.iter(|| black_box(window.check()))
             });
         }
         None => eprintln!("cannot write /dev/cpu_dma_latency (not root?): no cpus-awake figure"),
     }
     g.finish();
+}
+
+/// The median of a set of figures.
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The smallest of a set of figures.
+fn best(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// The paired rounds (see the module doc). Each round times every case back to back, so
+/// every ratio is also taken within one round; the per-round ratios' median is printed
+/// beside the ratio of the best times (the machine's capability with the least
+/// interference from the host, as Python's `timeit` recommends).
+fn paired_rounds() {
+    const ROUNDS: usize = 41;
+    const DECISIONS: u64 = 3_000_000;
+    const CHECKS: u64 = DECISIONS / 4;
+    const ROUND_TRIPS: u32 = 300;
+    let client = client();
+    let (limiter, keys) = governor();
+    let server = RedisServer::start();
+    let mut window = server.as_ref().map(RedisWindow::connect);
+    let per = |d: Duration, n: u64| d.as_secs_f64() * 1e9 / n as f64;
+    let check = |t: usize, n: u64| governor_loop(&limiter, &keys, t, n);
+    // Seconds per operation of each case, one entry per round.
+    let mut ns: [Vec<f64>; 7] = Default::default();
+    for _ in 0..ROUNDS {
+        let g1 = on_threads(1, DECISIONS, |_, n| grl_loop(&client, 0, n));
+        ns[0].push(per(g1, DECISIONS));
+        let g2 = on_threads(2, DECISIONS, |_, n| grl_loop(&client, 0, n));
+        ns[1].push(per(g2, DECISIONS));
+        let g2d = on_threads(2, DECISIONS, |t, n| grl_loop(&client, t, n));
+        ns[2].push(per(g2d, DECISIONS));
+        ns[3].push(per(on_threads(1, CHECKS, |_, n| check(0, n)), CHECKS));
+        ns[4].push(per(on_threads(2, CHECKS, check), CHECKS));
+        if let Some(window) = window.as_mut() {
+            ns[5].push(window.time(ROUND_TRIPS).as_secs_f64() * 1e9);
+            if let Some(_held) = hold_zero_wake_latency() {
+                ns[6].push(window.time(ROUND_TRIPS).as_secs_f64() * 1e9);
+            }
+        }
+    }
+    assert_drop_share(&client);
+    let names = [
+        "grl decide, 1 thread",
+        "grl decide, 2 threads same pair",
+        "grl decide, 2 threads distinct pairs",
+        "governor keyed, 1 thread",
+        "governor keyed, 2 threads distinct keys",
+        "redis INCR+EXPIRE, cpus may idle",
+        "redis INCR+EXPIRE, cpus kept awake",
+    ];
+    println!("\npaired rounds: {ROUNDS} rounds, ns per operation (all threads together)");
+    println!("  {:<42} {:>12} {:>12}", "case", "median", "best");
+    for (name, v) in names.iter().zip(&ns).filter(|(_, v)| !v.is_empty()) {
+        println!("  {name:<42} {:>12.2} {:>12.2}", median(v), best(v));
+    }
+    let ratios = [
+        ("grl 2 threads / 1 thread throughput, same pair", 0, 1),
+        ("grl 2 threads / 1 thread throughput, distinct pairs", 0, 2),
+        (
+            "governor 2 threads / 1 thread throughput, distinct keys",
+            3,
+            4,
+        ),
+        ("governor check time / grl decide time, 1 thread", 0, 3),
+        ("redis round trip (cpus may idle) / grl decide", 0, 5),
+        ("redis round trip (cpus kept awake) / grl decide", 0, 6),
+    ];
+    println!(
+        "  {:<58} {:>14} {:>14}",
+        "ratio", "median/round", "of best times"
+    );
+    for (name, base, other) in ratios {
+        if ns[other].is_empty() {
+            continue;
+        }
+        let per_round: Vec<f64> = ns[other]
+            .iter()
+            .zip(&ns[base])
+            .map(|(o, b)| o / b)
+            .collect();
+        let (m, b) = (median(&per_round), best(&ns[other]) / best(&ns[base]));
+        println!("  {name:<58} {m:>13.2}x {b:>13.2}x");
+    }
 }
 
 /// Asks the kernel for a zero CPU wake-up latency (idle CPUs poll instead of halting) for
@@ -235,4 +379,9 @@ criterion_group! {
     config = config();
     targets = bench_grl, bench_governor, bench_redis
 }
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    paired_rounds();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -123,9 +123,15 @@ impl PairEntry {
 }
 
 /// Byte equality with word loads, inline: names are short, and a call to `memcmp` per name
-/// was a tenth of a decision's cost.
+/// was a tenth of a decision's cost. Up to 32 bytes it is two overlapping loads per side.
 #[inline(always)]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    #[inline(always)]
+    fn u128_at(s: &[u8], at: usize) -> u128 {
+        let mut w = [0; 16];
+        w.copy_from_slice(&s[at..at + 16]);
+        u128::from_ne_bytes(w)
+    }
     #[inline(always)]
     fn u64_at(s: &[u8], at: usize) -> u64 {
         let mut w = [0; 8];
@@ -146,18 +152,10 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         0 => true,
         // Bytes 0, n/2 and n-1 cover every byte of a name of 1 to 3 bytes.
         1..4 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
-        // Two overlapping 4-byte words.
         4..8 => u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4),
-        _ => {
-            let mut at = 0;
-            while at + 8 < n {
-                if u64_at(a, at) != u64_at(b, at) {
-                    return false;
-                }
-                at += 8;
-            }
-            u64_at(a, n - 8) == u64_at(b, n - 8)
-        }
+        8..16 => u64_at(a, 0) == u64_at(b, 0) && u64_at(a, n - 8) == u64_at(b, n - 8),
+        16..=32 => u128_at(a, 0) == u128_at(b, 0) && u128_at(a, n - 16) == u128_at(b, n - 16),
+        _ => a == b,
     }
 }
 
@@ -200,14 +198,15 @@ impl PairTable {
     #[inline]
     pub(crate) fn get(&self, hash: u64, caller: &str, procedure: &str) -> Option<&PairEntry> {
         let mut i = hash as usize & self.mask;
-        for _ in 0..=self.mask {
+        // No bound on the probes: at most `max` of the `≥ 2 × max` slots are ever filled,
+        // so an empty slot ends every probe sequence.
+        loop {
             match self.slots[i].get() {
                 None => return None,
                 Some(e) if e.is(hash, caller, procedure) => return Some(e),
                 Some(_) => i = (i + 1) & self.mask,
             }
         }
-        None
     }
 
     /// The entry of a pair, inserting `make()` if it is new; `None` when the table is full.
@@ -307,6 +306,30 @@ mod tests {
     }
 
     #[test]
+    fn short_and_long_pairs_are_found_and_give_back_their_names() {
+        let t = PairTable::new(8);
+        let long = "c".repeat(40);
+        let pairs = [
+            ("gw", "Pay/Card"),
+            ("", ""),
+            (long.as_str(), "x"),
+            ("x", long.as_str()),
+            ("gateway-eu", "/payments.v1.Payments/Authorize"),
+        ];
+        for (c, p) in pairs {
+            t.insert(t.hash(c, p), c, p, || entry(&t, c, p)).unwrap();
+        }
+        for (c, p) in pairs {
+            let e = t.get(t.hash(c, p), c, p).unwrap();
+            assert_eq!((e.caller(), e.procedure()), (c, p));
+        }
+        // Same bytes, a different split: a different pair.
+        for (c, p) in [("gw", "Pay/Car"), ("gwP", "ay/Card"), (&long[1..], "cx")] {
+            assert!(t.get(t.hash(c, p), c, p).is_none(), "{c} {p}");
+        }
+    }
+
+    #[test]
     fn same_bytes_agrees_with_slice_equality() {
         let words = [
             "",
@@ -322,13 +345,15 @@ mod tests {
                 assert_eq!(same_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a} {b}");
             }
         }
-        let long = "x".repeat(40);
-        for i in 0..40 {
-            let mut other = long.clone().into_bytes();
-            other[i] = b'y';
-            assert!(!same_bytes(long.as_bytes(), &other), "differs at {i}");
+        for len in 1..=40 {
+            let base = "x".repeat(len);
+            assert!(same_bytes(base.as_bytes(), base.clone().as_bytes()));
+            for i in 0..len {
+                let mut other = base.clone().into_bytes();
+                other[i] = b'y';
+                assert!(!same_bytes(base.as_bytes(), &other), "len {len}, at {i}");
+            }
         }
-        assert!(same_bytes(long.as_bytes(), long.clone().as_bytes()));
     }
 
     #[test]
