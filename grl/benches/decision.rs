@@ -325,6 +325,7 @@ fn paired_rounds() {
     for (name, v) in names.iter().zip(&ns).filter(|(_, v)| !v.is_empty()) {
         println!("  {name:<42} {:>12.2} {:>12.2}", median(v), best(v));
     }
+    // (name, numerator, denominator): a throughput ratio is the inverse time ratio.
     let ratios = [
         ("grl 2 threads / 1 thread throughput, same pair", 0, 1),
         ("grl 2 threads / 1 thread throughput, distinct pairs", 0, 2),
@@ -333,24 +334,24 @@ fn paired_rounds() {
             3,
             4,
         ),
-        ("governor check time / grl decide time, 1 thread", 0, 3),
-        ("redis round trip (cpus may idle) / grl decide", 0, 5),
-        ("redis round trip (cpus kept awake) / grl decide", 0, 6),
+        (
+            "grl decide time / governor keyed check time, 1 thread",
+            0,
+            3,
+        ),
+        ("redis round trip (cpus may idle) / grl decide", 5, 0),
+        ("redis round trip (cpus kept awake) / grl decide", 6, 0),
     ];
     println!(
         "  {:<58} {:>14} {:>14}",
         "ratio", "median/round", "of best times"
     );
-    for (name, base, other) in ratios {
-        if ns[other].is_empty() {
+    for (name, num, den) in ratios {
+        if ns[num].is_empty() {
             continue;
         }
-        let per_round: Vec<f64> = ns[other]
-            .iter()
-            .zip(&ns[base])
-            .map(|(o, b)| o / b)
-            .collect();
-        let (m, b) = (median(&per_round), best(&ns[other]) / best(&ns[base]));
+        let per_round: Vec<f64> = ns[num].iter().zip(&ns[den]).map(|(n, d)| n / d).collect();
+        let (m, b) = (median(&per_round), best(&ns[num]) / best(&ns[den]));
         println!("  {name:<58} {m:>13.2}x {b:>13.2}x");
     }
 }
