@@ -46,15 +46,25 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
     (full as u64) ^ ((full >> 64) as u64)
 }
 
+/// The 16 bytes of `s` from `at`, as a word (also the table's key compare).
 #[inline(always)]
-fn u64_at(s: &[u8], at: usize) -> u64 {
+pub(super) fn u128_at(s: &[u8], at: usize) -> u128 {
+    let mut w = [0; 16];
+    w.copy_from_slice(&s[at..at + 16]);
+    u128::from_le_bytes(w)
+}
+
+/// The 8 bytes of `s` from `at`, as a word.
+#[inline(always)]
+pub(super) fn u64_at(s: &[u8], at: usize) -> u64 {
     let mut w = [0; 8];
     w.copy_from_slice(&s[at..at + 8]);
     u64::from_le_bytes(w)
 }
 
+/// The 4 bytes of `s` from `at`, as a word.
 #[inline(always)]
-fn u32_at(s: &[u8], at: usize) -> u64 {
+pub(super) fn u32_at(s: &[u8], at: usize) -> u64 {
     let mut w = [0; 4];
     w.copy_from_slice(&s[at..at + 4]);
     u64::from(u32::from_le_bytes(w))

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use crossbeam_utils::CachePadded;
 
 use super::local;
-use super::pair_hash::PairHasher;
+use super::pair_hash::{PairHasher, u32_at, u64_at, u128_at};
 
 /// Counter index of each decision; equal to `Decision as usize`.
 pub(crate) const DECISIONS: usize = 3;
@@ -126,24 +126,6 @@ impl PairEntry {
 /// was a tenth of a decision's cost. Up to 32 bytes it is two overlapping loads per side.
 #[inline(always)]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    #[inline(always)]
-    fn u128_at(s: &[u8], at: usize) -> u128 {
-        let mut w = [0; 16];
-        w.copy_from_slice(&s[at..at + 16]);
-        u128::from_ne_bytes(w)
-    }
-    #[inline(always)]
-    fn u64_at(s: &[u8], at: usize) -> u64 {
-        let mut w = [0; 8];
-        w.copy_from_slice(&s[at..at + 8]);
-        u64::from_ne_bytes(w)
-    }
-    #[inline(always)]
-    fn u32_at(s: &[u8], at: usize) -> u32 {
-        let mut w = [0; 4];
-        w.copy_from_slice(&s[at..at + 4]);
-        u32::from_ne_bytes(w)
-    }
     let n = a.len();
     if n != b.len() {
         return false;
