@@ -77,20 +77,26 @@ fn fold(b: &[u8], s0: u64, s1: u64, s2: u64) -> u64 {
     let n = b.len();
     let len = (n as u64).rotate_left(32);
     // Up to 16 bytes, the first and last word (overlapping when shorter) cover every byte.
-    let (lo, hi) = match n {
-        0 => (0, 0),
-        1..4 => (
-            u64::from(b[0]),
-            u64::from(b[n - 1]) << 8 | u64::from(b[n / 2]),
-        ),
-        4..8 => (u32_at(b, 0), u32_at(b, n - 4)),
-        8..=16 => (u64_at(b, 0), u64_at(b, n - 8)),
-        17..=32 => {
+    // Tested longest first: procedures are usually 8 to 32 bytes.
+    let (lo, hi) = if n >= 8 {
+        if n > 32 {
+            return fold_long(b, s0, s1, s2);
+        }
+        if n > 16 {
             let head = folded_multiply(u64_at(b, 0) ^ s0, u64_at(b, 8) ^ s1 ^ len);
             let tail = folded_multiply(u64_at(b, n - 16) ^ s2, u64_at(b, n - 8) ^ s1);
             return head ^ tail;
         }
-        _ => return fold_long(b, s0, s1, s2),
+        (u64_at(b, 0), u64_at(b, n - 8))
+    } else if n >= 4 {
+        (u32_at(b, 0), u32_at(b, n - 4))
+    } else if n > 0 {
+        (
+            u64::from(b[0]),
+            u64::from(b[n - 1]) << 8 | u64::from(b[n / 2]),
+        )
+    } else {
+        (0, 0)
     };
     folded_multiply(lo ^ s0, hi ^ s1 ^ len)
 }

@@ -93,7 +93,7 @@ impl PairEntry {
         // 0 allow, 1 drop, 2 shadow drop, without a branch on the random draw.
         let decision = usize::from(hit) << usize::from(self.shadow.load(Ordering::Relaxed));
         let owned = self.counters.len() - 1;
-        let counter = &self.counters[shard.min(owned)][decision];
+        let counter = &self.counters[shard][decision];
         if local::is_owned(shard, owned) {
             // This thread is the shard's only writer (see `local`).
             counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
@@ -130,14 +130,21 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if n != b.len() {
         return false;
     }
-    match n {
-        0 => true,
+    // Longest first, as in the hash.
+    if n >= 16 {
+        if n > 32 {
+            return a == b;
+        }
+        u128_at(a, 0) == u128_at(b, 0) && u128_at(a, n - 16) == u128_at(b, n - 16)
+    } else if n >= 8 {
+        u64_at(a, 0) == u64_at(b, 0) && u64_at(a, n - 8) == u64_at(b, n - 8)
+    } else if n >= 4 {
+        u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4)
+    } else if n > 0 {
         // Bytes 0, n/2 and n-1 cover every byte of a name of 1 to 3 bytes.
-        1..4 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
-        4..8 => u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4),
-        8..16 => u64_at(a, 0) == u64_at(b, 0) && u64_at(a, n - 8) == u64_at(b, n - 8),
-        16..=32 => u128_at(a, 0) == u128_at(b, 0) && u128_at(a, n - 16) == u128_at(b, n - 16),
-        _ => a == b,
+        a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]
+    } else {
+        true
     }
 }
 
