@@ -35,8 +35,8 @@ impl PairHasher {
         let [s0, s1, s2, s3, s4, s5] = self.seeds;
         let c = fold(caller.as_bytes(), s0, s1, s4);
         let p = fold(procedure.as_bytes(), s2, s3, s5);
-        // The caller's length separates ("ab", "c") from ("a", "bc").
-        folded_multiply(c ^ s4, p ^ (caller.len() as u64).wrapping_mul(s5))
+        // Each fold takes its name's length in, which separates ("ab", "c") from ("a", "bc").
+        folded_multiply(c ^ s4, p ^ s5)
     }
 }
 
