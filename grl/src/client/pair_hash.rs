@@ -4,8 +4,7 @@
 //! streaming hasher folds them one after the other (caller, then a length, then procedure,
 //! then a finish), a chain of four or five dependent multiplies plus an out-of-line call for
 //! strings past 16 bytes. Here each string is folded on its own, so the two folds run side
-//! by side, and one multiply joins them: two multiplies deep for names up to 16 bytes,
-//! three up to 32.
+//! by side, and one multiply joins them: two multiplies deep for names up to 32 bytes.
 //!
 //! The construction is the folded multiply (the full 128-bit product of two 64-bit words,
 //! its halves XORed) over words of the input XORed with random seeds, as in foldhash and

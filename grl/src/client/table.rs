@@ -8,8 +8,9 @@
 //! past `max_pairs` and the caller counts it as overflow instead.
 //!
 //! Each entry carries what the hot path reads (drop threshold, shadow flag) next to its key,
-//! and its decision counters sharded per thread, each shard on its own cache line, so two
-//! threads deciding the same pair never write the same line.
+//! and its decision counters in shards, each on its own cache line: one per owned shard
+//! index (see `local`), written by its owner with a plain store, plus one shared shard for
+//! threads past the pool. Two threads deciding the same pair never write the same line.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
