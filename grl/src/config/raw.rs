@@ -1,6 +1,6 @@
 //! The config files as written: serde structs as close to the YAML as possible.
 //!
-//! Validation happens in [`super::load`], which turns these into the typed [`super::Snapshot`].
+//! Validation happens in `super::load`, which turns these into the typed [`super::Snapshot`].
 
 use std::collections::BTreeMap;
 
