@@ -147,19 +147,7 @@ impl Node {
         let mut s = self.lock();
         if s.children.report(conn, link, r, now) {
             info!(child = %r.reporter_id, zone = %r.zone, region = %r.region, "child connected");
-            let st = &mut *s;
-            if let Some(c) = st.children.get_mut(&r.reporter_id) {
-                instruct(
-                    &self.cfg,
-                    &st.rules,
-                    st.config_gen,
-                    &st.computed,
-                    &st.parent,
-                    c,
-                    now,
-                    &self.bytes,
-                );
-            }
+            self.instruct_children(&mut s, Some(&r.reporter_id), now);
         }
     }
 
@@ -184,17 +172,34 @@ impl Node {
         let totals = st.children.totals(now);
         st.computed = ratios::compute(&st.rules.limited(), &totals, &self.cfg.scopes);
         st.parent.ratios.retain(|_, (_, exp)| *exp > now);
-        for c in st.children.iter_mut() {
+        self.instruct_children(st, None, now);
+    }
+
+    /// Instructs the child `only`, or every child, as far as each needs it now.
+    fn instruct_children(&self, st: &mut State, only: Option<&str>, now: Instant) {
+        let State {
+            rules,
+            config_gen,
+            children,
+            parent,
+            computed,
+            ..
+        } = st;
+        let mut send = |c: &mut Child<Link>| {
             instruct(
                 &self.cfg,
-                &st.rules,
-                st.config_gen,
-                &st.computed,
-                &st.parent,
+                rules,
+                *config_gen,
+                computed,
+                parent,
                 c,
                 now,
                 &self.bytes,
-            );
+            )
+        };
+        match only {
+            Some(id) => children.get_mut(id).into_iter().for_each(send),
+            None => children.iter_mut().for_each(&mut send),
         }
     }
 
