@@ -171,19 +171,10 @@ pub fn plan_bucket(
         );
     }
     BucketPlan {
-        service: service.to_string(),
-        bucket: bucket.name.clone(),
-        caller: bucket.rule.caller.clone(),
-        procedure: bucket.rule.procedure.as_ref().map(|p| p.as_written()),
-        policy: bucket.policy.kind.clone(),
-        mode: bucket.mode,
-        previous,
-        proposal,
-        guarded,
         coverage: Some(coverage),
         evidence,
         backtest,
-        lifecycle: None,
+        ..unscored(service, bucket, previous, proposal, guarded)
     }
 }
 
@@ -195,6 +186,18 @@ fn refused(
     reason: String,
 ) -> BucketPlan {
     let guarded = guards::apply(settings, Err(reason.clone()), previous, None);
+    unscored(service, bucket, previous, Err(reason), guarded)
+}
+
+/// The plan of a bucket with its identity, proposal and guarded outcome, and no coverage,
+/// evidence, backtest or lifecycle yet.
+fn unscored(
+    service: &str,
+    bucket: &Bucket,
+    previous: Option<f64>,
+    proposal: Result<f64, String>,
+    guarded: Guarded,
+) -> BucketPlan {
     BucketPlan {
         service: service.to_string(),
         bucket: bucket.name.clone(),
@@ -203,7 +206,7 @@ fn refused(
         policy: bucket.policy.kind.clone(),
         mode: bucket.mode,
         previous,
-        proposal: Err(reason),
+        proposal,
         guarded,
         coverage: None,
         evidence: BTreeMap::new(),
