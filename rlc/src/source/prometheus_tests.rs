@@ -86,6 +86,19 @@ fn bucket(caller: Option<&str>, procedure: Option<&str>) -> BucketQuery {
     }
 }
 
+/// The whole window of one bucket's `measure`.
+async fn window(
+    w: &World,
+    src: &impl MetricsSource,
+    caller: Option<&str>,
+    procedure: Option<&str>,
+    measure: Measure,
+) -> RangeSeries {
+    src.fetch(&bucket(caller, procedure), measure, w.start, w.end)
+        .await
+        .unwrap()
+}
+
 fn assert_near(what: &str, got: f64, want: f64) {
     assert!(
         (got - want).abs() <= 0.02 * want,
@@ -111,15 +124,7 @@ async fn against_real_prometheus() {
 }
 
 async fn covers_the_window_and_keeps_the_peak(w: &World, src: &PrometheusSource) {
-    let s = src
-        .fetch(
-            &bucket(Some("gw"), Some("Pay/*")),
-            Measure::Offered,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let s = window(w, src, Some("gw"), Some("Pay/*"), Measure::Offered).await;
     assert_eq!(s.step_secs, 300);
     let n = s.points.len() as i64;
     assert!(
@@ -157,87 +162,36 @@ async fn covers_the_window_and_keeps_the_peak(w: &World, src: &PrometheusSource)
 }
 
 async fn prefix_rules_sum_the_right_series(w: &World, src: &PrometheusSource) {
-    let bank = src
-        .fetch(
-            &bucket(Some("gw"), Some("Pay/B*")),
-            Measure::Offered,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let bank = window(w, src, Some("gw"), Some("Pay/B*"), Measure::Offered).await;
     assert_near("(c) gw Pay/B* max", bank.max().unwrap(), 5.0);
     assert_near("(c) gw Pay/B* min", min(&bank), 5.0);
-    let refund = src
-        .fetch(&bucket(None, Some("Re*")), Measure::Offered, w.start, w.end)
-        .await
-        .unwrap();
+    let refund = window(w, src, None, Some("Re*"), Measure::Offered).await;
     assert_near(
         "(c) Re* excludes other services",
         refund.max().unwrap(),
         7.0,
     );
-    let card = src
-        .fetch(
-            &bucket(None, Some("Pay/Card")),
-            Measure::Offered,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let card = window(w, src, None, Some("Pay/Card"), Measure::Offered).await;
     assert_near(
         "(c) exact Pay/Card, all callers",
         card.max().unwrap(),
         BURST + 2.0 + 1.0,
     );
-    let none = src
-        .fetch(
-            &bucket(Some("nobody"), None),
-            Measure::Offered,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let none = window(w, src, Some("nobody"), None, Measure::Offered).await;
     assert!(none.is_empty(), "(c) no matching series is an empty series");
 }
 
 async fn decision_measures_select_only_their_decision(w: &World, src: &PrometheusSource) {
-    let shadow = src
-        .fetch(
-            &bucket(Some("gw"), Some("Pay/*")),
-            Measure::ShadowDropped,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let shadow = window(w, src, Some("gw"), Some("Pay/*"), Measure::ShadowDropped).await;
     assert_near("(d) shadow_dropped max", shadow.max().unwrap(), 2.0);
     assert_near("(d) shadow_dropped min", min(&shadow), 2.0);
-    let dropped = src
-        .fetch(
-            &bucket(Some("gw"), Some("Pay/*")),
-            Measure::Dropped,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let dropped = window(w, src, Some("gw"), Some("Pay/*"), Measure::Dropped).await;
     assert!(
         dropped.is_empty(),
         "(d) gw has no dropped series, got {} points",
         dropped.points.len()
     );
-    let dropped = src
-        .fetch(
-            &bucket(None, Some("Pay/Card")),
-            Measure::Dropped,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let dropped = window(w, src, None, Some("Pay/Card"), Measure::Dropped).await;
     assert_near("(d) dropped of Pay/Card", dropped.max().unwrap(), 1.0);
 }
 
@@ -247,15 +201,7 @@ async fn long_window_at_fine_step_is_chunked(w: &World) {
         ..PromSettings::default()
     };
     let src = PrometheusSource::new(&w.url, settings).unwrap();
-    let s = src
-        .fetch(
-            &bucket(Some("gw"), Some("Pay/*")),
-            Measure::Offered,
-            w.start,
-            w.end,
-        )
-        .await
-        .unwrap();
+    let s = window(w, &src, Some("gw"), Some("Pay/*"), Measure::Offered).await;
     let n = s.points.len();
     assert!(
         (40_310..=40_321).contains(&n),
