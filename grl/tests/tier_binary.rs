@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,53 @@ fn wait_port(port: u16) {
     }
 }
 
+/// `grl aggregator` for zone `a` of region `eu` under `ctl_addr`, at a 200 ms interval;
+/// returns once it listens on `agg_port`.
+fn aggregator(agg_port: u16, ctl_addr: &str) -> Proc {
+    let agg_addr = format!("127.0.0.1:{agg_port}");
+    let proc_ = spawn(&[
+        "aggregator",
+        "--listen",
+        &agg_addr,
+        "--zone",
+        "a",
+        "--region",
+        "eu",
+        "--controller",
+        ctl_addr,
+        "--interval-ms",
+        "200",
+    ]);
+    wait_port(agg_port);
+    proc_
+}
+
+/// `grl loadgen` in zone `a` of region `eu` with its JSON lines on a pipe.
+fn loadgen(agg_addr: &str, clients: &str, duration: &str, profile: &Path) -> Child {
+    Command::new(BIN)
+        .args([
+            "loadgen",
+            "--aggregator",
+            agg_addr,
+            "--zone",
+            "a",
+            "--region",
+            "eu",
+            "--clients",
+            clients,
+            "--duration",
+            duration,
+            "--interval-ms",
+            "200",
+            "--profile",
+        ])
+        .arg(profile)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 const SERVICE: &str = "service: payments\nbuckets:\n  - name: gateway-pay\n    match: { caller: gateway, procedure: \"Pay/*\" }\n    scope: global\n    mode: deny\n    policy: { kind: fixed, rps: 1000 }\n";
 
 #[test]
@@ -87,42 +135,8 @@ fn controller_aggregator_and_loadgen_as_processes() {
         "200",
     ]);
     wait_port(cp);
-    let _agg = spawn(&[
-        "aggregator",
-        "--listen",
-        &agg_addr,
-        "--zone",
-        "a",
-        "--region",
-        "eu",
-        "--controller",
-        &ctl_addr,
-        "--interval-ms",
-        "200",
-    ]);
-    wait_port(ap);
-    let mut lg = Command::new(BIN)
-        .args([
-            "loadgen",
-            "--aggregator",
-            &agg_addr,
-            "--zone",
-            "a",
-            "--region",
-            "eu",
-            "--clients",
-            "3",
-            "--duration",
-            "5",
-            "--interval-ms",
-            "200",
-            "--profile",
-        ])
-        .arg(&profile)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let _agg = aggregator(ap, &ctl_addr);
+    let mut lg = loadgen(&agg_addr, "3", "5", &profile);
     let lines: Vec<serde_json::Value> = BufReader::new(lg.stdout.take().unwrap())
         .lines()
         .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
@@ -219,42 +233,8 @@ fn killed_controller_process_fails_open_then_recovers() {
     ];
     let ctl = spawn(&ctl_args);
     wait_port(cp);
-    let _agg = spawn(&[
-        "aggregator",
-        "--listen",
-        &agg_addr,
-        "--zone",
-        "a",
-        "--region",
-        "eu",
-        "--controller",
-        &ctl_addr,
-        "--interval-ms",
-        "200",
-    ]);
-    wait_port(ap);
-    let mut lg = Command::new(BIN)
-        .args([
-            "loadgen",
-            "--aggregator",
-            &agg_addr,
-            "--zone",
-            "a",
-            "--region",
-            "eu",
-            "--clients",
-            "2",
-            "--duration",
-            "12",
-            "--interval-ms",
-            "200",
-            "--profile",
-        ])
-        .arg(&profile)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let _agg = aggregator(ap, &ctl_addr);
+    let mut lg = loadgen(&agg_addr, "2", "12", &profile);
     let mut lines = BufReader::new(lg.stdout.take().unwrap()).lines();
     let mut next = |want: u64| loop {
         let l: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
