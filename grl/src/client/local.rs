@@ -34,7 +34,7 @@ static CLAIMED: LazyLock<Box<[AtomicBool]>> = LazyLock::new(|| {
 static SEED_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
 /// `LOCAL.shard` before the thread's first decision.
-const UNSET: usize = usize::MAX;
+pub(crate) const UNSET: usize = usize::MAX;
 
 struct Local {
     /// The owned shard index, or [`owned_shards`] for the shared shard, or [`UNSET`].
@@ -69,12 +69,6 @@ pub(crate) fn owned_shards() -> usize {
     CLAIMED.len()
 }
 
-/// Whether counts in `shard` may be written with a plain load and store.
-#[inline]
-pub(crate) fn is_owned(shard: usize, owned: usize) -> bool {
-    shard < owned
-}
-
 #[cold]
 fn init(local: &Local) -> usize {
     let shared = owned_shards();
@@ -107,16 +101,17 @@ fn splitmix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The calling thread's shard index (≤ [`owned_shards`]) and, when `threshold != 0`,
-/// whether a uniform draw falls below it (`draw < threshold`, so a threshold of
-/// `ratio × 2^64` hits with probability `ratio`).
-#[inline]
+/// The calling thread's shard index and, when `threshold != 0`, whether a uniform draw
+/// falls below it (`draw < threshold`, so a threshold of `ratio × 2^64` hits with
+/// probability `ratio`).
+///
+/// The index is ≤ [`owned_shards`], or [`UNSET`] before the thread's first [`claim`]; the
+/// draw is then from an unseeded generator, and the caller claims and draws again. Leaving
+/// that check to the caller's unowned branch keeps it off the hot path.
+#[inline(always)]
 pub(crate) fn shard_and_hit(threshold: u64) -> (usize, bool) {
     LOCAL.with(|l| {
-        let mut shard = l.shard.get();
-        if shard == UNSET {
-            shard = init(l);
-        }
+        let shard = l.shard.get();
         if threshold == 0 {
             return (shard, false);
         }
@@ -128,12 +123,23 @@ pub(crate) fn shard_and_hit(threshold: u64) -> (usize, bool) {
     })
 }
 
+/// The calling thread's shard index, claiming one (and seeding its generator) on its first
+/// call: an owned index, or [`owned_shards`] for the shared shard.
+#[cold]
+pub(crate) fn claim() -> usize {
+    LOCAL.with(|l| match l.shard.get() {
+        UNSET => init(l),
+        shard => shard,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn draws_are_about_uniform() {
+        claim();
         let threshold = (0.25 * 2f64.powi(64)) as u64;
         let hits = (0..100_000).filter(|_| shard_and_hit(threshold).1).count();
         assert!((23_500..26_500).contains(&hits), "{hits}");
@@ -152,7 +158,7 @@ mod tests {
             let handles: Vec<_> = (0..owned + 2)
                 .map(|_| {
                     s.spawn(|| {
-                        let shard = shard_and_hit(0).0;
+                        let shard = claim();
                         barrier.wait();
                         shard
                     })
@@ -174,7 +180,7 @@ mod tests {
         // Every thread above has exited and given its shard back, so a new one owns one
         // again (threads of tests running alongside hold some for a moment, never for long).
         let owns_one = (0..200).any(|_| {
-            let shard = std::thread::spawn(|| shard_and_hit(0).0).join().unwrap();
+            let shard = std::thread::spawn(claim).join().unwrap();
             std::thread::sleep(std::time::Duration::from_millis(10));
             shard < owned
         });

@@ -1,9 +1,9 @@
 //! The GRL client: the in-process data plane that decides every request locally.
 //!
-//! [`Client::decide`] is the hot path: it hashes (caller, procedure), finds the pair in a
-//! fixed-capacity table allocated once, compares one random draw with the pair's drop
-//! threshold and bumps the counter shard its thread owns with a plain store (no locked
-//! instruction; see `local`). No lock, no allocation for a known pair, no I/O, no clock
+//! [`Client::decide`] is the hot path: it reads (caller, procedure) into words and hashes
+//! them, finds the pair in a fixed-capacity table allocated once, compares one random draw
+//! with the pair's drop threshold and bumps the counter shard its thread owns with a plain
+//! store (no locked instruction; see `local`). No lock, no allocation for a known pair, no I/O, no clock
 //! read, no tracing, and no cache line written by two threads.
 //!
 //! Why per-pair thresholds instead of a bucket snapshot behind an atomic pointer: the
@@ -32,7 +32,7 @@ mod control;
 mod error;
 mod local;
 mod metrics;
-mod pair_hash;
+mod pair_key;
 mod stream;
 mod table;
 
@@ -70,7 +70,7 @@ pub enum Decision {
 impl Decision {
     /// The decision of counter index `i` (0, 1 or 2): a table load, not a chain of compares.
     #[inline(always)]
-    fn from_index(i: usize) -> Self {
+    pub(crate) fn from_index(i: usize) -> Self {
         const BY_INDEX: [Decision; 4] = [
             Decision::Allow,
             Decision::Drop,
@@ -211,30 +211,31 @@ impl Client {
     #[inline]
     pub fn decide(&self, caller: &str, procedure: &str) -> Decision {
         let table = &self.inner.table;
-        let hash = table.hash(caller, procedure);
-        match table.get(hash, caller, procedure) {
-            Some(e) => Decision::from_index(e.decide()),
-            None => self.decide_new(hash, caller, procedure),
+        let key = table.key(caller, procedure);
+        match table.get(&key, caller, procedure) {
+            Some(e) => e.decide(),
+            None => self.decide_new(caller, procedure),
         }
     }
 
     /// The slow path: a pair not in the table yet (or that will never fit).
     #[cold]
     #[inline(never)]
-    fn decide_new(&self, hash: u64, caller: &str, procedure: &str) -> Decision {
+    fn decide_new(&self, caller: &str, procedure: &str) -> Decision {
         let inner = &*self.inner;
+        // Made again rather than passed, so that the fast path keeps the key in registers.
+        let key = inner.table.key(caller, procedure);
         let resolver = inner.resolver.load_full();
         let id = resolver.resolve(caller, procedure);
         let cell = resolver.cell(id);
-        let entry = inner.table.insert(hash, caller, procedure, || {
+        let entry = inner.table.insert(&key, caller, procedure, || {
             PairEntry::new(
-                hash,
+                key,
                 caller,
                 procedure,
                 id,
                 cell.threshold.load(Ordering::Relaxed),
                 cell.shadow.load(Ordering::Relaxed),
-                inner.table.shards(),
             )
         });
         match entry {
@@ -246,10 +247,11 @@ impl Client {
                         .store(now.resolve(caller, procedure), Ordering::Relaxed);
                     control::sync_pair(e, &now.cells);
                 }
-                Decision::from_index(e.decide())
+                e.decide()
             }
             None => {
                 let threshold = cell.threshold.load(Ordering::Relaxed);
+                local::claim();
                 let (_, hit) = local::shard_and_hit(threshold);
                 let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
                     (false, _) => Decision::Allow,

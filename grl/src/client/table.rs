@@ -3,31 +3,36 @@
 //! Open addressing with linear probing over `2 × max_pairs` slots (rounded up to a power of
 //! two, so the load factor stays ≤ 0.5 and probe sequences short). A slot is a
 //! `OnceLock<Box<PairEntry>>`: it is written once, by the first thread that claims it, and
-//! only read after that, so a lookup is a few acquire loads and a string compare, with no
-//! lock and no allocation. Entries are never removed; [`PairTable::insert`] refuses a pair
+//! only read after that, so a lookup is a few acquire loads and a compare of the pair's
+//! words (see `pair_key`), with no lock and no allocation. Entries are never removed; [`PairTable::insert`] refuses a pair
 //! past `max_pairs` and the caller counts it as overflow instead.
 //!
 //! Each entry carries what the hot path reads (drop threshold, shadow flag) next to its key,
 //! and its decision counters in shards, each on its own cache line: one per owned shard
-//! index (see `local`), written by its owner with a plain store, plus one shared shard for
-//! threads past the pool. Two threads deciding the same pair never write the same line.
+//! index (see `local`), written by its owner with a plain store, plus one shared shard,
+//! inside the entry, for threads past the pool. Two threads deciding the same pair never write the same line.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
+use super::Decision;
 use super::local;
-use super::pair_hash::{PairHasher, u32_at, u64_at, u128_at};
+use super::pair_key::{PairKey, PairKeyer};
 
 /// Counter index of each decision; equal to `Decision as usize`.
 pub(crate) const DECISIONS: usize = 3;
 
+/// One shard of a pair's counts, on its own cache line.
+type Shard = CachePadded<[AtomicU64; DECISIONS]>;
+
 /// One (caller, procedure) pair.
 pub(crate) struct PairEntry {
-    hash: u64,
-    /// `caller` followed by `procedure`, split at `split`: one allocation, one compare.
-    key: Box<str>,
+    /// What lookups compare (see `pair_key`).
+    key: PairKey,
+    /// `caller` followed by `procedure`, split at `split`, for names and long-name compares.
+    names: Box<str>,
     split: usize,
     /// `ratio × 2^64`; 0 means never drop. Written by the control plane only.
     pub(crate) threshold: AtomicU64,
@@ -37,77 +42,91 @@ pub(crate) struct PairEntry {
     pub(crate) cell: AtomicU32,
     /// Counts already folded into bucket totals. Used under the control lock only.
     pub(crate) reported: [AtomicU64; DECISIONS],
-    counters: Box<[CachePadded<[AtomicU64; DECISIONS]>]>,
+    /// Counts per decision, one shard per owned shard index.
+    owned: Box<[Shard]>,
+    /// Counts per decision of threads that own no shard.
+    shared: Shard,
 }
 
 impl PairEntry {
-    /// A new entry with `shards` counter shards: the owned ones, then the shared one.
+    /// A new entry, with a counter shard per owned shard index and the shared one.
     pub(crate) fn new(
-        hash: u64,
+        key: PairKey,
         caller: &str,
         procedure: &str,
         cell: u32,
         threshold: u64,
         shadow: bool,
-        shards: usize,
     ) -> Self {
-        let mut key = String::with_capacity(caller.len() + procedure.len());
-        key.push_str(caller);
-        key.push_str(procedure);
+        let mut names = String::with_capacity(caller.len() + procedure.len());
+        names.push_str(caller);
+        names.push_str(procedure);
         Self {
-            hash,
-            key: key.into_boxed_str(),
+            key,
+            names: names.into_boxed_str(),
             split: caller.len(),
             threshold: AtomicU64::new(threshold),
             shadow: AtomicBool::new(shadow),
             cell: AtomicU32::new(cell),
             reported: Default::default(),
-            counters: (0..shards).map(|_| CachePadded::default()).collect(),
+            owned: (0..local::owned_shards())
+                .map(|_| Shard::default())
+                .collect(),
+            shared: Shard::default(),
         }
     }
 
     /// The caller name.
     pub(crate) fn caller(&self) -> &str {
-        &self.key[..self.split]
+        &self.names[..self.split]
     }
 
     /// The procedure name.
     pub(crate) fn procedure(&self) -> &str {
-        &self.key[self.split..]
+        &self.names[self.split..]
     }
 
-    #[inline]
-    fn is(&self, hash: u64, caller: &str, procedure: &str) -> bool {
-        let key = self.key.as_bytes();
-        self.hash == hash
-            && self.split == caller.len()
-            && key.len() == caller.len() + procedure.len()
-            && same_bytes(&key[..self.split], caller.as_bytes())
-            && same_bytes(&key[self.split..], procedure.as_bytes())
+    #[inline(always)]
+    fn is(&self, key: &PairKey, caller: &str, procedure: &str) -> bool {
+        self.key.same_words(key)
+            && (!key.is_long() || (self.caller() == caller && self.procedure() == procedure))
     }
 
     /// Decides one request and counts it: the hot path once the pair is known.
-    #[inline]
-    pub(crate) fn decide(&self) -> usize {
+    #[inline(always)]
+    pub(crate) fn decide(&self) -> Decision {
         let threshold = self.threshold.load(Ordering::Relaxed);
         let (shard, hit) = local::shard_and_hit(threshold);
         // 0 allow, 1 drop, 2 shadow drop, without a branch on the random draw.
         let decision = usize::from(hit) << usize::from(self.shadow.load(Ordering::Relaxed));
-        let owned = self.counters.len() - 1;
-        let counter = &self.counters[shard][decision];
-        if local::is_owned(shard, owned) {
+        if let Some(counts) = self.owned.get(shard) {
             // This thread is the shard's only writer (see `local`).
+            let counter = &counts[decision];
             counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            Decision::from_index(decision)
         } else {
-            counter.fetch_add(1, Ordering::Relaxed);
+            self.decide_unowned(shard, decision)
         }
-        decision
+    }
+
+    /// [`decide`](Self::decide) for a thread that owns no shard: it counts into the shared
+    /// one, or, on its first decision, claims a shard and decides again.
+    #[cold]
+    #[inline(never)]
+    fn decide_unowned(&self, shard: usize, decision: usize) -> Decision {
+        debug_assert!(shard == local::UNSET || shard == self.owned.len());
+        if shard == local::UNSET {
+            local::claim();
+            return self.decide();
+        }
+        self.shared[decision].fetch_add(1, Ordering::Relaxed);
+        Decision::from_index(decision)
     }
 
     /// Cumulative counts per decision, summed over shards.
     pub(crate) fn totals(&self) -> [u64; DECISIONS] {
         let mut out = [0; DECISIONS];
-        for shard in &*self.counters {
+        for shard in self.owned.iter().chain([&self.shared]) {
             for (o, c) in out.iter_mut().zip(shard.iter()) {
                 *o += c.load(Ordering::Relaxed);
             }
@@ -117,35 +136,7 @@ impl PairEntry {
 
     /// Heap bytes this entry owns (itself, its key, its counters).
     fn allocated_bytes(&self) -> usize {
-        size_of::<Self>()
-            + self.key.len()
-            + self.counters.len() * size_of::<CachePadded<[AtomicU64; DECISIONS]>>()
-    }
-}
-
-/// Byte equality with word loads, inline: names are short, and a call to `memcmp` per name
-/// was a tenth of a decision's cost. Up to 32 bytes it is two overlapping loads per side.
-#[inline(always)]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    // Longest first, as in the hash.
-    if n >= 16 {
-        if n > 32 {
-            return a == b;
-        }
-        u128_at(a, 0) == u128_at(b, 0) && u128_at(a, n - 16) == u128_at(b, n - 16)
-    } else if n >= 8 {
-        u64_at(a, 0) == u64_at(b, 0) && u64_at(a, n - 8) == u64_at(b, n - 8)
-    } else if n >= 4 {
-        u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4)
-    } else if n > 0 {
-        // Bytes 0, n/2 and n-1 cover every byte of a name of 1 to 3 bytes.
-        a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]
-    } else {
-        true
+        size_of::<Self>() + self.names.len() + self.owned.len() * size_of::<Shard>()
     }
 }
 
@@ -155,8 +146,7 @@ pub(crate) struct PairTable {
     mask: usize,
     len: AtomicUsize,
     max: usize,
-    shards: usize,
-    hasher: PairHasher,
+    keyer: PairKeyer,
 }
 
 impl PairTable {
@@ -168,32 +158,26 @@ impl PairTable {
             mask: capacity - 1,
             len: AtomicUsize::new(0),
             max: max_pairs,
-            shards: local::owned_shards() + 1,
-            hasher: PairHasher::new(),
+            keyer: PairKeyer::new(),
         }
     }
 
-    /// Counter shards per entry.
-    pub(crate) fn shards(&self) -> usize {
-        self.shards
-    }
-
-    /// The hash of a pair.
-    #[inline]
-    pub(crate) fn hash(&self, caller: &str, procedure: &str) -> u64 {
-        self.hasher.hash(caller, procedure)
+    /// The key of a pair.
+    #[inline(always)]
+    pub(crate) fn key(&self, caller: &str, procedure: &str) -> PairKey {
+        self.keyer.key(caller, procedure)
     }
 
     /// The entry of a pair already in the table.
     #[inline]
-    pub(crate) fn get(&self, hash: u64, caller: &str, procedure: &str) -> Option<&PairEntry> {
-        let mut i = hash as usize & self.mask;
+    pub(crate) fn get(&self, key: &PairKey, caller: &str, procedure: &str) -> Option<&PairEntry> {
+        let mut i = key.hash() as usize & self.mask;
         // No bound on the probes: at most `max` of the `≥ 2 × max` slots are ever filled,
         // so an empty slot ends every probe sequence.
         loop {
             match self.slots[i].get() {
                 None => return None,
-                Some(e) if e.is(hash, caller, procedure) => return Some(e),
+                Some(e) if e.is(key, caller, procedure) => return Some(e),
                 Some(_) => i = (i + 1) & self.mask,
             }
         }
@@ -202,18 +186,18 @@ impl PairTable {
     /// The entry of a pair, inserting `make()` if it is new; `None` when the table is full.
     pub(crate) fn insert(
         &self,
-        hash: u64,
+        key: &PairKey,
         caller: &str,
         procedure: &str,
         make: impl FnOnce() -> PairEntry,
     ) -> Option<&PairEntry> {
         let mut make = Some(make);
         let mut pending: Option<Box<PairEntry>> = None;
-        let mut i = hash as usize & self.mask;
+        let mut i = key.hash() as usize & self.mask;
         let mut probes = 0;
         while probes <= self.mask {
             match self.slots[i].get() {
-                Some(e) if e.is(hash, caller, procedure) => {
+                Some(e) if e.is(key, caller, procedure) => {
                     let e: &PairEntry = e;
                     if pending.is_some() {
                         self.len.fetch_sub(1, Ordering::AcqRel);
@@ -273,24 +257,24 @@ mod tests {
     use super::*;
 
     fn entry(t: &PairTable, c: &str, p: &str) -> PairEntry {
-        PairEntry::new(t.hash(c, p), c, p, 0, 0, false, t.shards())
+        PairEntry::new(t.key(c, p), c, p, 0, 0, false)
     }
 
     #[test]
     fn finds_what_it_inserted_and_refuses_past_the_bound() {
         let t = PairTable::new(3);
         for (c, p) in [("a", "x"), ("ax", ""), ("", "ax")] {
-            let h = t.hash(c, p);
-            assert!(t.get(h, c, p).is_none());
-            let e = t.insert(h, c, p, || entry(&t, c, p)).unwrap();
+            let h = t.key(c, p);
+            assert!(t.get(&h, c, p).is_none());
+            let e = t.insert(&h, c, p, || entry(&t, c, p)).unwrap();
             assert_eq!((e.caller(), e.procedure()), (c, p));
-            assert!(std::ptr::eq(e, t.get(h, c, p).unwrap()));
+            assert!(std::ptr::eq(e, t.get(&h, c, p).unwrap()));
         }
         // Inserting a known pair again finds it, even when full.
-        let h = t.hash("a", "x");
-        assert!(t.insert(h, "a", "x", || entry(&t, "a", "x")).is_some());
-        let h = t.hash("b", "x");
-        assert!(t.insert(h, "b", "x", || entry(&t, "b", "x")).is_none());
+        let h = t.key("a", "x");
+        assert!(t.insert(&h, "a", "x", || entry(&t, "a", "x")).is_some());
+        let h = t.key("b", "x");
+        assert!(t.insert(&h, "b", "x", || entry(&t, "b", "x")).is_none());
         assert_eq!(t.len(), 3);
         assert_eq!(t.iter().count(), 3);
     }
@@ -307,50 +291,23 @@ mod tests {
             ("gateway-eu", "/payments.v1.Payments/Authorize"),
         ];
         for (c, p) in pairs {
-            t.insert(t.hash(c, p), c, p, || entry(&t, c, p)).unwrap();
+            t.insert(&t.key(c, p), c, p, || entry(&t, c, p)).unwrap();
         }
         for (c, p) in pairs {
-            let e = t.get(t.hash(c, p), c, p).unwrap();
+            let e = t.get(&t.key(c, p), c, p).unwrap();
             assert_eq!((e.caller(), e.procedure()), (c, p));
         }
         // Same bytes, a different split: a different pair.
         for (c, p) in [("gw", "Pay/Car"), ("gwP", "ay/Card"), (&long[1..], "cx")] {
-            assert!(t.get(t.hash(c, p), c, p).is_none(), "{c} {p}");
-        }
-    }
-
-    #[test]
-    fn same_bytes_agrees_with_slice_equality() {
-        let words = [
-            "",
-            "a",
-            "ab",
-            "abcdefg",
-            "abcdefgh",
-            "abcdefghi",
-            "payments.Pay/Card",
-        ];
-        for a in words {
-            for b in words {
-                assert_eq!(same_bytes(a.as_bytes(), b.as_bytes()), a == b, "{a} {b}");
-            }
-        }
-        for len in 1..=40 {
-            let base = "x".repeat(len);
-            assert!(same_bytes(base.as_bytes(), base.clone().as_bytes()));
-            for i in 0..len {
-                let mut other = base.clone().into_bytes();
-                other[i] = b'y';
-                assert!(!same_bytes(base.as_bytes(), &other), "len {len}, at {i}");
-            }
+            assert!(t.get(&t.key(c, p), c, p).is_none(), "{c} {p}");
         }
     }
 
     #[test]
     fn counts_per_decision_across_threads() {
         let t = PairTable::new(4);
-        let h = t.hash("a", "x");
-        let e = t.insert(h, "a", "x", || entry(&t, "a", "x")).unwrap();
+        let h = t.key("a", "x");
+        let e = t.insert(&h, "a", "x", || entry(&t, "a", "x")).unwrap();
         e.threshold.store(u64::MAX, Ordering::Relaxed);
         // More threads than owned shards, all deciding at once: some count into owned
         // shards with plain stores, the rest share one with `fetch_add`; none is lost.
@@ -359,9 +316,9 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| {
-                    assert_eq!(e.decide(), 1);
+                    assert_eq!(e.decide(), Decision::Drop);
                     barrier.wait();
-                    (1..100_000).for_each(|_| assert_eq!(e.decide(), 1));
+                    (1..100_000).for_each(|_| assert_eq!(e.decide(), Decision::Drop));
                 });
             }
         });
