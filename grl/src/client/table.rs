@@ -171,14 +171,18 @@ impl PairTable {
     /// The entry of a pair already in the table.
     #[inline]
     pub(crate) fn get(&self, key: &PairKey, caller: &str, procedure: &str) -> Option<&PairEntry> {
-        let mut i = key.hash() as usize & self.mask;
+        // The mask from the slice's own length, so that the compiler sees every index in
+        // bounds (the length is a power of two, at least 2).
+        let slots = &*self.slots;
+        let mask = slots.len() - 1;
+        let mut i = key.hash() as usize & mask;
         // No bound on the probes: at most `max` of the `≥ 2 × max` slots are ever filled,
         // so an empty slot ends every probe sequence.
         loop {
-            match self.slots[i].get() {
+            match slots[i].get() {
                 None => return None,
                 Some(e) if e.is(key, caller, procedure) => return Some(e),
-                Some(_) => i = (i + 1) & self.mask,
+                Some(_) => i = (i + 1) & mask,
             }
         }
     }
