@@ -18,7 +18,7 @@
 //! Criterion measures each case for a few seconds, one case after the other; on a shared
 //! virtual machine the host's load drifts between cases, so a ratio of two criterion
 //! figures can be off by 30% either way. The bench therefore ends with **paired rounds**:
-//! 31 rounds, each timing every case back to back for a few milliseconds, and prints the
+//! 41 rounds, each timing every case back to back for a few milliseconds, and prints the
 //! median and range of the per-round ratios. Those are the ratios to quote.
 
 use std::hint::black_box;
