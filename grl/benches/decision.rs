@@ -19,7 +19,7 @@
 //! virtual machine the host's load drifts between cases, so a ratio of two criterion
 //! figures can be off by 30% either way. The bench therefore ends with **paired rounds**:
 //! 41 rounds, each timing every case back to back for a few milliseconds, and prints the
-//! median and range of the per-round ratios. Those are the ratios to quote.
+//! median of the per-round ratios and the ratio of the best times. Those are the ratios to quote.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;

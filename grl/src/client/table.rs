@@ -328,4 +328,19 @@ mod tests {
         });
         assert_eq!(e.totals(), [0, threads as u64 * 100_000, 0]);
     }
+
+    #[test]
+    fn a_threads_first_decision_draws_from_a_seeded_generator() {
+        let t = PairTable::new(1);
+        let h = t.key("a", "x");
+        let e = t.insert(&h, "a", "x", || entry(&t, "a", "x")).unwrap();
+        e.threshold.store(1 << 63, Ordering::Relaxed);
+        // Each new thread's first decision finds no shard, claims one and draws again: the
+        // draw made before the claim (same unseeded state in every thread) is not used.
+        let firsts: Vec<Decision> = (0..64)
+            .map(|_| std::thread::scope(|s| s.spawn(|| e.decide()).join().unwrap()))
+            .collect();
+        assert!(firsts.contains(&Decision::Allow) && firsts.contains(&Decision::Drop));
+        assert_eq!(e.totals().iter().sum::<u64>(), 64);
+    }
 }
