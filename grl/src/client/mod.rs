@@ -3,8 +3,8 @@
 //! [`Client::decide`] is the hot path: it reads (caller, procedure) into words and hashes
 //! them, finds the pair in a fixed-capacity table allocated once, compares one random draw
 //! with the pair's drop threshold and bumps the counter shard its thread owns with a plain
-//! store (no locked instruction; see `local`). No lock, no allocation for a known pair, no I/O, no clock
-//! read, no tracing, and no cache line written by two threads.
+//! store (no locked instruction; see `local`). No lock, no allocation for a known pair, no
+//! I/O, no clock read, no tracing, and no cache line written by two threads.
 //!
 //! Why per-pair thresholds instead of a bucket snapshot behind an atomic pointer: the
 //! per-request cost is then one table lookup; the control plane pays instead, copying each
@@ -298,5 +298,46 @@ impl Client {
     /// timer; exposed for clients driven without it).
     pub fn expire(&self) {
         self.inner.expire(tokio::time::Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threads_first_overflow_decision_draws_from_a_seeded_generator() {
+        let mut cfg = ClientConfig::new("payments", "http://127.0.0.1:1");
+        cfg.max_pairs = 0;
+        let client = Client::new(cfg);
+        client.apply_instruction(&proto::Instruction {
+            config_version: "v1".into(),
+            has_config: true,
+            config: vec![proto::ServiceRules {
+                service: "payments".into(),
+                buckets: vec![proto::BucketRule {
+                    name: "pay".into(),
+                    procedure: "Pay/*".into(),
+                    mode: proto::Mode::Deny as i32,
+                    ..Default::default()
+                }],
+            }],
+            ratios: vec![proto::DropRatio {
+                service: "payments".into(),
+                bucket: "pay".into(),
+                ratio: 0.5,
+                valid_for_ms: 600_000,
+            }],
+            ..Default::default()
+        });
+        // No pair fits, so every decision takes the overflow path; a new thread's first
+        // one must not come from the same unseeded state as every other thread's.
+        let firsts: Vec<Decision> = (0..64)
+            .map(|_| {
+                std::thread::scope(|s| s.spawn(|| client.decide("gw", "Pay/Card")).join()).unwrap()
+            })
+            .collect();
+        assert!(firsts.contains(&Decision::Allow) && firsts.contains(&Decision::Drop));
+        assert_eq!(client.status().overflow, 64);
     }
 }

@@ -14,21 +14,23 @@
 //!
 //! The hash is the folded multiply (the full 128-bit product of two 64-bit words, its
 //! halves XORed) of word pairs XORed with random seeds, as in foldhash and wyhash: one
-//! multiply per name up to 16 bytes, two up to 32, all independent, XORed together. Seeds are drawn per table: caller names come from request
-//! headers, so an attacker must not be able to pick names that all land in the same run of
-//! slots. The table compares the full key, so a collision costs a probe, never a wrong
+//! multiply per name up to 16 bytes, two up to 32, all independent, XORed together. Seeds
+//! are drawn per table: caller names come from request headers, so an attacker must not be
+//! able to pick names that all land in the same run of slots. The table compares the full key, so a collision costs a probe, never a wrong
 //! answer.
 
 /// Names longer than this are compared in full, not by their words.
 const WORD_BYTES: usize = 32;
 
 /// A (caller, procedure) pair as words, with its hash.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// Deliberately not `PartialEq`: equal words prove equal names only for short names, so
+/// equality is [`PairKey::same_words`] plus the table's full compare of long names.
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct PairKey {
     /// Caller words, then procedure words.
     words: [u64; 8],
-    /// Both lengths, the caller's in the low half and the procedure's in the high half,
-    /// and [`LONG`] in the top bit.
+    /// Both lengths, the caller's from bit 0 (31 bits) and the procedure's from bit 32, and
+    /// [`LONG`] in the top bit. Lengths of 2^31 or more do not fit; such names are long.
     shape: u64,
     hash: u64,
 }
@@ -302,5 +304,19 @@ mod tests {
         }
         // Same bytes, a different split.
         assert!(!h.key("gw", "Pay").same_words(&h.key("gwP", "ay")));
+        // Names whose words are the same and only the length tells apart.
+        let x = |n: usize| "x".repeat(n);
+        let same_words_other_length = [
+            (String::new(), "\0".to_string()),
+            (x(1), x(2)),
+            (x(1), x(3)),
+            (x(4), x(7)),
+            (x(8), x(16)),
+            (x(17), x(32)),
+        ];
+        for (a, b) in &same_words_other_length {
+            assert!(!h.key(a, "p").same_words(&h.key(b, "p")), "{a:?} {b:?}");
+            assert!(!h.key("c", a).same_words(&h.key("c", b)), "{a:?} {b:?}");
+        }
     }
 }

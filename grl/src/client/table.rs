@@ -4,13 +4,15 @@
 //! two, so the load factor stays ≤ 0.5 and probe sequences short). A slot is a
 //! `OnceLock<Box<PairEntry>>`: it is written once, by the first thread that claims it, and
 //! only read after that, so a lookup is a few acquire loads and a compare of the pair's
-//! words (see `pair_key`), with no lock and no allocation. Entries are never removed; [`PairTable::insert`] refuses a pair
-//! past `max_pairs` and the caller counts it as overflow instead.
+//! words (see `pair_key`), with no lock and no allocation. Entries are never removed;
+//! [`PairTable::insert`] refuses a pair past `max_pairs` and the caller counts it as
+//! overflow instead.
 //!
 //! Each entry carries what the hot path reads (drop threshold, shadow flag) next to its key,
 //! and its decision counters in shards, each on its own cache line: one per owned shard
 //! index (see `local`), written by its owner with a plain store, plus one shared shard,
-//! inside the entry, for threads past the pool. Two threads deciding the same pair never write the same line.
+//! inside the entry, for threads past the pool. Two threads deciding the same pair never
+//! write the same line.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -134,7 +136,7 @@ impl PairEntry {
         out
     }
 
-    /// Heap bytes this entry owns (itself, its key, its counters).
+    /// Heap bytes this entry owns (itself, its names, its owned counter shards).
     fn allocated_bytes(&self) -> usize {
         size_of::<Self>() + self.names.len() + self.owned.len() * size_of::<Shard>()
     }
@@ -249,7 +251,7 @@ impl PairTable {
     }
 
     /// Heap bytes held: the slot array plus every entry. Bounded by
-    /// `slots × 16 + max_pairs × (entry + key + (owned shards + 1) × 128)`.
+    /// `slots × 16 + max_pairs × (entry, with its shared shard + names + owned shards × 128)`.
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.slots.len() * size_of::<OnceLock<Box<PairEntry>>>()
             + self.iter().map(PairEntry::allocated_bytes).sum::<usize>()
@@ -327,6 +329,21 @@ mod tests {
             }
         });
         assert_eq!(e.totals(), [0, threads as u64 * 100_000, 0]);
+    }
+
+    #[test]
+    fn long_names_with_equal_words_are_still_compared_in_full() {
+        let t = PairTable::new(2);
+        let (a, b) = ("a".repeat(40), "b".repeat(40));
+        // A forged collision: an entry for `b` carrying the key of `a`, as if their hashes
+        // (a long name's words) were equal.
+        let (a, b) = (a.as_str(), b.as_str());
+        for (c, p, other_c, other_p) in [(a, "x", b, "x"), ("x", a, "x", b)] {
+            let key = t.key(c, p);
+            let forged = PairEntry::new(key, other_c, other_p, 0, 0, false);
+            assert!(!forged.is(&key, c, p));
+            assert!(PairEntry::new(key, c, p, 0, 0, false).is(&key, c, p));
+        }
     }
 
     #[test]
