@@ -1,5 +1,6 @@
 //! The client's `/metrics` text: parsed back, labels checked, counts add up to what was
-//! offered.
+//! offered. Also the overflow path (pairs past `max_pairs`): its decisions are counted and
+//! drawn at random per thread.
 
 use std::collections::BTreeMap;
 
@@ -181,4 +182,27 @@ fn a_new_config_moves_pairs_to_their_new_bucket() {
     let get = |b: &str| totals.iter().find(|t| t.bucket == b).unwrap().offered;
     assert_eq!((get("deny"), get("cards")), (1, 1));
     assert_eq!(client.status().config_version, "v8");
+}
+
+#[test]
+fn a_threads_first_overflow_decision_draws_from_a_seeded_generator() {
+    let client = client(0);
+    client.apply_instruction(&proto::Instruction {
+        config_version: "v7".into(),
+        ratios: vec![proto::DropRatio {
+            service: "pay\"ments".into(),
+            bucket: "deny".into(),
+            ratio: 0.5,
+            valid_for_ms: 60_000,
+        }],
+        ..Default::default()
+    });
+    // No pair fits, so every decision takes the overflow path; a new thread's first one
+    // must not come from the same unseeded state as every other thread's.
+    let firsts: Vec<Decision> = (0..64)
+        .map(|_| std::thread::scope(|s| s.spawn(|| client.decide("gw", "Pay/Card")).join()))
+        .map(Result::unwrap)
+        .collect();
+    assert!(firsts.contains(&Decision::Allow) && firsts.contains(&Decision::Drop));
+    assert_eq!(client.status().overflow, 64);
 }
