@@ -16,13 +16,14 @@
 //! halves XORed) of word pairs XORed with random seeds, as in foldhash and wyhash: one
 //! multiply per name up to 16 bytes, two up to 32, all independent, XORed together. Seeds
 //! are drawn per table: caller names come from request headers, so an attacker must not be
-//! able to pick names that all land in the same run of slots. The table compares the full key, so a collision costs a probe, never a wrong
-//! answer.
+//! able to pick names that all land in the same run of slots. The table compares the full
+//! key, so a collision costs a probe, never a wrong answer.
 
 /// Names longer than this are compared in full, not by their words.
 const WORD_BYTES: usize = 32;
 
 /// A (caller, procedure) pair as words, with its hash.
+///
 /// Deliberately not `PartialEq`: equal words prove equal names only for short names, so
 /// equality is [`PairKey::same_words`] plus the table's full compare of long names.
 #[derive(Clone, Copy, Debug)]

@@ -144,8 +144,8 @@ impl PairEntry {
 
 /// The fixed-capacity table of pairs.
 pub(crate) struct PairTable {
+    /// A power of two of them, at least 2, so `len - 1` is the probe mask.
     slots: Box<[OnceLock<Box<PairEntry>>]>,
-    mask: usize,
     len: AtomicUsize,
     max: usize,
     keyer: PairKeyer,
@@ -157,7 +157,6 @@ impl PairTable {
         let capacity = (max_pairs.max(1) * 2).next_power_of_two();
         Self {
             slots: (0..capacity).map(|_| OnceLock::new()).collect(),
-            mask: capacity - 1,
             len: AtomicUsize::new(0),
             max: max_pairs,
             keyer: PairKeyer::new(),
@@ -173,8 +172,6 @@ impl PairTable {
     /// The entry of a pair already in the table.
     #[inline]
     pub(crate) fn get(&self, key: &PairKey, caller: &str, procedure: &str) -> Option<&PairEntry> {
-        // The mask from the slice's own length, so that the compiler sees every index in
-        // bounds (the length is a power of two, at least 2).
         let slots = &*self.slots;
         let mask = slots.len() - 1;
         let mut i = key.hash() as usize & mask;
@@ -199,9 +196,10 @@ impl PairTable {
     ) -> Option<&PairEntry> {
         let mut make = Some(make);
         let mut pending: Option<Box<PairEntry>> = None;
-        let mut i = key.hash() as usize & self.mask;
+        let mask = self.slots.len() - 1;
+        let mut i = key.hash() as usize & mask;
         let mut probes = 0;
-        while probes <= self.mask {
+        while probes <= mask {
             match self.slots[i].get() {
                 Some(e) if e.is(key, caller, procedure) => {
                     let e: &PairEntry = e;
@@ -211,7 +209,7 @@ impl PairTable {
                     return Some(e);
                 }
                 Some(_) => {
-                    i = (i + 1) & self.mask;
+                    i = (i + 1) & mask;
                     probes += 1;
                 }
                 None => {
