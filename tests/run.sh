@@ -2,12 +2,12 @@
 # The project's test command: `bash tests/run.sh` (CI runs it through .ci/run).
 #
 # On a fresh Debian machine with only the Rust toolchain, run as root, it:
-#   1. installs what is missing of `prometheus` (prometheus + promtool), `redis-server` and
-#      `postgresql` with apt-get (no service is started by the install);
+#   1. installs what is missing of `prometheus` (prometheus + promtool), `redis-server`,
+#      `postgresql`, `libssl-dev` and `pkg-config` (git2's https) with apt-get (no service is started by the install);
 #   2. starts the PostgreSQL cluster (creating one if there is none), creates the role
 #      `grl` (password `grl`, CREATEDB) and its database `grl`, checks password login over
 #      TCP on 127.0.0.1;
-#   3. exports the environment the end-to-end helpers (tests/src) read:
+#   3. exports the environment the end-to-end helpers (tests/support) read:
 #        GRL_TEST_PROMETHEUS    path of prometheus     (default /usr/bin/prometheus)
 #        GRL_TEST_PROMTOOL      path of promtool       (default /usr/bin/promtool)
 #        GRL_TEST_REDIS_SERVER  path of redis-server   (default /usr/bin/redis-server)
@@ -43,6 +43,10 @@ if [[ -z "${GRL_TEST_PROMETHEUS:-}${GRL_TEST_PROMTOOL:-}" ]] &&
 fi
 if [[ -z "${GRL_TEST_REDIS_SERVER:-}" && ! -x /usr/bin/redis-server ]]; then
     missing+=(redis-server)
+fi
+# git2 links the system OpenSSL (for https remotes) through pkg-config.
+if ! dpkg -s libssl-dev pkg-config >/dev/null 2>&1; then
+    missing+=(libssl-dev pkg-config)
 fi
 if ((need_pg)) && { ! command -v pg_lsclusters >/dev/null || ! command -v psql >/dev/null ||
     ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }; then
@@ -156,6 +160,14 @@ cargo fmt --all -- --check
 
 section "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+section "grl-client's dependency tree stays small"
+# A service links only grl-client: none of these may come back into its normal tree.
+forbidden='^(git2|libgit2-sys|openssl-sys|openssl-src|aws-lc-sys|axum|clap|tracing-subscriber|sqlx|reqwest|serde_yaml|yaml-rust2) '
+if bad=$(cargo tree -p grl-client -e normal --prefix none | grep -E "$forbidden" | sort -u) && [[ -n "$bad" ]]; then
+    die "grl-client depends on crates it must not: $bad"
+fi
+log "grl-client: $(cargo tree -p grl-client -e normal --prefix none | sed 's/ (\*)//; s/ (proc-macro)//' | sort -u | wc -l) packages, none of the forbidden ones"
 
 section "cargo build --workspace --bins (the end-to-end tests run grl and rlc as processes)"
 cargo build --workspace --bins

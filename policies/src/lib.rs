@@ -7,6 +7,7 @@
 //! - [`fixed`], [`historical_peak`], [`forecast`]: the policies.
 //! - [`backtest`](mod@backtest): rolling-origin exceedance and headroom figures.
 //! - [`duration`]: `28d`-style durations.
+//! - [`guard_settings`]: the configurator's guard thresholds and their per-bucket overrides.
 //!
 //! No I/O and no clock: time comes in through [`Context::now`].
 //!
@@ -34,6 +35,7 @@ pub mod backtest;
 pub mod duration;
 pub mod fixed;
 pub mod forecast;
+pub mod guard_settings;
 pub mod historical_peak;
 mod params;
 pub mod policy;

@@ -107,7 +107,7 @@ impl GitHubClient {
             url: api_base.to_string(),
             reason: e.to_string(),
         })?;
-        let http = reqwest::Client::builder()
+        let http = crate::https::client_builder()
             .user_agent(USER_AGENT)
             .build()
             .map_err(|source| GitHubError::Http {

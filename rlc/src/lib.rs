@@ -13,6 +13,7 @@ pub mod git_store;
 pub mod github;
 pub mod guards;
 pub mod history;
+pub mod https;
 pub mod lifecycle;
 pub mod limits_file;
 pub mod plan;

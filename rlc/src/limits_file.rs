@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use grl::config::raw::{LimitEntry, LimitsFile};
-use grl::config::yaml;
+use grl_config::raw::{LimitEntry, LimitsFile};
+use grl_config::yaml;
 
 /// The header every generated file starts with.
 pub fn header(service: &str) -> String {
@@ -88,7 +88,7 @@ mod tests {
         let zeta = text.find("zeta:").unwrap();
         assert!(alpha < zeta, "{text}");
         let services = "service: payments\nbuckets:\n  - name: alpha\n    match: { caller: a }\n    scope: global\n    mode: deny\n    policy: { kind: historical-peak }\n  - name: zeta\n    match: { caller: z }\n    scope: global\n    mode: deny\n    policy: { kind: historical-peak }\n";
-        let snap = grl::config::from_files(
+        let snap = grl_config::from_files(
             "v",
             [
                 ("services/payments.yaml".to_string(), services.to_string()),

@@ -26,6 +26,7 @@ enum Command {
     /// Flip a bucket from shadow to deny, as a commit or PR like any other.
     Promote(cmd::promote::PromoteCmd),
     /// The whole loop on this machine with embedded defaults, in under two minutes.
+    #[cfg(feature = "demo")]
     Demo(cmd::demo::DemoCmd),
 }
 
@@ -42,6 +43,7 @@ async fn main() {
         Command::Serve(c) => report(cmd::serve::execute(c).await),
         Command::Backtest(c) => report(cmd::backtest::execute(c)),
         Command::Promote(c) => report(cmd::promote::execute(c).await),
+        #[cfg(feature = "demo")]
         Command::Demo(c) => match cmd::demo::execute(c).await {
             Ok(true) => 0,
             Ok(false) => 1,

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use grl::config::raw::LimitsFile;
-use grl::config::{Bucket, LimitSource, Mode, ServiceConfig, yaml};
+use grl_config::raw::LimitsFile;
+use grl_config::{Bucket, LimitSource, Mode, ServiceConfig, yaml};
 use policies::{BacktestConfig, BacktestReport, Context, Series, backtest, from_spec};
 use serde_json::{Value, json};
 
@@ -324,7 +324,7 @@ mod tests {
         let text = format!(
             "service: s\nbuckets:\n  - name: b\n    match: {{ caller: c }}\n    scope: global\n    mode: deny\n    policy: {policy}\n"
         );
-        let snap = grl::config::from_files("v", [("services/s.yaml".to_string(), text)]).unwrap();
+        let snap = grl_config::from_files("v", [("services/s.yaml".to_string(), text)]).unwrap();
         snap.service("s").unwrap().buckets[0].clone()
     }
 

@@ -1,8 +1,8 @@
 //! Shadow → deny: flips one bucket's `mode` in `services/<service>.yaml`, keeping every
 //! other byte of the file (comments, order, formatting) as the person wrote it.
 
-use grl::config::raw::ServiceFile;
-use grl::config::yaml::{self, LineIndex};
+use grl_config::raw::ServiceFile;
+use grl_config::yaml::{self, LineIndex};
 
 /// Why a promotion was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -49,7 +49,7 @@ pub fn promote_text(file: &str, text: &str, bucket: &str) -> Result<String, Prom
             file: file.into(),
             bucket: bucket.into(),
         })?;
-    if b.mode == grl::config::Mode::Deny {
+    if b.mode == grl_config::Mode::Deny {
         return Err(PromoteError::AlreadyDeny {
             file: file.into(),
             bucket: bucket.into(),
@@ -105,10 +105,10 @@ mod tests {
         assert_eq!(out, TEXT.replace("mode: shadow   #", "mode: deny   #"));
         let out = promote_text("services/s.yaml", TEXT, "b").unwrap();
         assert_eq!(out, TEXT.replace("mode: \"shadow\"", "mode: \"deny\""));
-        let snap = grl::config::from_files("v", [("services/s.yaml".to_string(), out)]).unwrap();
+        let snap = grl_config::from_files("v", [("services/s.yaml".to_string(), out)]).unwrap();
         assert_eq!(
             snap.service("s").unwrap().bucket("b").unwrap().mode,
-            grl::config::Mode::Deny
+            grl_config::Mode::Deny
         );
     }
 

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use grl::proto::control_client::ControlClient;
-use grl::proto::{ApplyConfigRequest, ApplyConfigResponse, ConfigFile};
+use grl_core::proto::control_client::ControlClient;
+use grl_core::proto::{ApplyConfigRequest, ApplyConfigResponse, ConfigFile};
 
 /// The controller refused the snapshot or could not be reached.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use grl::config::{self, Mode, Snapshot};
+use grl_config::{self as config, Mode, Snapshot};
 use policies::{Point, Series};
 use tracing::{info, warn};
 
@@ -91,7 +91,7 @@ pub enum RunError {
     Git(#[from] crate::git_store::GitStoreError),
     /// The config at the checked-out commit (or the one the run would write) is invalid.
     #[error("config: {0}")]
-    Config(#[from] grl::config::ConfigErrors),
+    Config(#[from] grl_config::ConfigErrors),
     /// The run's own machinery (a task panicked).
     #[error("internal: {0}")]
     Internal(String),

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use e2e::process::{spawn, target_bin};
-use e2e::prometheus::Prometheus;
+use test_support::process::{spawn, target_bin};
+use test_support::prometheus::Prometheus;
 
 const SERVICES: &str = "service: payments
 buckets:
@@ -46,11 +46,11 @@ async fn core_dashboard_panels_return_data_from_a_live_stack() -> Result<()> {
         "second,caller,procedure,rps\n0,gateway,Pay/Charge,300\n0,web,Refund/Full,150\n",
     )?;
     let (ctl, ctl_m, agg, agg_m, load_m) = (
-        e2e::ports::free_addr(),
-        e2e::ports::free_addr(),
-        e2e::ports::free_addr(),
-        e2e::ports::free_addr(),
-        e2e::ports::free_addr(),
+        test_support::ports::free_addr(),
+        test_support::ports::free_addr(),
+        test_support::ports::free_addr(),
+        test_support::ports::free_addr(),
+        test_support::ports::free_addr(),
     );
     let _controller = spawn(
         std::process::Command::new(&grl)
@@ -64,7 +64,7 @@ async fn core_dashboard_panels_return_data_from_a_live_stack() -> Result<()> {
             .args(["--interval-ms", "500", "--config"])
             .arg(dir.path().join("config")),
     )?;
-    e2e::process::wait_for_tcp(ctl, Duration::from_secs(20)).await?;
+    test_support::process::wait_for_tcp(ctl, Duration::from_secs(20)).await?;
     let _aggregator = spawn(std::process::Command::new(&grl).args([
         "aggregator",
         "--listen",
@@ -80,7 +80,7 @@ async fn core_dashboard_panels_return_data_from_a_live_stack() -> Result<()> {
         "--interval-ms",
         "500",
     ]))?;
-    e2e::process::wait_for_tcp(agg, Duration::from_secs(20)).await?;
+    test_support::process::wait_for_tcp(agg, Duration::from_secs(20)).await?;
     let _loadgen = spawn(
         std::process::Command::new(&grl)
             .args([

@@ -179,7 +179,7 @@ fn read_yaml(rel: &str) -> Result<Value> {
 }
 
 fn target_bin(name: &str) -> Result<PathBuf> {
-    e2e::process::target_bin(name)
+    test_support::process::target_bin(name)
 }
 
 /// A tool from the environment variable `var` or its default path.
@@ -1582,7 +1582,7 @@ impl Prometheus {
             log,
             _dir: dir,
         };
-        let client = reqwest::Client::new();
+        let client = test_support::process::http_client_builder().build()?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = prom.child.try_wait()? {
@@ -1624,7 +1624,7 @@ impl Prometheus {
 #[tokio::test]
 async fn dashboard_and_alert_queries_parse_in_a_real_prometheus() -> Result<()> {
     let prom = Prometheus::start().await?;
-    let client = reqwest::Client::new();
+    let client = test_support::process::http_client_builder().build()?;
     // The check can fail: a malformed query is refused.
     let (status, _) = prom
         .query(&client, "sum(rate(grl_requests_total[5m])")

@@ -1,5 +1,5 @@
+//! End-to-end tests across packages: the deployment assets checked against the real
+//! binaries, and the Grafana dashboard's queries against data the real tiers export.
+
 mod dashboard_data;
-mod demo;
 mod deploy_assets;
-mod harness_smoke;
-mod rlc_run;

@@ -33,7 +33,7 @@ pub fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
     let series = Series::from_csv_str(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cmd.series.display()))?;
     let spec: serde_json::Value =
-        grl::config::yaml::parse("--policy", &cmd.policy).map_err(|e| anyhow::anyhow!("{e}"))?;
+        grl_config::yaml::parse("--policy", &cmd.policy).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut params = spec
         .as_object()
         .cloned()

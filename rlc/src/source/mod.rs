@@ -66,18 +66,18 @@ use std::future::Future;
 use std::pin::Pin;
 
 /// Name of the GRL counter of offered requests (the metrics contract, defined once in
-/// [`grl::metric_names`]).
-pub const REQUESTS_TOTAL: &str = grl::metric_names::REQUESTS_TOTAL;
+/// [`grl_core::metric_names`]).
+pub const REQUESTS_TOTAL: &str = grl_core::metric_names::REQUESTS_TOTAL;
 /// Label: the service that owns the bucket.
-pub const LABEL_SERVICE: &str = grl::metric_names::LABELS[0];
+pub const LABEL_SERVICE: &str = grl_core::metric_names::LABELS[0];
 /// Label: the calling workload.
-pub const LABEL_CALLER: &str = grl::metric_names::LABELS[1];
+pub const LABEL_CALLER: &str = grl_core::metric_names::LABELS[1];
 /// Label: the called procedure (for example a gRPC `Service/Method`).
-pub const LABEL_PROCEDURE: &str = grl::metric_names::LABELS[2];
+pub const LABEL_PROCEDURE: &str = grl_core::metric_names::LABELS[2];
 /// Label: the bucket that counted the request.
-pub const LABEL_BUCKET: &str = grl::metric_names::LABELS[3];
+pub const LABEL_BUCKET: &str = grl_core::metric_names::LABELS[3];
 /// Label: the decision taken (`allowed`, `dropped`, `shadow_dropped`).
-pub const LABEL_DECISION: &str = grl::metric_names::LABELS[4];
+pub const LABEL_DECISION: &str = grl_core::metric_names::LABELS[4];
 
 /// One bucket to fetch: its identity and its match rule as written in the config.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -129,8 +129,8 @@ impl Measure {
     pub fn decision(self) -> Option<&'static str> {
         match self {
             Measure::Offered => None,
-            Measure::ShadowDropped => Some(grl::metric_names::DECISION_SHADOW_DROPPED),
-            Measure::Dropped => Some(grl::metric_names::DECISION_DROPPED),
+            Measure::ShadowDropped => Some(grl_core::metric_names::DECISION_SHADOW_DROPPED),
+            Measure::Dropped => Some(grl_core::metric_names::DECISION_DROPPED),
         }
     }
 

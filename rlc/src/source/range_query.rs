@@ -52,7 +52,7 @@ impl RangeQuerier {
             url: url.to_owned(),
             message,
         };
-        let http = reqwest::Client::builder()
+        let http = crate::https::client_builder()
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout.min(Duration::from_secs(5)))
             .build()

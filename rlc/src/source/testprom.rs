@@ -108,6 +108,7 @@ impl TestProm {
     }
 
     async fn wait_ready(&mut self) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {

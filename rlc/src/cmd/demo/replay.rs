@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use grl::client::{Client, ClientConfig, Decision};
 use grl::tier::aggregator::{self, AggregatorOptions};
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
+use grl_client::{Client, ClientConfig, Decision};
 use serde::Serialize;
 use tokio::net::TcpListener;
 

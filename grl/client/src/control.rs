@@ -1,0 +1,323 @@
+//! The control-plane side of the client: applying instructions, expiring ratios (fail-open),
+//! folding counters into per-bucket totals and building reports.
+//!
+//! Everything here runs on the background task (or a test driving it) under one lock that
+//! the hot path never takes. The hot path only reads the thresholds written here.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use grl_core::proto;
+
+use super::buckets::{Registry, Resolver, RuleSet, UNMATCHED, threshold};
+use super::table::{DECISIONS, PairEntry};
+use super::{BucketTotals, ClientStatus, Inner};
+
+/// Bookkeeping of one cell, by cell id.
+#[derive(Default, Clone)]
+struct Book {
+    /// Cumulative counts folded in so far.
+    totals: [u64; DECISIONS],
+    /// `totals` at the last report.
+    reported: [u64; DECISIONS],
+    /// Overflow counts already folded into `totals`.
+    overflow_seen: [u64; DECISIONS],
+    /// When the current ratio stops being valid.
+    expires: Option<Instant>,
+}
+
+/// The control plane's state.
+pub(crate) struct Control {
+    registry: Registry,
+    books: Vec<Book>,
+    /// Cell ids of the buckets in the current config.
+    active: Vec<u32>,
+    version: String,
+    /// Until when the last instruction keeps the client out of fail-open.
+    valid_until: Option<Instant>,
+    seq: u64,
+}
+
+impl Control {
+    pub(crate) fn new() -> Self {
+        Self {
+            registry: Registry::new(),
+            books: vec![Book::default()],
+            active: Vec::new(),
+            version: String::new(),
+            valid_until: None,
+            seq: 0,
+        }
+    }
+
+    /// The resolver of an empty config.
+    pub(crate) fn empty_resolver(&self) -> Resolver {
+        Resolver::empty(self.registry.cells.clone())
+    }
+
+    fn id(&mut self, name: &str) -> u32 {
+        let id = self.registry.id(name);
+        if self.books.len() <= id as usize {
+            self.books.resize(id as usize + 1, Book::default());
+        }
+        id
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Control> {
+        // A panic while holding the lock leaves consistent-enough counters: keep going.
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one instruction received at `now`.
+    pub(crate) fn apply_instruction(&self, ins: &proto::Instruction, now: Instant) {
+        let mut c = self.lock();
+        let default_valid = if ins.valid_for_ms > 0 {
+            Duration::from_millis(ins.valid_for_ms.into())
+        } else {
+            self.cfg.interval * self.cfg.expiry_intervals
+        };
+        if ins.has_config {
+            self.apply_config(&mut c, ins);
+        }
+        for r in ins.ratios.iter().filter(|r| r.service == self.cfg.service) {
+            let Some(id) = c.registry.get(&r.bucket).filter(|id| c.active.contains(id)) else {
+                debug!(bucket = %r.bucket, "ratio for a bucket not in the config, ignored");
+                continue;
+            };
+            let valid = if r.valid_for_ms > 0 {
+                Duration::from_millis(r.valid_for_ms.into())
+            } else {
+                default_valid
+            };
+            c.books[id as usize].expires = Some(now + valid);
+            c.registry.cells[id as usize]
+                .threshold
+                .store(threshold(r.ratio), Ordering::Relaxed);
+        }
+        c.valid_until = Some(now + default_valid);
+        self.fail_open.store(false, Ordering::Relaxed);
+        self.sync_pairs(&c.registry);
+    }
+
+    fn apply_config(&self, c: &mut Control, ins: &proto::Instruction) {
+        let rules = match RuleSet::from_wire(&ins.config, &self.cfg.service) {
+            Ok(rules) => rules,
+            Err(e) => {
+                warn!(version = %ins.config_version, error = %e, "config refused, keeping the last one");
+                return;
+            }
+        };
+        // Fold counts under the old bucket mapping before pairs move.
+        self.collect(c);
+        let ids: Vec<u32> = rules.names.iter().map(|n| c.id(n)).collect();
+        for &old in &c.active {
+            if !ids.contains(&old) {
+                c.registry.cells[old as usize]
+                    .threshold
+                    .store(0, Ordering::Relaxed);
+                c.books[old as usize].expires = None;
+            }
+        }
+        for (id, mode) in ids.iter().zip(&rules.modes) {
+            let shadow = *mode == grl_core::config::Mode::Shadow;
+            c.registry.cells[*id as usize]
+                .shadow
+                .store(shadow, Ordering::Relaxed);
+        }
+        let resolver = rules.resolver(ids.clone(), c.registry.cells.clone());
+        c.active = ids;
+        c.version = ins.config_version.clone();
+        for e in self.table.iter() {
+            e.cell.store(
+                resolver.resolve(e.caller(), e.procedure()),
+                Ordering::Relaxed,
+            );
+        }
+        self.resolver.store(Arc::new(resolver));
+        debug!(version = %c.version, buckets = c.active.len(), "config applied");
+    }
+
+    /// Copies every cell's threshold and mode into the pairs that belong to it.
+    fn sync_pairs(&self, registry: &Registry) {
+        for e in self.table.iter() {
+            sync_pair(e, &registry.cells);
+        }
+    }
+
+    /// Zeroes the ratios that expired by `now`; fails open when the last instruction did.
+    pub(crate) fn expire(&self, now: Instant) {
+        let mut c = self.lock();
+        let mut changed = false;
+        if c.valid_until.is_some_and(|t| t <= now) {
+            c.valid_until = None;
+            if !self.fail_open.swap(true, Ordering::Relaxed) {
+                warn!(service = %self.cfg.service, "instructions expired, failing open");
+            }
+            for b in &mut c.books {
+                b.expires = Some(now);
+            }
+        }
+        let Control {
+            books, registry, ..
+        } = &mut *c;
+        for (b, cell) in books.iter_mut().zip(&registry.cells) {
+            if b.expires.is_some_and(|t| t <= now) {
+                b.expires = None;
+                cell.threshold.store(0, Ordering::Relaxed);
+                changed = true;
+            }
+        }
+        if changed {
+            self.sync_pairs(&c.registry);
+        }
+    }
+
+    /// The next time [`Inner::expire`] has something to do.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let c = self.lock();
+        c.books
+            .iter()
+            .filter_map(|b| b.expires)
+            .chain(c.valid_until)
+            .min()
+    }
+
+    /// Folds every pair's and cell's new counts into the cells' totals.
+    fn collect(&self, c: &mut Control) {
+        for e in self.table.iter() {
+            let now = e.totals();
+            let id = e.cell.load(Ordering::Relaxed) as usize;
+            for (i, n) in now.iter().enumerate() {
+                let before = e.reported[i].swap(*n, Ordering::Relaxed);
+                c.books[id].totals[i] += n - before;
+            }
+        }
+        let Control {
+            books, registry, ..
+        } = c;
+        for (b, cell) in books.iter_mut().zip(&registry.cells) {
+            for i in 0..DECISIONS {
+                let n = cell.overflow[i].load(Ordering::Relaxed);
+                b.totals[i] += n - b.overflow_seen[i];
+                b.overflow_seen[i] = n;
+            }
+        }
+    }
+
+    /// The report of the interval that ends now.
+    pub(crate) fn report(&self) -> proto::Report {
+        let mut c = self.lock();
+        self.collect(&mut c);
+        // Also bounds how long a pair created during a ratio change can hold a stale one.
+        self.sync_pairs(&c.registry);
+        c.seq += 1;
+        let secs = self.cfg.interval.as_secs_f64();
+        let mut rates = Vec::new();
+        let Control {
+            books,
+            registry,
+            active,
+            ..
+        } = &mut *c;
+        for (id, b) in books.iter_mut().enumerate() {
+            let delta: Vec<u64> = (0..DECISIONS)
+                .map(|i| b.totals[i] - b.reported[i])
+                .collect();
+            b.reported = b.totals;
+            let is_active = active.contains(&(id as u32));
+            if id as u32 == UNMATCHED || (!is_active && delta.iter().all(|d| *d == 0)) {
+                continue;
+            }
+            rates.push(proto::BucketRate {
+                service: self.cfg.service.clone(),
+                bucket: registry.cells[id].name.clone(),
+                zone: self.cfg.zone.clone(),
+                region: self.cfg.region.clone(),
+                offered: delta.iter().sum::<u64>() as f64 / secs,
+                dropped: delta[1] as f64 / secs,
+                shadow_dropped: delta[2] as f64 / secs,
+                clients: 1,
+            });
+        }
+        self.report_with(&c, rates)
+    }
+
+    /// A report carrying `rates` (empty for the hello sent on connect).
+    pub(crate) fn report_with(&self, c: &Control, rates: Vec<proto::BucketRate>) -> proto::Report {
+        proto::Report {
+            reporter_id: self.cfg.id.clone(),
+            level: proto::Level::Client as i32,
+            zone: self.cfg.zone.clone(),
+            region: self.cfg.region.clone(),
+            services: vec![self.cfg.service.clone()],
+            config_version: c.version.clone(),
+            interval_ms: self.cfg.interval.as_millis() as u32,
+            rates,
+            seq: c.seq,
+        }
+    }
+
+    /// The hello report sent when a stream opens.
+    pub(crate) fn hello(&self) -> proto::Report {
+        let c = self.lock();
+        self.report_with(&c, Vec::new())
+    }
+
+    /// Cumulative totals per bucket (unmatched requests under bucket `""`).
+    pub(crate) fn bucket_totals(&self) -> Vec<BucketTotals> {
+        let mut c = self.lock();
+        self.collect(&mut c);
+        let mut out: Vec<BucketTotals> = c
+            .books
+            .iter()
+            .zip(&c.registry.cells)
+            .map(|(b, cell)| BucketTotals {
+                bucket: cell.name.clone(),
+                offered: b.totals.iter().sum(),
+                allowed: b.totals[0],
+                dropped: b.totals[1],
+                shadow_dropped: b.totals[2],
+            })
+            .collect();
+        out.sort_by(|a, b| a.bucket.cmp(&b.bucket));
+        out
+    }
+
+    /// A snapshot for operators and tests.
+    pub(crate) fn status(&self) -> ClientStatus {
+        let c = self.lock();
+        let ratios: BTreeMap<String, f64> = c
+            .active
+            .iter()
+            .map(|id| {
+                let cell = &c.registry.cells[*id as usize];
+                (cell.name.clone(), cell.ratio())
+            })
+            .collect();
+        ClientStatus {
+            config_version: c.version.clone(),
+            fail_open: self.fail_open.load(Ordering::Relaxed),
+            connected: self.connected.load(Ordering::Relaxed),
+            ratios,
+            pairs: self.table.len(),
+            overflow: self.overflow.load(Ordering::Relaxed),
+            table_bytes: self.table.allocated_bytes(),
+        }
+    }
+}
+
+/// Copies a pair's cell threshold and mode into the pair.
+pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<super::buckets::BucketCell>]) {
+    let cell = &cells[e.cell.load(Ordering::Relaxed) as usize];
+    e.threshold
+        .store(cell.threshold.load(Ordering::Relaxed), Ordering::Relaxed);
+    e.shadow
+        .store(cell.shadow.load(Ordering::Relaxed), Ordering::Relaxed);
+}

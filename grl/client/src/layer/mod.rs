@@ -1,0 +1,30 @@
+//! Tower middleware that puts a [`Client`](crate::Client) in front of any HTTP
+//! service (tonic, axum, hyper).
+//!
+//! The caller comes from a request header (`rpc-caller` by default, missing → `""`), the
+//! procedure from the URI path without its leading `/` (for gRPC, `pkg.Service/Method`).
+//! A dropped request never reaches the inner service: gRPC requests (content type
+//! `application/grpc*`) get a trailers-only `RESOURCE_EXHAUSTED` response, others HTTP 429;
+//! both carry `Retry-After`.
+//!
+//! ```no_run
+//! # async fn f(client: grl_client::Client) {
+//! let layer = grl_client::layer::GrlLayer::new(client).caller_header("x-caller");
+//! let app: axum::Router = axum::Router::new()
+//!     .route("/", axum::routing::get(|| async { "hi" }))
+//!     .layer(layer);
+//! # }
+//! ```
+
+mod future;
+// Tower's folder style: `layer.rs` holds the `Layer` of the middleware of the same name.
+#[allow(clippy::module_inception)]
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::GrlLayer;
+pub use service::GrlService;
+
+/// The default header naming the caller.
+pub const DEFAULT_CALLER_HEADER: &str = "rpc-caller";

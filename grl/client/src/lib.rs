@@ -1,0 +1,307 @@
+//! The GRL client: the in-process data plane that decides every request locally, and
+//! [`layer`], a tower layer that puts it in front of any HTTP or gRPC service.
+//!
+//! This is the crate services link: it depends on the contract (`grl-core`), tokio, tonic
+//! and tower, and on nothing that serves, parses YAML or talks to git.
+//!
+//! [`Client::decide`] is the hot path: it reads (caller, procedure) into words and hashes
+//! them, finds the pair in a fixed-capacity table allocated once, compares one random draw
+//! with the pair's drop threshold and bumps the counter shard its thread owns with a plain
+//! store (no locked instruction; see `local`). No lock, no allocation for a known pair, no
+//! I/O, no clock read, no tracing, and no cache line written by two threads.
+//!
+//! Why per-pair thresholds instead of a bucket snapshot behind an atomic pointer: the
+//! per-request cost is then one table lookup; the control plane pays instead, copying each
+//! bucket's threshold into its pairs once per instruction (≤ `max_pairs` stores a second).
+//! The config snapshot (the matcher) *is* behind an `ArcSwap`, read only on the slow path
+//! (first sight of a pair, or a pair past `max_pairs`).
+//!
+//! Memory is bounded by `max_pairs`: past it, a request still gets its bucket from the
+//! matcher (no allocation) and is counted in the bucket's overflow counters, exported with
+//! `caller="__overflow__", procedure="__overflow__"`.
+//!
+//! [`Client::spawn`] runs the control plane: a report every interval over one gRPC stream to
+//! the zone aggregator, instructions applied as they arrive, ratios zeroed when they expire
+//! (fail-open), reconnection with jittered exponential backoff.
+//!
+//! ```
+//! use std::time::Duration;
+//! use grl_client::{Client, ClientConfig, Decision};
+//! let client = Client::new(ClientConfig::new("payments", "http://127.0.0.1:7001"));
+//! assert_eq!(client.decide("gateway", "pay.Pay/Card"), Decision::Allow);
+//! ```
+
+mod buckets;
+mod control;
+mod error;
+pub mod layer;
+mod local;
+mod metrics;
+mod pair_key;
+mod stream;
+mod table;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+
+use grl_core::proto;
+
+pub use error::ClientError;
+pub use metrics::{
+    CLIENT_CONFIG_INFO, CLIENT_CONNECTED, CLIENT_DROP_RATIO, CLIENT_FAIL_OPEN,
+    CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
+};
+
+use buckets::Resolver;
+use control::Control;
+use table::{PairEntry, PairTable};
+
+/// What to do with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Decision {
+    /// Let it through.
+    Allow = 0,
+    /// Refuse it (deny mode).
+    Drop = 1,
+    /// Shadow mode would have refused it: let it through, counted as a virtual drop.
+    ShadowDrop = 2,
+}
+
+impl Decision {
+    /// The decision of counter index `i` (0, 1 or 2): a table load, not a chain of compares.
+    #[inline(always)]
+    pub(crate) fn from_index(i: usize) -> Self {
+        const BY_INDEX: [Decision; 4] = [
+            Decision::Allow,
+            Decision::Drop,
+            Decision::ShadowDrop,
+            Decision::ShadowDrop,
+        ];
+        BY_INDEX[i & 3]
+    }
+
+    /// Whether the request must be refused.
+    pub fn is_drop(self) -> bool {
+        self == Decision::Drop
+    }
+}
+
+/// How a client is set up.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The service this client protects (the destination of the requests it decides).
+    pub service: String,
+    /// The zone this instance runs in.
+    pub zone: String,
+    /// The region this instance runs in.
+    pub region: String,
+    /// The zone aggregator's URL, e.g. `http://127.0.0.1:7001`.
+    pub aggregator: String,
+    /// The reporting interval.
+    pub interval: Duration,
+    /// Ratios without their own validity expire this many intervals after receipt.
+    pub expiry_intervals: u32,
+    /// Bound on distinct (caller, procedure) pairs held; past it requests count as overflow.
+    pub max_pairs: usize,
+    /// Unique per instance, e.g. `host:pid`.
+    pub id: String,
+}
+
+impl ClientConfig {
+    /// Defaults: zone/region `""`, 1 s interval, 5 intervals of validity, 10,000 pairs,
+    /// id from the process id.
+    pub fn new(service: impl Into<String>, aggregator: impl Into<String>) -> Self {
+        Self {
+            service: service.into(),
+            zone: String::new(),
+            region: String::new(),
+            aggregator: aggregator.into(),
+            interval: Duration::from_secs(1),
+            expiry_intervals: 5,
+            max_pairs: 10_000,
+            id: format!("client-{}", std::process::id()),
+        }
+    }
+}
+
+/// Cumulative counts of one bucket since the client started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketTotals {
+    /// The bucket (`""` for requests that matched none).
+    pub bucket: String,
+    /// Every request offered.
+    pub offered: u64,
+    /// Let through.
+    pub allowed: u64,
+    /// Refused.
+    pub dropped: u64,
+    /// Let through but counted as virtual drops (shadow mode).
+    pub shadow_dropped: u64,
+}
+
+/// A snapshot of the client's state.
+#[derive(Debug, Clone)]
+pub struct ClientStatus {
+    /// The config version held (`""` before the first).
+    pub config_version: String,
+    /// No valid instruction is held: everything is allowed.
+    pub fail_open: bool,
+    /// The stream to the aggregator is up.
+    pub connected: bool,
+    /// The current drop ratio of every bucket of the config.
+    pub ratios: BTreeMap<String, f64>,
+    /// Distinct (caller, procedure) pairs held.
+    pub pairs: usize,
+    /// Requests counted as overflow so far.
+    pub overflow: u64,
+    /// Heap bytes held by the pair table.
+    pub table_bytes: usize,
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: ClientConfig,
+    pub(crate) table: PairTable,
+    pub(crate) resolver: ArcSwap<Resolver>,
+    /// Control-plane state; never taken by `decide`.
+    pub(crate) control: Mutex<Control>,
+    pub(crate) fail_open: AtomicBool,
+    pub(crate) connected: AtomicBool,
+    pub(crate) overflow: AtomicU64,
+}
+
+/// The in-process rate limiter client. Cheap to clone: every clone shares one state.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("service", &self.inner.cfg.service)
+            .field("id", &self.inner.cfg.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client with no config (everything allowed) and no connection; does no I/O.
+    pub fn new(cfg: ClientConfig) -> Client {
+        let control = Control::new();
+        let resolver = ArcSwap::from_pointee(control.empty_resolver());
+        Client {
+            inner: Arc::new(Inner {
+                table: PairTable::new(cfg.max_pairs),
+                cfg,
+                resolver,
+                control: Mutex::new(control),
+                fail_open: AtomicBool::new(true),
+                connected: AtomicBool::new(false),
+                overflow: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The client's config.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.cfg
+    }
+
+    /// Decides one request of `caller` calling `procedure`: the hot path.
+    #[inline]
+    pub fn decide(&self, caller: &str, procedure: &str) -> Decision {
+        let table = &self.inner.table;
+        let key = table.key(caller, procedure);
+        match table.get(&key, caller, procedure) {
+            Some(e) => e.decide(),
+            None => self.decide_new(caller, procedure),
+        }
+    }
+
+    /// The slow path: a pair not in the table yet (or that will never fit).
+    #[cold]
+    #[inline(never)]
+    fn decide_new(&self, caller: &str, procedure: &str) -> Decision {
+        let inner = &*self.inner;
+        // Made again rather than passed, so that the fast path keeps the key in registers.
+        let key = inner.table.key(caller, procedure);
+        let resolver = inner.resolver.load_full();
+        let id = resolver.resolve(caller, procedure);
+        let cell = resolver.cell(id);
+        let entry = inner.table.insert(&key, caller, procedure, || {
+            PairEntry::new(
+                key,
+                caller,
+                procedure,
+                id,
+                cell.threshold.load(Ordering::Relaxed),
+                cell.shadow.load(Ordering::Relaxed),
+            )
+        });
+        match entry {
+            Some(e) => {
+                let now = inner.resolver.load();
+                if !Arc::ptr_eq(&resolver, &now) {
+                    // The config changed while this pair was being added: resolve again.
+                    e.cell
+                        .store(now.resolve(caller, procedure), Ordering::Relaxed);
+                    control::sync_pair(e, &now.cells);
+                }
+                e.decide()
+            }
+            None => {
+                let threshold = cell.threshold.load(Ordering::Relaxed);
+                local::claim();
+                let (_, hit) = local::shard_and_hit(threshold);
+                let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
+                    (false, _) => Decision::Allow,
+                    (true, false) => Decision::Drop,
+                    (true, true) => Decision::ShadowDrop,
+                };
+                cell.overflow[d as usize].fetch_add(1, Ordering::Relaxed);
+                inner.overflow.fetch_add(1, Ordering::Relaxed);
+                d
+            }
+        }
+    }
+
+    /// Starts the control-plane task on the current tokio runtime: reports every interval,
+    /// applies instructions, expires ratios, reconnects with jittered backoff. It runs until
+    /// aborted.
+    pub fn spawn(&self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(stream::run(self.inner.clone()))
+    }
+
+    /// Appends the Prometheus text exposition of this client's metrics to `out`.
+    pub fn encode_metrics(&self, out: &mut String) {
+        metrics::encode(&self.inner, out);
+    }
+
+    /// Cumulative counts per bucket, sorted by bucket name (unmatched under `""`).
+    pub fn bucket_totals(&self) -> Vec<BucketTotals> {
+        self.inner.bucket_totals()
+    }
+
+    /// Config version, fail-open, ratios, connection state.
+    pub fn status(&self) -> ClientStatus {
+        self.inner.status()
+    }
+
+    /// Applies one instruction as if it had just arrived from the aggregator: config (when
+    /// `has_config`), then ratios with their expiry counted from now.
+    pub fn apply_instruction(&self, ins: &proto::Instruction) {
+        self.inner
+            .apply_instruction(ins, tokio::time::Instant::now());
+    }
+
+    /// Zeroes the ratios whose validity has passed (the background task does this on a
+    /// timer; exposed for clients driven without it).
+    pub fn expire(&self) {
+        self.inner.expire(tokio::time::Instant::now());
+    }
+}

@@ -1,0 +1,151 @@
+//! The control-plane task: one `Tier/Exchange` stream to the zone aggregator.
+//!
+//! One loop waits on four things: the report tick (every interval, connected or not, so
+//! totals keep moving), the next instruction, the next ratio expiry (a timer set to the
+//! earliest deadline, so the hot path never reads a clock), and, while disconnected, the
+//! next reconnection attempt (exponential backoff from a tenth of the interval up to 2 s,
+//! with ±50 % jitter so that a zone's clients do not reconnect in lockstep).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+use tonic::transport::Endpoint;
+use tracing::{debug, info, warn};
+
+use grl_core::proto;
+use grl_core::proto::tier_client::TierClient;
+
+use super::{ClientError, Inner};
+
+const BACKOFF_CAP: Duration = Duration::from_secs(2);
+
+struct Session {
+    reports: mpsc::Sender<proto::Report>,
+    instructions: Streaming<proto::Instruction>,
+}
+
+/// Exponential backoff with jitter.
+struct Backoff {
+    base: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(interval: Duration) -> Self {
+        let base = (interval / 10).clamp(Duration::from_millis(10), BACKOFF_CAP);
+        Self { base, next: base }
+    }
+
+    fn reset(&mut self) {
+        self.next = self.base;
+    }
+
+    fn next(&mut self) -> Duration {
+        let d = self.next.mul_f64(0.5 + rand::random::<f64>());
+        self.next = (self.next * 2).min(BACKOFF_CAP);
+        d.min(BACKOFF_CAP)
+    }
+}
+
+async fn connect(inner: &Inner) -> Result<Session, ClientError> {
+    let timeout = inner.cfg.interval.max(Duration::from_millis(200));
+    let endpoint = Endpoint::from_shared(inner.cfg.aggregator.clone())
+        .map_err(|source| ClientError::Address {
+            address: inner.cfg.aggregator.clone(),
+            source,
+        })?
+        .connect_timeout(timeout)
+        .tcp_nodelay(true);
+    let channel = endpoint.connect().await?;
+    let (reports, rx) = mpsc::channel(16);
+    // The hello tells the aggregator which service's config to send.
+    let _ = reports.try_send(inner.hello());
+    let mut client = TierClient::new(channel);
+    let response = tokio::time::timeout(timeout, client.exchange(ReceiverStream::new(rx)))
+        .await
+        .map_err(|_| ClientError::Timeout(timeout))??;
+    Ok(Session {
+        reports,
+        instructions: response.into_inner(),
+    })
+}
+
+async fn next_instruction(
+    session: &mut Option<Session>,
+) -> Result<Option<proto::Instruction>, tonic::Status> {
+    match session {
+        Some(s) => s.instructions.message().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the control plane of `inner` forever.
+pub(crate) async fn run(inner: Arc<Inner>) {
+    let interval = inner.cfg.interval;
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut backoff = Backoff::new(interval);
+    let mut session: Option<Session> = None;
+    let mut reconnect_at = Some(Instant::now());
+    loop {
+        let expiry = inner.next_deadline();
+        let lost: Option<String> = tokio::select! {
+            _ = tick.tick() => {
+                let report = inner.report();
+                match &session {
+                    Some(s) if s.reports.try_send(report).is_err() => Some("report queue closed or full".into()),
+                    _ => None,
+                }
+            }
+            msg = next_instruction(&mut session) => match msg {
+                Ok(Some(ins)) => {
+                    inner.apply_instruction(&ins, Instant::now());
+                    None
+                }
+                Ok(None) => Some("stream ended".into()),
+                Err(status) => Some(status.to_string()),
+            },
+            _ = sleep_until(expiry) => {
+                inner.expire(Instant::now());
+                None
+            }
+            _ = sleep_until(reconnect_at) => {
+                match connect(&inner).await {
+                    Ok(s) => {
+                        info!(aggregator = %inner.cfg.aggregator, "connected");
+                        session = Some(s);
+                        reconnect_at = None;
+                        backoff.reset();
+                        inner.connected.store(true, Ordering::Relaxed);
+                        None
+                    }
+                    Err(e) => {
+                        let wait = backoff.next();
+                        debug!(aggregator = %inner.cfg.aggregator, error = %e, retry_in = ?wait, "connect failed");
+                        reconnect_at = Some(Instant::now() + wait);
+                        None
+                    }
+                }
+            }
+        };
+        if let Some(why) = lost {
+            let wait = backoff.next();
+            warn!(aggregator = %inner.cfg.aggregator, reason = %why, retry_in = ?wait, "stream lost");
+            session = None;
+            inner.connected.store(false, Ordering::Relaxed);
+            reconnect_at = Some(Instant::now() + wait);
+        }
+    }
+}

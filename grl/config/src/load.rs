@@ -1,0 +1,328 @@
+//! Turns config files (a directory, a git tree, or an `ApplyConfig` request) into a
+//! validated [`Snapshot`], or refuses it with errors naming file, line and field.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use policies::guard_settings::GuardSettings;
+
+use crate::raw::{LimitsFile, ServiceFile};
+use crate::yaml::{self, LineIndex};
+use crate::{
+    Bucket, ConfigError, ConfigErrors, LimitSource, MatchRule, PolicyConfig, ProcedurePattern,
+    ServiceConfig, Snapshot,
+};
+
+/// Reads `services/*.yaml` and `limits/*.yaml` below `root`. The version is `version` if
+/// given, else a hash of the contents.
+pub fn load_dir(root: &Path, version: Option<&str>) -> Result<Snapshot, ConfigErrors> {
+    let files = read_config_files(root).map_err(|e| {
+        ConfigErrors(vec![ConfigError::new(
+            root.display().to_string(),
+            None,
+            "",
+            e.to_string(),
+        )])
+    })?;
+    let version = version.map_or_else(|| content_version(&files), str::to_string);
+    from_files(&version, files)
+}
+
+/// The config files below `root` as `(relative path, content)`, sorted by path.
+pub fn read_config_files(root: &Path) -> std::io::Result<Vec<(String, String)>> {
+    let mut files = Vec::new();
+    for dir in ["services", "limits"] {
+        let d = root.join(dir);
+        if !d.is_dir() {
+            continue;
+        }
+        for entry in std::fs::read_dir(&d)? {
+            let path = entry?.path();
+            if is_yaml(&path) {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                files.push((format!("{dir}/{name}"), std::fs::read_to_string(&path)?));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn is_yaml(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    )
+}
+
+/// A stable version string for a set of files (FNV-1a over paths and contents).
+pub fn content_version(files: &[(String, String)]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (path, content) in files {
+        for b in path.bytes().chain([0]).chain(content.bytes()).chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("sha-fnv-{h:016x}")
+}
+
+/// Validates config files given as `(relative path, content)`. Paths outside `services/`
+/// and `limits/`, and files that are not YAML, are ignored.
+pub fn from_files(
+    version: &str,
+    files: impl IntoIterator<Item = (String, String)>,
+) -> Result<Snapshot, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut services: BTreeMap<String, ServiceConfig> = BTreeMap::new();
+    let mut limit_files = Vec::new();
+    let mut files: Vec<_> = files.into_iter().collect();
+    files.sort();
+    for (path, text) in files {
+        if !is_yaml(Path::new(&path)) {
+            continue;
+        }
+        if path.starts_with("services/") {
+            match parse_service(&path, &text) {
+                Ok(svc) => {
+                    if let Some(prev) = services.get(&svc.name) {
+                        errors.push(ConfigError::new(
+                            &path,
+                            LineIndex::new(&text).line("service"),
+                            "service",
+                            format!(
+                                "service `{}` is already declared in {}",
+                                svc.name, prev.file
+                            ),
+                        ));
+                    } else {
+                        services.insert(svc.name.clone(), svc);
+                    }
+                }
+                Err(mut e) => errors.append(&mut e),
+            }
+        } else if path.starts_with("limits/") {
+            limit_files.push((path, text));
+        }
+    }
+    for (path, text) in limit_files {
+        if let Err(mut e) = apply_limits(&path, &text, &mut services) {
+            errors.append(&mut e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(Snapshot {
+            version: version.to_string(),
+            services,
+        })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+fn file_stem(path: &str) -> &str {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.rsplit_once('.').map_or(name, |(stem, _)| stem)
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+}
+
+fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigError>> {
+    let raw: ServiceFile = yaml::parse(path, text).map_err(|e| vec![e])?;
+    let index = LineIndex::new(text);
+    let err =
+        |field: String, message: String| ConfigError::new(path, index.line(&field), field, message);
+    let mut errors = Vec::new();
+    if !valid_name(&raw.service) {
+        errors.push(err(
+            "service".into(),
+            format!(
+                "`{}` is not a valid service name (letters, digits, - _ . :)",
+                raw.service
+            ),
+        ));
+    } else if raw.service != file_stem(path) {
+        errors.push(err(
+            "service".into(),
+            format!(
+                "service `{}` must live in services/{}.yaml",
+                raw.service, raw.service
+            ),
+        ));
+    }
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut rules: HashMap<MatchRule, usize> = HashMap::new();
+    let mut buckets = Vec::new();
+    for (i, b) in raw.buckets.into_iter().enumerate() {
+        let at = |f: &str| format!("buckets[{i}].{f}");
+        if !valid_name(&b.name) {
+            errors.push(err(
+                at("name"),
+                format!("`{}` is not a valid bucket name", b.name),
+            ));
+        } else if let Some(first) = names.insert(b.name.clone(), i) {
+            let first_line = index.line(&format!("buckets[{first}].name"));
+            errors.push(err(
+                at("name"),
+                format!(
+                    "duplicate bucket name `{}` (first declared at line {})",
+                    b.name,
+                    first_line.map_or("?".into(), |l| l.to_string())
+                ),
+            ));
+        }
+        let rule = match (&b.matcher.caller, &b.matcher.procedure) {
+            (None, None) => {
+                errors.push(err(
+                    at("match"),
+                    "needs a caller, a procedure, or both".into(),
+                ));
+                continue;
+            }
+            (Some(c), _) if c.is_empty() => {
+                errors.push(err(at("match.caller"), "must not be empty".into()));
+                continue;
+            }
+            (_, Some(p)) if p.is_empty() => {
+                errors.push(err(at("match.procedure"), "must not be empty".into()));
+                continue;
+            }
+            (c, p) => MatchRule {
+                caller: c.clone(),
+                procedure: p.as_deref().map(ProcedurePattern::parse),
+            },
+        };
+        if let Some(first) = rules.insert(rule.clone(), i) {
+            let first_name = names
+                .iter()
+                .find(|(_, j)| **j == first)
+                .map_or(String::new(), |(n, _)| n.clone());
+            errors.push(err(
+                at("match"),
+                format!("same match ({rule}) as bucket `{first_name}`"),
+            ));
+        }
+        let params: serde_json::Map<_, _> = b
+            .policy
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), yaml::to_json(v)))
+            .collect();
+        if let Err(e) = policies::registry::from_spec(&b.policy.kind, &params) {
+            errors.push(err(at(&format!("policy.{}", e.field)), e.message));
+            continue;
+        }
+        let guards: serde_json::Map<_, _> = b
+            .guards
+            .iter()
+            .map(|(k, v)| (k.clone(), yaml::to_json(v)))
+            .collect();
+        if let Err(e) = GuardSettings::default().with_overrides(&guards) {
+            errors.push(err(at(&format!("guards.{}", e.field)), e.message));
+            continue;
+        }
+        let (limit, limit_source) = if b.policy.kind == "fixed" {
+            match params.get("rps").and_then(serde_json::Value::as_f64) {
+                Some(rps) if rps.is_finite() && rps > 0.0 => (Some(rps), LimitSource::Fixed),
+                _ => {
+                    errors.push(err(
+                        at("policy.rps"),
+                        "a fixed policy needs `rps`, a finite number > 0".into(),
+                    ));
+                    continue;
+                }
+            }
+        } else {
+            (None, LimitSource::None)
+        };
+        buckets.push(Bucket {
+            name: b.name,
+            rule,
+            scope: b.scope,
+            mode: b.mode,
+            policy: PolicyConfig {
+                kind: b.policy.kind,
+                params,
+            },
+            guards,
+            limit,
+            limit_source,
+            evidence: serde_json::Map::new(),
+        });
+    }
+    if errors.is_empty() {
+        Ok(ServiceConfig::new(raw.service, path.to_string(), buckets))
+    } else {
+        Err(errors)
+    }
+}
+
+fn apply_limits(
+    path: &str,
+    text: &str,
+    services: &mut BTreeMap<String, ServiceConfig>,
+) -> Result<(), Vec<ConfigError>> {
+    let raw: LimitsFile = yaml::parse(path, text).map_err(|e| vec![e])?;
+    let index = LineIndex::new(text);
+    let err =
+        |field: String, message: String| ConfigError::new(path, index.line(&field), field, message);
+    if raw.service != file_stem(path) {
+        return Err(vec![err(
+            "service".into(),
+            format!(
+                "service `{}` must live in limits/{}.yaml",
+                raw.service, raw.service
+            ),
+        )]);
+    }
+    let Some(service) = services.get_mut(&raw.service) else {
+        return Err(vec![err(
+            "service".into(),
+            format!(
+                "no services/{}.yaml declares service `{}`",
+                raw.service, raw.service
+            ),
+        )]);
+    };
+    let mut errors = Vec::new();
+    let mut updates = Vec::new();
+    for (name, entry) in raw.limits {
+        let field = format!("limits.{name}");
+        let Some(i) = service.buckets.iter().position(|b| b.name == name) else {
+            errors.push(err(
+                field,
+                format!("bucket `{name}` does not exist in {}", service.file),
+            ));
+            continue;
+        };
+        if !(entry.rps.is_finite() && entry.rps > 0.0) {
+            errors.push(err(
+                format!("{field}.rps"),
+                format!("limit {} is not a finite number > 0", entry.rps),
+            ));
+            continue;
+        }
+        let evidence = entry
+            .evidence
+            .iter()
+            .map(|(k, v)| (k.clone(), yaml::to_json(v)))
+            .collect();
+        updates.push((i, entry.rps, evidence));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    for (i, rps, evidence) in updates {
+        let bucket = &mut service.buckets[i];
+        bucket.evidence = evidence;
+        if bucket.limit_source != LimitSource::Fixed {
+            bucket.limit = Some(rps);
+            bucket.limit_source = LimitSource::Computed;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,92 @@
+//! The config files as written: serde structs as close to the YAML as possible.
+//!
+//! Validation happens in `super::load`, which turns these into the typed [`super::Snapshot`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::yaml::Value;
+use crate::{Mode, Scope};
+
+/// `services/<service>.yaml`: written by people.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceFile {
+    /// The destination service being protected.
+    pub service: String,
+    /// Optional free text for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The buckets of this service.
+    #[serde(default)]
+    pub buckets: Vec<BucketEntry>,
+}
+
+/// One bucket as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BucketEntry {
+    /// Unique within the service.
+    pub name: String,
+    /// Which requests belong to the bucket.
+    #[serde(rename = "match")]
+    pub matcher: MatchEntry,
+    /// Over which traffic the limit holds.
+    pub scope: Scope,
+    /// Enforce or only count virtual drops.
+    pub mode: Mode,
+    /// How the configurator computes the limit.
+    pub policy: PolicyEntry,
+    /// Per-bucket overrides of the configurator's guards (`floor`, `cap`, `max_decrease`…).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub guards: BTreeMap<String, Value>,
+    /// Optional free text for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `match: { caller: …, procedure: … }`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchEntry {
+    /// Exact caller name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    /// Exact procedure, or a prefix when it ends with `*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub procedure: Option<String>,
+}
+
+/// `policy: { kind: …, <params> }`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct PolicyEntry {
+    /// The policy's registered name, e.g. `historical-peak`.
+    pub kind: String,
+    /// Everything else: the policy's own parameters.
+    #[serde(flatten)]
+    pub params: BTreeMap<String, Value>,
+}
+
+/// `limits/<service>.yaml`: written by the configurator.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct LimitsFile {
+    /// The service these limits belong to.
+    pub service: String,
+    /// Computed limit per bucket name.
+    #[serde(default)]
+    pub limits: BTreeMap<String, LimitEntry>,
+    /// Run metadata the configurator adds (run id, time); ignored by the GRL.
+    #[serde(flatten)]
+    pub meta: BTreeMap<String, Value>,
+}
+
+/// One computed limit with the configurator's evidence.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct LimitEntry {
+    /// Requests per second.
+    pub rps: f64,
+    /// Evidence fields (policy, observed peak, coverage, guard outcomes…).
+    #[serde(flatten)]
+    pub evidence: BTreeMap<String, Value>,
+}

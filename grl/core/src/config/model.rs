@@ -1,0 +1,200 @@
+//! The validated, immutable config: a versioned [`Snapshot`] of services and their buckets.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::matcher::{Matcher, ProcedurePattern};
+
+/// Over which traffic a bucket's limit holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// The sum over all regions.
+    Global,
+    /// Each region's sum separately.
+    Region,
+    /// Each zone's sum separately.
+    Zone,
+}
+
+/// Whether a bucket enforces its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Drop the excess.
+    Deny,
+    /// Decide, count virtual drops, let everything through.
+    Shadow,
+}
+
+impl Scope {
+    /// The name as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::Region => "region",
+            Scope::Zone => "zone",
+        }
+    }
+}
+
+impl Mode {
+    /// The name as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Deny => "deny",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which requests a bucket takes: a caller, a procedure pattern, or both.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MatchRule {
+    /// Exact caller, or any caller when `None`.
+    pub caller: Option<String>,
+    /// Procedure pattern, or any procedure when `None`.
+    pub procedure: Option<ProcedurePattern>,
+}
+
+impl MatchRule {
+    /// Whether the rule takes this request.
+    pub fn matches(&self, caller: &str, procedure: &str) -> bool {
+        self.caller.as_deref().is_none_or(|c| c == caller)
+            && self.procedure.as_ref().is_none_or(|p| p.matches(procedure))
+    }
+}
+
+impl fmt::Display for MatchRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let caller = self.caller.as_deref().unwrap_or("*");
+        let procedure = self
+            .procedure
+            .as_ref()
+            .map(ProcedurePattern::as_written)
+            .unwrap_or_else(|| "*".into());
+        write!(f, "caller={caller} procedure={procedure}")
+    }
+}
+
+/// A bucket's policy as configured: its kind and raw parameters (interpreted by `policies`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    /// A kind registered in the `policies` registry (`grl-config` checks it at load).
+    pub kind: String,
+    /// The parameters other than `kind`, as JSON.
+    pub params: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Where a bucket's effective limit comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitSource {
+    /// `policy: { kind: fixed, rps }`.
+    Fixed,
+    /// `limits/<service>.yaml`, written by the configurator.
+    Computed,
+    /// No limit yet: the bucket is not enforced.
+    None,
+}
+
+/// One validated bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    /// Unique within its service.
+    pub name: String,
+    /// Which requests it takes.
+    pub rule: MatchRule,
+    /// Over which traffic the limit holds.
+    pub scope: Scope,
+    /// Enforce or shadow.
+    pub mode: Mode,
+    /// How the configurator computes its limit.
+    pub policy: PolicyConfig,
+    /// Per-bucket guard overrides for the configurator (JSON object, may be empty).
+    pub guards: serde_json::Map<String, serde_json::Value>,
+    /// The effective limit in requests per second; `None` means not enforced.
+    pub limit: Option<f64>,
+    /// Where `limit` comes from.
+    pub limit_source: LimitSource,
+    /// Evidence the configurator wrote beside the limit (JSON object, may be empty).
+    pub evidence: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One service's buckets, with a matcher over them.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// The destination service.
+    pub name: String,
+    /// Its buckets, in file order.
+    pub buckets: Vec<Bucket>,
+    /// Which file declared it, relative to the config root.
+    pub file: String,
+    matcher: Matcher,
+}
+
+impl ServiceConfig {
+    /// Builds a service and its matcher.
+    pub fn new(name: String, file: String, buckets: Vec<Bucket>) -> Self {
+        let matcher = Matcher::new(buckets.iter().map(|b| (&b.rule, false)));
+        Self {
+            name,
+            buckets,
+            file,
+            matcher,
+        }
+    }
+
+    /// The bucket a request belongs to.
+    pub fn find(&self, caller: &str, procedure: &str) -> Option<&Bucket> {
+        self.matcher
+            .find(caller, procedure)
+            .map(|i| &self.buckets[i])
+    }
+
+    /// A bucket by name.
+    pub fn bucket(&self, name: &str) -> Option<&Bucket> {
+        self.buckets.iter().find(|b| b.name == name)
+    }
+}
+
+/// An immutable, versioned view of the whole config repo.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// E.g. the git commit id it was read from, or a content hash.
+    pub version: String,
+    /// Services by name.
+    pub services: BTreeMap<String, ServiceConfig>,
+}
+
+impl Snapshot {
+    /// A service by name.
+    pub fn service(&self, name: &str) -> Option<&ServiceConfig> {
+        self.services.get(name)
+    }
+
+    /// Every bucket with its service name.
+    pub fn buckets(&self) -> impl Iterator<Item = (&str, &Bucket)> {
+        self.services
+            .values()
+            .flat_map(|s| s.buckets.iter().map(move |b| (s.name.as_str(), b)))
+    }
+
+    /// Buckets that have no limit and so are not enforced (reported, not an error).
+    pub fn unenforced(&self) -> impl Iterator<Item = (&str, &Bucket)> {
+        self.buckets().filter(|(_, b)| b.limit.is_none())
+    }
+}

@@ -1,0 +1,77 @@
+//! The zone aggregator: sums its clients' reports, forwards the zone totals to the
+//! controller every quarter interval, computes `scope: zone` ratios itself and passes the
+//! controller's ratios down with their remaining validity.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::metrics::{self, Counters};
+use super::node::{Node, NodeConfig};
+use super::service::TierService;
+use super::{Running, StartError, launch, uplink};
+use grl_config::Scope;
+use grl_core::proto;
+
+/// How to run an aggregator.
+#[derive(Debug, Clone)]
+pub struct AggregatorOptions {
+    /// Its zone.
+    pub zone: String,
+    /// Its region.
+    pub region: String,
+    /// The controller's address (`host:port` or URL).
+    pub controller: String,
+    /// Reporting interval.
+    pub interval: Duration,
+}
+
+/// Starts an aggregator serving `Tier` on `listener` (and `/metrics` on `metrics`).
+pub fn start(
+    opts: AggregatorOptions,
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+) -> Result<Running, StartError> {
+    let addr = listener.local_addr()?;
+    let node = Arc::new(Node::new(NodeConfig {
+        level: proto::Level::Zone,
+        id: format!("aggregator-{}-{addr}", opts.zone),
+        zone: opts.zone.clone(),
+        region: opts.region.clone(),
+        interval: opts.interval,
+        scopes: vec![Scope::Zone],
+        has_parent: true,
+        validity_intervals: 5,
+    }));
+    let (tx, rx) = watch::channel(false);
+    let routes = tonic::service::Routes::new(proto::tier_server::TierServer::new(
+        TierService::new(node.clone(), rx.clone(), None),
+    ));
+    let up = tokio::spawn(uplink::run(
+        node.clone(),
+        opts.controller.clone(),
+        rx.clone(),
+    ));
+    let m = metrics.map(|l| {
+        let n = node.clone();
+        let render: super::admin::Render = Arc::new(move || {
+            let st = n.status(tokio::time::Instant::now());
+            metrics::render(&st, &counters(&n))
+        });
+        (l, render)
+    });
+    launch(node, routes, listener, m, (tx, rx), vec![up])
+}
+
+/// The byte counters of a node.
+pub(crate) fn counters(n: &Node) -> Counters {
+    use std::sync::atomic::Ordering::Relaxed;
+    Counters {
+        apply_ok: None,
+        apply_invalid: 0,
+        reports_in: n.bytes.reports_in.load(Relaxed),
+        instructions_out: n.bytes.instructions_out.load(Relaxed),
+    }
+}

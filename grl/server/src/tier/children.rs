@@ -1,0 +1,256 @@
+//! The child registry of a tier: the latest report of every child, staleness, and what was
+//! last sent to each child (so instructions go out when something changed).
+//!
+//! Pure: time is passed in, and the link to the child is a type parameter.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ratios::{self, Totals};
+use grl_core::proto;
+
+/// What a tier last told one child.
+#[derive(Debug, Clone, Default)]
+pub struct Sent {
+    /// The config generation sent, if any.
+    pub config_gen: Option<u64>,
+    /// The services that config covered.
+    pub services: Vec<String>,
+    /// The ratios sent, by (service, bucket).
+    pub ratios: BTreeMap<(String, String), f64>,
+    /// When the last instruction went out.
+    pub at: Option<Instant>,
+}
+
+/// One child and its latest report.
+#[derive(Debug)]
+pub struct Child<L> {
+    /// The child's reporter id.
+    pub id: String,
+    /// Its level.
+    pub level: proto::Level,
+    /// Its zone.
+    pub zone: String,
+    /// Its region.
+    pub region: String,
+    /// Services it needs config for.
+    pub services: Vec<String>,
+    /// The config version it holds.
+    pub config_version: String,
+    /// Its latest rates, with zone and region filled in.
+    pub rates: Totals,
+    /// When its latest report arrived.
+    pub last_report: Instant,
+    /// Which stream it reports on (a reconnect replaces the entry).
+    pub conn: u64,
+    /// How to reach it.
+    pub link: L,
+    /// What it was last told.
+    pub sent: Sent,
+}
+
+/// All children of a tier.
+#[derive(Debug)]
+pub struct Children<L> {
+    map: BTreeMap<String, Child<L>>,
+    stale_after: Duration,
+    forget_after: Duration,
+}
+
+impl<L> Children<L> {
+    /// A registry whose children are stale after 3 intervals (left out of sums) and
+    /// forgotten after 10.
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            map: BTreeMap::new(),
+            stale_after: interval * 3,
+            forget_after: interval * 10,
+        }
+    }
+
+    /// Records a report from the child on stream `conn`; returns true for a new child.
+    pub fn report(&mut self, conn: u64, link: L, r: &proto::Report, now: Instant) -> bool {
+        let mut rates = Totals::new();
+        for row in &r.rates {
+            let (k, v) = ratios::from_wire(row, &r.zone, &r.region);
+            rates.entry(k).or_default().add(&v);
+        }
+        let level = proto::Level::try_from(r.level).unwrap_or(proto::Level::Client);
+        match self.map.get_mut(&r.reporter_id) {
+            Some(c) if c.conn == conn => {
+                c.services.clone_from(&r.services);
+                c.config_version.clone_from(&r.config_version);
+                c.rates = rates;
+                c.last_report = now;
+                c.level = level;
+                false
+            }
+            _ => {
+                let child = Child {
+                    id: r.reporter_id.clone(),
+                    level,
+                    zone: r.zone.clone(),
+                    region: r.region.clone(),
+                    services: r.services.clone(),
+                    config_version: r.config_version.clone(),
+                    rates,
+                    last_report: now,
+                    conn,
+                    link,
+                    sent: Sent::default(),
+                };
+                self.map.insert(r.reporter_id.clone(), child);
+                true
+            }
+        }
+    }
+
+    /// Removes the child when its stream `conn` ended (a newer stream keeps it).
+    pub fn disconnected(&mut self, id: &str, conn: u64) {
+        if self.map.get(id).is_some_and(|c| c.conn == conn) {
+            self.map.remove(id);
+        }
+    }
+
+    /// Whether a child is stale: no report for more than 3 intervals.
+    pub fn is_stale(&self, c: &Child<L>, now: Instant) -> bool {
+        now.saturating_duration_since(c.last_report) > self.stale_after
+    }
+
+    /// Forgets children silent for 10 intervals; returns their ids.
+    pub fn prune(&mut self, now: Instant) -> Vec<String> {
+        let forget = self.forget_after;
+        let gone: Vec<String> = self
+            .map
+            .values()
+            .filter(|c| now.saturating_duration_since(c.last_report) > forget)
+            .map(|c| c.id.clone())
+            .collect();
+        for id in &gone {
+            self.map.remove(id);
+        }
+        gone
+    }
+
+    /// The sum of the rates of all fresh children.
+    pub fn totals(&self, now: Instant) -> Totals {
+        let mut t = Totals::new();
+        for c in self.map.values().filter(|c| !self.is_stale(c, now)) {
+            for (k, r) in &c.rates {
+                t.entry(k.clone()).or_default().add(r);
+            }
+        }
+        t
+    }
+
+    /// The services asked for by fresh children, sorted, without duplicates.
+    pub fn services(&self, now: Instant) -> Vec<String> {
+        let mut s: Vec<String> = self
+            .map
+            .values()
+            .filter(|c| !self.is_stale(c, now))
+            .flat_map(|c| c.services.iter().cloned())
+            .collect();
+        s.sort();
+        s.dedup();
+        s
+    }
+
+    /// Number of stale children.
+    pub fn stale_count(&self, now: Instant) -> usize {
+        self.map.values().filter(|c| self.is_stale(c, now)).count()
+    }
+
+    /// All children.
+    pub fn iter(&self) -> impl Iterator<Item = &Child<L>> {
+        self.map.values()
+    }
+
+    /// All children, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Child<L>> {
+        self.map.values_mut()
+    }
+
+    /// A child by id, mutably.
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Child<L>> {
+        self.map.get_mut(id)
+    }
+
+    /// Number of children, stale or not.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are no children.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(id: &str, zone: &str, offered: f64) -> proto::Report {
+        proto::Report {
+            reporter_id: id.into(),
+            level: proto::Level::Client as i32,
+            zone: zone.into(),
+            region: "eu".into(),
+            services: vec!["pay".into()],
+            rates: vec![proto::BucketRate {
+                service: "pay".into(),
+                bucket: "g".into(),
+                offered,
+                clients: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn sum(c: &Children<()>, now: Instant) -> f64 {
+        c.totals(now).values().map(|r| r.offered).sum()
+    }
+
+    #[test]
+    fn latest_report_per_child_is_summed() {
+        let t0 = Instant::now();
+        let mut c = Children::new(Duration::from_secs(1));
+        assert!(c.report(1, (), &report("a", "z1", 10.0), t0));
+        assert!(!c.report(1, (), &report("a", "z1", 20.0), t0));
+        c.report(2, (), &report("b", "z1", 5.0), t0);
+        assert_eq!(sum(&c, t0), 25.0);
+        let key = c.totals(t0).into_keys().next().unwrap();
+        assert_eq!((key.zone.as_str(), key.region.as_str()), ("z1", "eu"));
+    }
+
+    #[test]
+    fn stale_children_leave_the_sum_then_the_registry() {
+        let t0 = Instant::now();
+        let mut c = Children::new(Duration::from_secs(1));
+        c.report(1, (), &report("a", "z1", 10.0), t0);
+        c.report(2, (), &report("b", "z1", 5.0), t0 + Duration::from_secs(2));
+        let t = t0 + Duration::from_millis(3100);
+        assert_eq!(sum(&c, t), 5.0);
+        assert_eq!(c.stale_count(t), 1);
+        assert_eq!(c.services(t), vec!["pay".to_string()]);
+        assert!(c.prune(t).is_empty());
+        assert_eq!(c.prune(t0 + Duration::from_millis(10_100)), vec!["a"]);
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn an_old_stream_ending_keeps_the_reconnected_child() {
+        let t0 = Instant::now();
+        let mut c = Children::new(Duration::from_secs(1));
+        c.report(1, (), &report("a", "z1", 10.0), t0);
+        assert!(c.report(2, (), &report("a", "z1", 10.0), t0));
+        c.disconnected("a", 1);
+        assert_eq!(c.len(), 1);
+        c.disconnected("a", 2);
+        assert!(c.is_empty());
+    }
+}

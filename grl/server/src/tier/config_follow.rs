@@ -1,0 +1,153 @@
+//! Where a controller's config comes from after start: a directory polled by content
+//! version, or a clone of the config repo fetched every few seconds and read at
+//! `origin/main` (version = commit id). An invalid change is logged and the old snapshot kept.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use grl_config::{self as config, ConfigErrors, Snapshot};
+
+/// Takes a new valid snapshot.
+pub type Apply = Arc<dyn Fn(Snapshot) + Send + Sync>;
+
+/// Why config could not be followed.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// A git operation failed.
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    /// A local file operation failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The config is invalid.
+    #[error("{0}")]
+    Invalid(#[from] ConfigErrors),
+}
+
+/// Polls `root` every `period`; applies each valid change from content version `last`.
+pub async fn follow_dir(
+    root: PathBuf,
+    period: Duration,
+    mut last: String,
+    apply: Apply,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let files = match config::read_config_files(&root) {
+            Ok(f) => f,
+            Err(e) => {
+                warn!(dir = %root.display(), error = %e, "config dir unreadable");
+                continue;
+            }
+        };
+        let version = config::content_version(&files);
+        if version == last {
+            continue;
+        }
+        last.clone_from(&version);
+        match config::from_files(&version, files) {
+            Ok(s) => {
+                info!(dir = %root.display(), version = %version, "config dir changed");
+                apply(s);
+            }
+            Err(e) => {
+                warn!(dir = %root.display(), error = %e, "config change refused, old snapshot kept")
+            }
+        }
+    }
+}
+
+/// A private clone of the config repo.
+pub struct GitFollower {
+    url: String,
+    _dir: tempfile::TempDir,
+    repo: git2::Repository,
+}
+
+impl GitFollower {
+    /// Clones `url` into a temporary directory.
+    pub fn clone(url: &str) -> Result<Self, FollowError> {
+        let dir = tempfile::tempdir()?;
+        let repo = git2::Repository::clone(url, dir.path())?;
+        Ok(Self {
+            url: url.to_string(),
+            _dir: dir,
+            repo,
+        })
+    }
+
+    /// Fetches `origin` and reads the config at `origin/main`.
+    pub fn fetch(&self) -> Result<(String, Vec<(String, String)>), FollowError> {
+        self.repo.find_remote("origin")?.fetch(
+            &["+refs/heads/*:refs/remotes/origin/*"],
+            None,
+            None,
+        )?;
+        self.read_main()
+    }
+
+    /// The commit id of `origin/main` and the config files in its tree.
+    pub fn read_main(&self) -> Result<(String, Vec<(String, String)>), FollowError> {
+        let commit = self
+            .repo
+            .find_reference("refs/remotes/origin/main")?
+            .peel_to_commit()?;
+        let tree = commit.tree()?;
+        let mut files = Vec::new();
+        for dir in ["services", "limits"] {
+            let Ok(entry) = tree.get_path(Path::new(dir)) else {
+                continue;
+            };
+            let Some(sub) = entry.to_object(&self.repo)?.into_tree().ok() else {
+                continue;
+            };
+            for e in sub.iter() {
+                let Ok(name) = e.name() else { continue };
+                if let Ok(blob) = e.to_object(&self.repo)?.into_blob() {
+                    let text = String::from_utf8_lossy(blob.content()).into_owned();
+                    files.push((format!("{dir}/{name}"), text));
+                }
+            }
+        }
+        files.sort();
+        Ok((commit.id().to_string(), files))
+    }
+
+    /// Loads the snapshot at `origin/main`.
+    pub fn load(&self) -> Result<Snapshot, FollowError> {
+        let (id, files) = self.read_main()?;
+        Ok(config::from_files(&id, files)?)
+    }
+
+    /// Fetches every `period` on a blocking thread; applies each valid new commit.
+    pub fn follow(self, period: Duration, apply: Apply, shutdown: watch::Receiver<bool>) {
+        let mut last = self.read_main().map(|(id, _)| id).unwrap_or_default();
+        while !*shutdown.borrow() {
+            std::thread::sleep(period);
+            match self.fetch() {
+                Ok((id, _)) if id == last => {}
+                Ok((id, files)) => {
+                    last.clone_from(&id);
+                    match config::from_files(&id, files) {
+                        Ok(s) => {
+                            info!(url = %self.url, commit = %id, "config commit picked up");
+                            apply(s);
+                        }
+                        Err(e) => {
+                            warn!(url = %self.url, commit = %id, error = %e, "config commit refused, old snapshot kept")
+                        }
+                    }
+                }
+                Err(e) => warn!(url = %self.url, error = %e, "config fetch failed"),
+            }
+        }
+    }
+}

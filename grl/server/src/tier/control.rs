@@ -1,0 +1,96 @@
+//! The `Control` gRPC service of a controller: `ApplyConfig` and incident overrides. Errors
+//! become gRPC codes here, in one place.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use super::controller::{Controller, now_unix};
+use grl_config as config;
+use grl_core::proto;
+
+/// `Control` over a [`Controller`].
+#[derive(Clone)]
+pub struct ControlService {
+    ctl: Arc<Controller>,
+}
+
+impl ControlService {
+    /// Serves `ctl`.
+    pub fn new(ctl: Arc<Controller>) -> Self {
+        Self { ctl }
+    }
+}
+
+#[tonic::async_trait]
+impl proto::control_server::Control for ControlService {
+    async fn apply_config(
+        &self,
+        req: Request<proto::ApplyConfigRequest>,
+    ) -> Result<Response<proto::ApplyConfigResponse>, Status> {
+        let req = req.into_inner();
+        let files = req.files.into_iter().map(|f| (f.path, f.content));
+        match config::from_files(&req.version, files) {
+            Ok(s) => {
+                self.ctl.count_apply(true);
+                let resp = proto::ApplyConfigResponse {
+                    version: s.version.clone(),
+                    services: s.services.len() as u32,
+                    buckets: s.buckets().count() as u32,
+                    enforced_buckets: s.buckets().filter(|(_, b)| b.limit.is_some()).count() as u32,
+                };
+                info!(version = %s.version, buckets = resp.buckets, "config applied");
+                self.ctl.set_snapshot(s);
+                Ok(Response::new(resp))
+            }
+            Err(e) => {
+                self.ctl.count_apply(false);
+                warn!(version = %req.version, error = %e, "config refused");
+                Err(Status::invalid_argument(e.to_string()))
+            }
+        }
+    }
+
+    async fn set_override(
+        &self,
+        req: Request<proto::SetOverrideRequest>,
+    ) -> Result<Response<proto::Override>, Status> {
+        let req = req.into_inner();
+        let o = self
+            .ctl
+            .with_overrides(|o| o.set(&req, now_unix()))
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        info!(
+            id = %o.id, service = %o.service, caller = %o.caller, procedure = %o.procedure,
+            rps = o.rps, expires_at = o.expires_at_unix, who = %o.who, reason = %o.reason,
+            "override set"
+        );
+        Ok(Response::new(o))
+    }
+
+    async fn list_overrides(
+        &self,
+        _req: Request<proto::ListOverridesRequest>,
+    ) -> Result<Response<proto::ListOverridesResponse>, Status> {
+        let overrides = self.ctl.with_overrides(|o| o.list());
+        Ok(Response::new(proto::ListOverridesResponse { overrides }))
+    }
+
+    async fn clear_override(
+        &self,
+        req: Request<proto::ClearOverrideRequest>,
+    ) -> Result<Response<proto::ClearOverrideResponse>, Status> {
+        let req = req.into_inner();
+        if req.id.is_empty() && req.service.is_empty() {
+            return Err(Status::invalid_argument("id or service is required"));
+        }
+        let gone = self.ctl.with_overrides(|o| o.clear(&req.id, &req.service));
+        for o in &gone {
+            info!(id = %o.id, service = %o.service, "override cleared");
+        }
+        Ok(Response::new(proto::ClearOverrideResponse {
+            cleared: gone.len() as u32,
+        }))
+    }
+}

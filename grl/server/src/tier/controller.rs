@@ -1,0 +1,252 @@
+//! The controller: holds the config snapshot (from a directory, a git clone, or
+//! `ApplyConfig`) plus incident overrides, sums its children's totals, and computes the
+//! ratios of `region` buckets (per region) and of `global` buckets when it has no parent.
+//! With a parent it forwards its region totals up and takes global ratios and config from it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::info;
+
+use super::config_follow::{self, Apply, FollowError, GitFollower};
+use super::metrics::{self, Counters};
+use super::node::{Node, NodeConfig};
+use super::overrides::Overrides;
+use super::rules::Rules;
+use super::service::{StatusHook, TierService};
+use super::{Running, StartError, launch, uplink};
+use grl_config::{self as config, Scope, Snapshot};
+use grl_core::proto;
+
+/// Where the config comes from.
+#[derive(Debug, Clone)]
+pub enum ConfigSource {
+    /// A directory, polled for changes.
+    Dir(PathBuf),
+    /// A git URL, cloned and fetched; read at `origin/main`.
+    Git(String),
+    /// Only `ApplyConfig` (or the parent).
+    None,
+}
+
+/// How to run a controller.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// Its region ("" for a global controller of several regions).
+    pub region: String,
+    /// The parent controller, if this one is regional.
+    pub parent: Option<String>,
+    /// Reporting interval.
+    pub interval: Duration,
+    /// Where the config comes from.
+    pub config: ConfigSource,
+    /// How often to look for config changes.
+    pub poll: Duration,
+}
+
+/// The controller's own state beside its node.
+pub struct Controller {
+    /// The tier state.
+    pub node: Arc<Node>,
+    snapshot: Mutex<Arc<Snapshot>>,
+    overrides: Mutex<Overrides>,
+    apply_ok: AtomicU64,
+    apply_invalid: AtomicU64,
+}
+
+/// Seconds since the epoch.
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Controller {
+    /// The snapshot in force.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts a new snapshot in force.
+    pub fn set_snapshot(&self, s: Snapshot) {
+        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(s);
+        self.publish();
+    }
+
+    /// Counts an `ApplyConfig` result.
+    pub fn count_apply(&self, ok: bool) {
+        let c = if ok {
+            &self.apply_ok
+        } else {
+            &self.apply_invalid
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the overrides, then republishes the rules if they changed.
+    pub fn with_overrides<T>(&self, f: impl FnOnce(&mut Overrides) -> T) -> T {
+        let (out, changed) = {
+            let mut o = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+            let g = o.generation();
+            let out = f(&mut o);
+            (out, o.generation() != g)
+        };
+        if changed {
+            self.publish();
+        }
+        out
+    }
+
+    /// Hands snapshot + overrides to the node (unless the config comes from a parent).
+    fn publish(&self) {
+        if self.node.cfg.has_parent {
+            return;
+        }
+        let snap = self.snapshot();
+        let rules = {
+            let o = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+            Rules::from_snapshot(&snap, &o.rules(), o.generation())
+        };
+        self.node.set_rules(rules, Instant::now());
+    }
+
+    fn expire_overrides(&self) {
+        for o in self.with_overrides(|o| o.expire(now_unix())) {
+            info!(id = %o.id, service = %o.service, who = %o.who, "override expired");
+        }
+    }
+
+    fn status_hook(self: &Arc<Self>) -> StatusHook {
+        let me = self.clone();
+        Arc::new(move |st: &mut proto::StatusResponse| {
+            st.overrides = me.with_overrides(|o| o.list());
+        })
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
+            apply_ok: Some(self.apply_ok.load(Ordering::Relaxed)),
+            apply_invalid: self.apply_invalid.load(Ordering::Relaxed),
+            ..super::aggregator::counters(&self.node)
+        }
+    }
+}
+
+/// Loads the initial config (refusing to start when it is invalid) and starts serving
+/// `Tier` and `Control` on `listener`.
+pub async fn start(
+    opts: ControllerOptions,
+    listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
+) -> Result<(Running, Arc<Controller>), StartError> {
+    let addr = listener.local_addr()?;
+    let (initial, git) = match &opts.config {
+        ConfigSource::Dir(d) => (
+            config::load_dir(d, None).map_err(FollowError::Invalid)?,
+            None,
+        ),
+        ConfigSource::Git(url) => {
+            let url = url.clone();
+            let (g, s) = tokio::task::spawn_blocking(move || {
+                let g = GitFollower::clone(&url)?;
+                let s = g.load()?;
+                Ok::<_, FollowError>((g, s))
+            })
+            .await
+            .map_err(std::io::Error::other)??;
+            (s, Some(g))
+        }
+        ConfigSource::None => (Snapshot::default(), None),
+    };
+    let has_parent = opts.parent.is_some();
+    let node = Arc::new(Node::new(NodeConfig {
+        level: if has_parent {
+            proto::Level::Region
+        } else {
+            proto::Level::Global
+        },
+        id: format!("controller-{}-{addr}", opts.region),
+        zone: String::new(),
+        region: opts.region.clone(),
+        interval: opts.interval,
+        scopes: if has_parent {
+            vec![Scope::Region]
+        } else {
+            vec![Scope::Global, Scope::Region]
+        },
+        has_parent,
+        validity_intervals: 5,
+    }));
+    let ctl = Arc::new(Controller {
+        node: node.clone(),
+        snapshot: Mutex::new(Arc::new(Snapshot::default())),
+        overrides: Mutex::new(Overrides::default()),
+        apply_ok: AtomicU64::new(0),
+        apply_invalid: AtomicU64::new(0),
+    });
+    let initial_version = initial.version.clone();
+    ctl.set_snapshot(initial);
+    let (tx, rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let apply: Apply = {
+        let c = ctl.clone();
+        Arc::new(move |s| c.set_snapshot(s))
+    };
+    match (&opts.config, git) {
+        (ConfigSource::Dir(d), _) => tasks.push(tokio::spawn(config_follow::follow_dir(
+            d.clone(),
+            opts.poll,
+            initial_version.clone(),
+            apply,
+            rx.clone(),
+        ))),
+        (_, Some(g)) => {
+            let (poll, rx) = (opts.poll, rx.clone());
+            tasks.push(tokio::task::spawn_blocking(move || {
+                g.follow(poll, apply, rx)
+            }));
+        }
+        _ => {}
+    }
+    if let Some(p) = &opts.parent {
+        tasks.push(tokio::spawn(uplink::run(
+            node.clone(),
+            p.clone(),
+            rx.clone(),
+        )));
+    }
+    let expirer = ctl.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut t = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            t.tick().await;
+            expirer.expire_overrides();
+        }
+    }));
+    let hook = ctl.status_hook();
+    let routes = tonic::service::Routes::new(proto::tier_server::TierServer::new(
+        TierService::new(node.clone(), rx.clone(), Some(hook.clone())),
+    ))
+    .add_service(proto::control_server::ControlServer::new(
+        super::control::ControlService::new(ctl.clone()),
+    ));
+    let m = metrics_listener.map(|l| {
+        let c = ctl.clone();
+        let render: super::admin::Render = Arc::new(move || {
+            let mut st = c.node.status(Instant::now());
+            hook(&mut st);
+            metrics::render(&st, &c.counters())
+        });
+        (l, render)
+    });
+    let running = launch(node, routes, listener, m, (tx, rx), tasks)?;
+    Ok((running, ctl))
+}

@@ -1,0 +1,175 @@
+//! The `/metrics` contract of aggregators and controllers: names defined once here, and the
+//! Prometheus text rendering of a status snapshot (built fresh on every scrape).
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use grl_config::Scope;
+use grl_core::proto;
+use grl_core::wire;
+
+/// Offered requests per second summed over this tier's children:
+/// `{service, bucket, scope}`.
+pub const OFFERED_RPS: &str = "grl_tier_offered_rps";
+/// The drop ratio this tier applies or forwards: `{service, bucket}` (the largest over
+/// regions or zones when it computes several).
+pub const DROP_RATIO: &str = "grl_tier_drop_ratio";
+/// The limit of a bucket: `{service, bucket}`.
+pub const LIMIT_RPS: &str = "grl_tier_limit_rps";
+/// Connected children: `{level}` (client, zone, region).
+pub const CHILDREN: &str = "grl_tier_children";
+/// Children silent for more than 3 intervals (left out of the sums).
+pub const STALE_CHILDREN: &str = "grl_tier_stale_children";
+/// Always 1, labelled with the config version in force: `{version}`.
+pub const CONFIG_INFO: &str = "grl_tier_config_info";
+/// 1 when the parent's ratios expired (children fail open for parent-owned scopes).
+pub const FAIL_OPEN: &str = "grl_tier_fail_open";
+/// 1 when the stream to the parent is up.
+pub const PARENT_CONNECTED: &str = "grl_tier_parent_connected";
+/// Incident overrides in force (controllers).
+pub const OVERRIDES: &str = "grl_tier_overrides";
+/// Control-plane bytes (encoded protobuf) exchanged with children: `{direction}`
+/// (`reports_in`, `instructions_out`). Exposed as `<name>_total`.
+pub const CONTROL_BYTES: &str = "grl_tier_control_bytes";
+/// `ApplyConfig` calls by `{result}` (`ok`, `invalid`). Exposed as `<name>_total`, i.e.
+/// `grl_controller_apply_total`.
+pub const APPLY: &str = "grl_controller_apply";
+
+type Labels = Vec<(String, String)>;
+type G = Gauge<f64, AtomicU64>;
+
+/// Counters that live outside the status snapshot.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counters {
+    /// `ApplyConfig` accepted (controllers only: `None` elsewhere).
+    pub apply_ok: Option<u64>,
+    /// `ApplyConfig` refused.
+    pub apply_invalid: u64,
+    /// Report bytes received.
+    pub reports_in: u64,
+    /// Instruction bytes sent.
+    pub instructions_out: u64,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+fn gauge(reg: &mut Registry, name: &str, help: &str, v: f64) {
+    let g = G::default();
+    g.set(v);
+    reg.register(name, help, g);
+}
+
+/// Renders a status snapshot and counters as Prometheus text.
+pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
+    let mut reg = Registry::default();
+    let offered = Family::<Labels, G>::default();
+    let ratio = Family::<Labels, G>::default();
+    let limit = Family::<Labels, G>::default();
+    for b in &st.buckets {
+        let scope = wire::scope_from_wire(b.scope).map_or("unknown", Scope::as_str);
+        offered
+            .get_or_create(&labels(&[
+                ("service", &b.service),
+                ("bucket", &b.bucket),
+                ("scope", scope),
+            ]))
+            .set(b.offered);
+        let sb = labels(&[("service", &b.service), ("bucket", &b.bucket)]);
+        ratio.get_or_create(&sb).set(b.drop_ratio);
+        if let Some(l) = b.limit_rps {
+            limit.get_or_create(&sb).set(l);
+        }
+    }
+    reg.register(
+        OFFERED_RPS,
+        "Offered requests per second summed over this tier's children",
+        offered,
+    );
+    reg.register(
+        DROP_RATIO,
+        "Drop ratio applied or forwarded by this tier",
+        ratio,
+    );
+    reg.register(
+        LIMIT_RPS,
+        "Limit of the bucket in requests per second",
+        limit,
+    );
+
+    let children = Family::<Labels, G>::default();
+    for lvl in ["client", "zone", "region"] {
+        children.get_or_create(&labels(&[("level", lvl)])).set(0.0);
+    }
+    for ch in &st.children {
+        let lvl = match proto::Level::try_from(ch.level) {
+            Ok(proto::Level::Zone) => "zone",
+            Ok(proto::Level::Region) => "region",
+            _ => "client",
+        };
+        children.get_or_create(&labels(&[("level", lvl)])).inc();
+    }
+    reg.register(CHILDREN, "Children of this tier", children);
+    let stale = st.children.iter().filter(|c| c.stale).count();
+    gauge(
+        &mut reg,
+        STALE_CHILDREN,
+        "Children silent for more than 3 intervals",
+        stale as f64,
+    );
+    let info = Family::<Labels, G>::default();
+    info.get_or_create(&labels(&[("version", &st.config_version)]))
+        .set(1.0);
+    reg.register(CONFIG_INFO, "Config version in force", info);
+    gauge(
+        &mut reg,
+        FAIL_OPEN,
+        "1 when the parent's ratios expired",
+        f64::from(u8::from(st.fail_open)),
+    );
+    gauge(
+        &mut reg,
+        PARENT_CONNECTED,
+        "1 when the stream to the parent is up",
+        f64::from(u8::from(st.parent_connected)),
+    );
+    gauge(
+        &mut reg,
+        OVERRIDES,
+        "Incident overrides in force",
+        st.overrides.len() as f64,
+    );
+
+    let bytes = Family::<Labels, Counter>::default();
+    bytes
+        .get_or_create(&labels(&[("direction", "reports_in")]))
+        .inc_by(c.reports_in);
+    bytes
+        .get_or_create(&labels(&[("direction", "instructions_out")]))
+        .inc_by(c.instructions_out);
+    reg.register(
+        CONTROL_BYTES,
+        "Control-plane bytes exchanged with children",
+        bytes,
+    );
+    if let Some(ok) = c.apply_ok {
+        let apply = Family::<Labels, Counter>::default();
+        apply.get_or_create(&labels(&[("result", "ok")])).inc_by(ok);
+        apply
+            .get_or_create(&labels(&[("result", "invalid")]))
+            .inc_by(c.apply_invalid);
+        reg.register(APPLY, "ApplyConfig calls by result", apply);
+    }
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &reg);
+    out
+}

@@ -1,0 +1,370 @@
+//! The state machine shared by aggregators and controllers: children's reports in, ratios
+//! computed for the scopes this tier owns, the parent's ratios kept with their expiry, and
+//! instructions out to each child when something changed (at least once per interval).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::children::{Child, Children};
+use super::ratios::{self, Computed, RatioKey};
+use super::rules::Rules;
+use grl_config::Scope;
+use grl_core::proto;
+use grl_core::wire;
+
+/// How a tier reaches one child: the sending half of its instruction stream.
+pub type Link = mpsc::Sender<Result<proto::Instruction, tonic::Status>>;
+
+/// What kind of tier a node is.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Zone (aggregators), Region (controllers with a parent) or Global.
+    pub level: proto::Level,
+    /// This tier's id when reporting to its parent.
+    pub id: String,
+    /// Zone ("" above zones).
+    pub zone: String,
+    /// Region ("" for a global controller that serves several regions).
+    pub region: String,
+    /// Reporting interval.
+    pub interval: Duration,
+    /// Scopes whose ratios this tier computes; the others come from the parent.
+    pub scopes: Vec<Scope>,
+    /// Whether this tier reports to a parent.
+    pub has_parent: bool,
+    /// Ratios computed here are valid this many intervals.
+    pub validity_intervals: u32,
+}
+
+impl NodeConfig {
+    /// How long a ratio computed here stays valid.
+    pub fn validity(&self) -> Duration {
+        self.interval * self.validity_intervals
+    }
+}
+
+/// What came from the parent.
+#[derive(Debug, Default)]
+pub(crate) struct Parent {
+    /// Ratios by (service, bucket) with their expiry.
+    pub ratios: BTreeMap<(String, String), (f64, Instant)>,
+    /// Whether the stream to the parent is up.
+    pub connected: bool,
+    /// When the parent's latest instruction stops being valid.
+    pub valid_until: Option<Instant>,
+}
+
+/// The mutable state of a node.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub rules: Arc<Rules>,
+    pub config_gen: u64,
+    pub children: Children<Link>,
+    pub parent: Parent,
+    pub computed: BTreeMap<RatioKey, Computed>,
+    pub seq: u64,
+}
+
+/// Control-plane byte counters (encoded protobuf sizes).
+#[derive(Debug, Default)]
+pub struct Bytes {
+    /// Bytes of reports received from children.
+    pub reports_in: AtomicU64,
+    /// Bytes of instructions sent to children.
+    pub instructions_out: AtomicU64,
+}
+
+/// One aggregator or controller.
+#[derive(Debug)]
+pub struct Node {
+    /// What kind of tier this is.
+    pub cfg: NodeConfig,
+    state: Mutex<State>,
+    conns: AtomicU64,
+    /// Control-plane traffic with the children.
+    pub bytes: Bytes,
+}
+
+impl Node {
+    /// A node with no children and no config.
+    pub fn new(cfg: NodeConfig) -> Self {
+        let state = State {
+            rules: Arc::new(Rules::default()),
+            config_gen: 0,
+            children: Children::new(cfg.interval),
+            parent: Parent::default(),
+            computed: BTreeMap::new(),
+            seq: 0,
+        };
+        Self {
+            cfg,
+            state: Mutex::new(state),
+            conns: AtomicU64::new(0),
+            bytes: Bytes::default(),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A fresh id for a child's stream.
+    pub fn next_conn(&self) -> u64 {
+        self.conns.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.lock().rules.clone()
+    }
+
+    /// Replaces the rules and tells every child.
+    pub fn set_rules(&self, rules: Rules, now: Instant) {
+        {
+            let mut s = self.lock();
+            if *s.rules == rules {
+                return;
+            }
+            info!(version = %rules.version, buckets = rules.bucket_count(), "config in force");
+            s.rules = Arc::new(rules);
+            s.config_gen += 1;
+        }
+        self.tick(now);
+    }
+
+    /// A child's report arrived on stream `conn`.
+    pub fn on_report(&self, conn: u64, link: Link, r: &proto::Report, now: Instant) {
+        self.bytes
+            .reports_in
+            .fetch_add(r.encoded_len() as u64, Ordering::Relaxed);
+        let mut s = self.lock();
+        if s.children.report(conn, link, r, now) {
+            info!(child = %r.reporter_id, zone = %r.zone, region = %r.region, "child connected");
+            self.instruct_children(&mut s, Some(&r.reporter_id), now);
+        }
+    }
+
+    /// A child's stream `conn` ended.
+    pub fn on_disconnect(&self, id: &str, conn: u64) {
+        info!(child = %id, "child disconnected");
+        self.lock().children.disconnected(id, conn);
+    }
+
+    /// Drops all children (their streams end): used at shutdown.
+    pub fn drop_children(&self) {
+        self.lock().children = Children::new(self.cfg.interval);
+    }
+
+    /// Recomputes this tier's ratios and instructs every child that needs it.
+    pub fn tick(&self, now: Instant) {
+        let mut s = self.lock();
+        let st = &mut *s;
+        for id in st.children.prune(now) {
+            info!(child = %id, "stale, dropped");
+        }
+        let totals = st.children.totals(now);
+        st.computed = ratios::compute(&st.rules.limited(), &totals, &self.cfg.scopes);
+        st.parent.ratios.retain(|_, (_, exp)| *exp > now);
+        self.instruct_children(st, None, now);
+    }
+
+    /// Instructs the child `only`, or every child, as far as each needs it now.
+    fn instruct_children(&self, st: &mut State, only: Option<&str>, now: Instant) {
+        let State {
+            rules,
+            config_gen,
+            children,
+            parent,
+            computed,
+            ..
+        } = st;
+        let mut send = |c: &mut Child<Link>| {
+            instruct(
+                &self.cfg,
+                rules,
+                *config_gen,
+                computed,
+                parent,
+                c,
+                now,
+                &self.bytes,
+            )
+        };
+        match only {
+            Some(id) => children.get_mut(id).into_iter().for_each(send),
+            None => children.iter_mut().for_each(&mut send),
+        }
+    }
+
+    /// The report this tier sends its parent: its children's totals, regrouped.
+    pub fn upward_report(&self, now: Instant) -> proto::Report {
+        let mut s = self.lock();
+        s.seq += 1;
+        let keep_zone = self.cfg.level == proto::Level::Zone;
+        let totals = ratios::regroup(&s.children.totals(now), keep_zone);
+        proto::Report {
+            reporter_id: self.cfg.id.clone(),
+            level: self.cfg.level as i32,
+            zone: self.cfg.zone.clone(),
+            region: self.cfg.region.clone(),
+            services: s.children.services(now),
+            config_version: s.rules.version.clone(),
+            interval_ms: self.cfg.interval.as_millis() as u32,
+            rates: totals.iter().map(|(k, r)| ratios::to_wire(k, r)).collect(),
+            seq: s.seq,
+        }
+    }
+
+    /// An instruction from the parent arrived: keep its ratios with their expiry, take its
+    /// config, and pass the news down.
+    pub fn on_parent_instruction(&self, i: &proto::Instruction, now: Instant) {
+        let dflt = Duration::from_millis(u64::from(i.valid_for_ms));
+        let new_rules = {
+            let mut s = self.lock();
+            s.parent.valid_until = Some(now + dflt);
+            s.parent.ratios = i
+                .ratios
+                .iter()
+                .map(|r| {
+                    let valid = if r.valid_for_ms > 0 {
+                        Duration::from_millis(u64::from(r.valid_for_ms))
+                    } else {
+                        dflt
+                    };
+                    (
+                        (r.service.clone(), r.bucket.clone()),
+                        (r.ratio, now + valid),
+                    )
+                })
+                .collect();
+            i.has_config
+                .then(|| Rules::from_wire(&i.config_version, &i.config))
+        };
+        match new_rules {
+            Some(r) => self.set_rules(r, now),
+            None => self.tick(now),
+        }
+    }
+
+    /// Marks the stream to the parent up or down.
+    pub fn set_parent_connected(&self, up: bool) {
+        self.lock().parent.connected = up;
+    }
+
+    /// Whether this tier has a parent whose instructions have expired (children fail open).
+    pub fn fail_open(&self, now: Instant) -> bool {
+        self.cfg.has_parent && self.lock().parent.valid_until.is_none_or(|t| t <= now)
+    }
+}
+
+/// Sends `c` an instruction if its config is out of date, its ratios changed, or it heard
+/// nothing for about an interval.
+#[allow(clippy::too_many_arguments)]
+fn instruct(
+    cfg: &NodeConfig,
+    rules: &Rules,
+    config_gen: u64,
+    computed: &BTreeMap<RatioKey, Computed>,
+    parent: &Parent,
+    c: &mut Child<Link>,
+    now: Instant,
+    bytes: &Bytes,
+) {
+    let ratios = ratios_for(cfg, rules, computed, parent, c, now);
+    let resend_config =
+        c.config_version != rules.version && c.sent.at.is_none_or(|t| now - t >= cfg.interval * 2);
+    let send_config =
+        c.sent.config_gen != Some(config_gen) || c.sent.services != c.services || resend_config;
+    let changed = ratios.len() != c.sent.ratios.len()
+        || ratios.iter().any(|r| {
+            c.sent
+                .ratios
+                .get(&(r.service.clone(), r.bucket.clone()))
+                .is_none_or(|old| ratios::changed(*old, r.ratio))
+        });
+    let due = c
+        .sent
+        .at
+        .is_none_or(|t| now - t >= cfg.interval.mul_f64(0.85));
+    if !(send_config || changed || due) {
+        return;
+    }
+    let instr = proto::Instruction {
+        config_version: rules.version.clone(),
+        config: if send_config {
+            rules.for_services(&c.services)
+        } else {
+            Vec::new()
+        },
+        has_config: send_config,
+        valid_for_ms: ratios.iter().map(|r| r.valid_for_ms).max().unwrap_or(0),
+        interval_ms: cfg.interval.as_millis() as u32,
+        ratios,
+    };
+    let len = instr.encoded_len() as u64;
+    let sent_ratios = instr
+        .ratios
+        .iter()
+        .map(|r| ((r.service.clone(), r.bucket.clone()), r.ratio))
+        .collect();
+    match c.link.try_send(Ok(instr)) {
+        Ok(()) => {
+            bytes.instructions_out.fetch_add(len, Ordering::Relaxed);
+            c.sent.ratios = sent_ratios;
+            c.sent.at = Some(now);
+            if send_config {
+                c.sent.config_gen = Some(config_gen);
+                c.sent.services.clone_from(&c.services);
+            }
+        }
+        Err(e) => debug!(child = %c.id, error = %e, "instruction not sent"),
+    }
+}
+
+/// The ratios of `c`'s services with their remaining validity: computed here for the scopes
+/// this tier owns, else the parent's as long as they are valid.
+fn ratios_for(
+    cfg: &NodeConfig,
+    rules: &Rules,
+    computed: &BTreeMap<RatioKey, Computed>,
+    parent: &Parent,
+    c: &Child<Link>,
+    now: Instant,
+) -> Vec<proto::DropRatio> {
+    let own_ms = cfg.validity().as_millis() as u32;
+    let mut out = Vec::new();
+    for svc in &c.services {
+        for b in rules.services.get(svc).into_iter().flatten() {
+            let (Some(_), Ok(scope)) = (b.limit_rps, wire::scope_from_wire(b.scope)) else {
+                continue;
+            };
+            let (ratio, valid_for_ms) = if cfg.scopes.contains(&scope) {
+                let key = (
+                    svc.clone(),
+                    b.name.clone(),
+                    ratios::scope_key(scope, &c.region, &c.zone),
+                );
+                (computed.get(&key).map_or(0.0, |x| x.ratio), own_ms)
+            } else {
+                match parent.ratios.get(&(svc.clone(), b.name.clone())) {
+                    Some((r, exp)) if *exp > now => (*r, (*exp - now).as_millis() as u32),
+                    _ => continue,
+                }
+            };
+            out.push(proto::DropRatio {
+                service: svc.clone(),
+                bucket: b.name.clone(),
+                ratio,
+                valid_for_ms,
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,327 @@
+//! Drop-ratio math, pure: summing reported rates by scope and turning sums and limits into
+//! `drop_ratio = max(0, (offered - limit) / offered)`.
+
+use std::collections::BTreeMap;
+
+use grl_config::Scope;
+use grl_core::proto;
+
+/// Where a rate was offered: one row of a tier's totals.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RateKey {
+    /// Destination service.
+    pub service: String,
+    /// Bucket name within the service.
+    pub bucket: String,
+    /// Region the traffic was offered in ("" when summed over regions).
+    pub region: String,
+    /// Zone the traffic was offered in ("" when summed over zones).
+    pub zone: String,
+}
+
+/// Per-second rates of one bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rate {
+    /// Offered requests per second (before any drop).
+    pub offered: f64,
+    /// Dropped requests per second.
+    pub dropped: f64,
+    /// Virtually dropped requests per second (shadow mode).
+    pub shadow_dropped: f64,
+    /// Clients that contributed.
+    pub clients: u32,
+}
+
+impl Rate {
+    /// Adds another rate to this one.
+    pub fn add(&mut self, o: &Rate) {
+        self.offered += o.offered;
+        self.dropped += o.dropped;
+        self.shadow_dropped += o.shadow_dropped;
+        self.clients += o.clients;
+    }
+}
+
+/// Summed rates by key.
+pub type Totals = BTreeMap<RateKey, Rate>;
+
+/// The key and rate of a reported row; an empty zone or region is taken from the report.
+pub fn from_wire(r: &proto::BucketRate, zone: &str, region: &str) -> (RateKey, Rate) {
+    let pick = |own: &str, dflt: &str| {
+        if own.is_empty() {
+            dflt.to_string()
+        } else {
+            own.to_string()
+        }
+    };
+    (
+        RateKey {
+            service: r.service.clone(),
+            bucket: r.bucket.clone(),
+            region: pick(&r.region, region),
+            zone: pick(&r.zone, zone),
+        },
+        Rate {
+            offered: r.offered,
+            dropped: r.dropped,
+            shadow_dropped: r.shadow_dropped,
+            clients: r.clients.max(1),
+        },
+    )
+}
+
+/// The wire form of one row.
+pub fn to_wire(k: &RateKey, r: &Rate) -> proto::BucketRate {
+    proto::BucketRate {
+        service: k.service.clone(),
+        bucket: k.bucket.clone(),
+        zone: k.zone.clone(),
+        region: k.region.clone(),
+        offered: r.offered,
+        dropped: r.dropped,
+        shadow_dropped: r.shadow_dropped,
+        clients: r.clients,
+    }
+}
+
+/// Re-sums `totals` keeping the region (and the zone when `keep_zone`), e.g. to forward a
+/// zone's or a region's totals to the parent.
+pub fn regroup(totals: &Totals, keep_zone: bool) -> Totals {
+    let mut out = Totals::new();
+    for (k, r) in totals {
+        let key = RateKey {
+            zone: if keep_zone {
+                k.zone.clone()
+            } else {
+                String::new()
+            },
+            ..k.clone()
+        };
+        out.entry(key).or_default().add(r);
+    }
+    out
+}
+
+/// `max(0, (offered - limit) / offered)`, 0 when nothing is offered.
+pub fn drop_ratio(offered: f64, limit: f64) -> f64 {
+    if offered.is_nan() || offered <= 0.0 || offered <= limit || !limit.is_finite() {
+        0.0
+    } else {
+        ((offered - limit) / offered).clamp(0.0, 1.0)
+    }
+}
+
+/// The part of a [`RateKey`] a bucket of `scope` is summed over: "" for global, the region,
+/// or the zone.
+pub fn scope_key(scope: Scope, region: &str, zone: &str) -> String {
+    match scope {
+        Scope::Global => String::new(),
+        Scope::Region => region.to_string(),
+        Scope::Zone => zone.to_string(),
+    }
+}
+
+/// One bucket that a tier holds to its limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limited {
+    /// Destination service.
+    pub service: String,
+    /// Bucket name.
+    pub bucket: String,
+    /// Scope the limit holds over.
+    pub scope: Scope,
+    /// The limit in requests per second.
+    pub limit: f64,
+}
+
+/// Key of a computed ratio: service, bucket, scope key (see [`scope_key`]).
+pub type RatioKey = (String, String, String);
+
+/// A computed ratio with the sum it came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Computed {
+    /// The offered sum over the scope.
+    pub offered: f64,
+    /// The limit.
+    pub limit: f64,
+    /// The drop ratio.
+    pub ratio: f64,
+}
+
+/// Computes the ratio of every limited bucket whose scope is in `scopes`, for every scope
+/// key seen in `totals` (a limited bucket with no traffic gets ratio 0 under key "" for
+/// global scope only).
+pub fn compute(
+    limited: &[Limited],
+    totals: &Totals,
+    scopes: &[Scope],
+) -> BTreeMap<RatioKey, Computed> {
+    let mut sums: BTreeMap<RatioKey, f64> = BTreeMap::new();
+    let wanted: BTreeMap<(&str, &str), &Limited> = limited
+        .iter()
+        .filter(|l| scopes.contains(&l.scope))
+        .map(|l| ((l.service.as_str(), l.bucket.as_str()), l))
+        .collect();
+    for l in wanted.values() {
+        if l.scope == Scope::Global {
+            sums.insert((l.service.clone(), l.bucket.clone(), String::new()), 0.0);
+        }
+    }
+    for (k, r) in totals {
+        if let Some(l) = wanted.get(&(k.service.as_str(), k.bucket.as_str())) {
+            let key = (
+                k.service.clone(),
+                k.bucket.clone(),
+                scope_key(l.scope, &k.region, &k.zone),
+            );
+            *sums.entry(key).or_default() += r.offered;
+        }
+    }
+    sums.into_iter()
+        .map(|(key, offered)| {
+            let limit = wanted[&(key.0.as_str(), key.1.as_str())].limit;
+            let ratio = drop_ratio(offered, limit);
+            (
+                key,
+                Computed {
+                    offered,
+                    limit,
+                    ratio,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Whether a child should hear about a ratio change now: the admitted fraction `1 - ratio`
+/// moved by more than 2 % of itself, or dropping started or stopped.
+pub fn changed(old: f64, new: f64) -> bool {
+    if (old > 0.0) != (new > 0.0) {
+        return true;
+    }
+    let (a, b) = (1.0 - old, 1.0 - new);
+    (a - b).abs() > 0.02 * a.max(1e-3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: &str, region: &str, zone: &str) -> RateKey {
+        RateKey {
+            service: "pay".into(),
+            bucket: b.into(),
+            region: region.into(),
+            zone: zone.into(),
+        }
+    }
+
+    fn rate(offered: f64) -> Rate {
+        Rate {
+            offered,
+            clients: 1,
+            ..Rate::default()
+        }
+    }
+
+    fn lim(b: &str, scope: Scope, limit: f64) -> Limited {
+        Limited {
+            service: "pay".into(),
+            bucket: b.into(),
+            scope,
+            limit,
+        }
+    }
+
+    #[test]
+    fn drop_ratio_is_the_excess_share() {
+        assert_eq!(drop_ratio(150.0, 100.0), 50.0 / 150.0);
+        assert_eq!(drop_ratio(100.0, 100.0), 0.0);
+        assert_eq!(drop_ratio(50.0, 100.0), 0.0);
+        assert_eq!(drop_ratio(0.0, 100.0), 0.0);
+        assert_eq!(drop_ratio(f64::NAN, 100.0), 0.0);
+        assert!((drop_ratio(1500.0, 100.0) - 14.0 / 15.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn global_sums_over_zones_and_regions() {
+        let mut t = Totals::new();
+        t.insert(key("g", "eu", "a"), rate(100.0));
+        t.insert(key("g", "eu", "b"), rate(50.0));
+        t.insert(key("g", "us", "c"), rate(150.0));
+        let out = compute(&[lim("g", Scope::Global, 200.0)], &t, &[Scope::Global]);
+        let c = out[&("pay".into(), "g".into(), String::new())];
+        assert_eq!(c.offered, 300.0);
+        assert!((c.ratio - 1.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn region_and_zone_scopes_hold_their_own_sum() {
+        let mut t = Totals::new();
+        t.insert(key("r", "eu", "a"), rate(100.0));
+        t.insert(key("r", "eu", "b"), rate(100.0));
+        t.insert(key("r", "us", "c"), rate(50.0));
+        t.insert(key("z", "eu", "a"), rate(300.0));
+        t.insert(key("z", "eu", "b"), rate(50.0));
+        let limited = [lim("r", Scope::Region, 100.0), lim("z", Scope::Zone, 100.0)];
+        let out = compute(&limited, &t, &[Scope::Region, Scope::Zone]);
+        let get = |b: &str, k: &str| out[&("pay".to_string(), b.to_string(), k.to_string())];
+        assert_eq!(get("r", "eu").ratio, 0.5);
+        assert_eq!(get("r", "us").ratio, 0.0);
+        assert!((get("z", "a").ratio - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(get("z", "b").ratio, 0.0);
+    }
+
+    #[test]
+    fn scopes_not_computed_here_are_skipped() {
+        let mut t = Totals::new();
+        t.insert(key("g", "eu", "a"), rate(500.0));
+        let out = compute(&[lim("g", Scope::Global, 100.0)], &t, &[Scope::Zone]);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn idle_global_bucket_gets_ratio_zero() {
+        let out = compute(
+            &[lim("g", Scope::Global, 100.0)],
+            &Totals::new(),
+            &[Scope::Global],
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out.values().next().unwrap().ratio, 0.0);
+    }
+
+    #[test]
+    fn regroup_drops_the_zone() {
+        let mut t = Totals::new();
+        t.insert(key("g", "eu", "a"), rate(100.0));
+        t.insert(key("g", "eu", "b"), rate(50.0));
+        let r = regroup(&t, false);
+        assert_eq!(r.len(), 1);
+        let (k, v) = r.iter().next().unwrap();
+        assert_eq!((k.zone.as_str(), v.offered, v.clients), ("", 150.0, 2));
+    }
+
+    #[test]
+    fn empty_zone_and_region_come_from_the_report() {
+        let w = proto::BucketRate {
+            service: "pay".into(),
+            bucket: "g".into(),
+            offered: 10.0,
+            ..Default::default()
+        };
+        let (k, r) = from_wire(&w, "a", "eu");
+        assert_eq!((k.zone.as_str(), k.region.as_str()), ("a", "eu"));
+        assert_eq!(r.clients, 1);
+    }
+
+    #[test]
+    fn change_is_relative_to_the_admitted_share() {
+        assert!(!changed(0.0, 0.0));
+        assert!(changed(0.0, 0.01));
+        assert!(changed(0.3, 0.0));
+        assert!(!changed(0.5, 0.505));
+        assert!(changed(0.93, 0.935));
+        assert!(!changed(0.93, 0.9305));
+    }
+}

@@ -1,0 +1,97 @@
+//! The `Tier` gRPC service of aggregators and controllers: one `Exchange` stream per child
+//! (reports in, instructions out) and `Status`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::debug;
+
+use super::node::Node;
+use grl_core::proto;
+
+/// Adds extra fields (e.g. overrides) to a status answer.
+pub type StatusHook = Arc<dyn Fn(&mut proto::StatusResponse) + Send + Sync>;
+
+/// `Tier` over a [`Node`].
+#[derive(Clone)]
+pub struct TierService {
+    node: Arc<Node>,
+    shutdown: watch::Receiver<bool>,
+    hook: Option<StatusHook>,
+}
+
+impl TierService {
+    /// Serves `node` until `shutdown` turns true.
+    pub fn new(node: Arc<Node>, shutdown: watch::Receiver<bool>, hook: Option<StatusHook>) -> Self {
+        Self {
+            node,
+            shutdown,
+            hook,
+        }
+    }
+}
+
+type InstructionStream = Pin<Box<dyn Stream<Item = Result<proto::Instruction, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl proto::tier_server::Tier for TierService {
+    type ExchangeStream = InstructionStream;
+
+    async fn exchange(
+        &self,
+        req: Request<Streaming<proto::Report>>,
+    ) -> Result<Response<Self::ExchangeStream>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let node = self.node.clone();
+        let mut shutdown = self.shutdown.clone();
+        let conn = node.next_conn();
+        tokio::spawn(async move {
+            let mut id: Option<String> = None;
+            loop {
+                tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(r)) => {
+                            if id.as_deref() != Some(r.reporter_id.as_str()) {
+                                id = Some(r.reporter_id.clone());
+                            }
+                            node.on_report(conn, tx.clone(), &r, Instant::now());
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            debug!(error = %e, "child stream failed");
+                            break;
+                        }
+                    },
+                    _ = shutdown.changed() => break,
+                }
+            }
+            if let Some(id) = id {
+                node.on_disconnect(&id, conn);
+            }
+        });
+        let mut shutdown = self.shutdown.clone();
+        let out = ReceiverStream::new(rx).take_until(async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn status(
+        &self,
+        _req: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
+        let mut st = self.node.status(Instant::now());
+        if let Some(h) = &self.hook {
+            h(&mut st);
+        }
+        Ok(Response::new(st))
+    }
+}
+
+use futures::StreamExt as _;

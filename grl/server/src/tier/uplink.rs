@@ -1,0 +1,127 @@
+//! The stream from a tier to its parent: reports up every quarter interval, instructions
+//! down, reconnecting with jittered exponential backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{info, warn};
+
+use super::node::Node;
+use grl_core::proto;
+use grl_core::proto::tier_client::TierClient;
+
+/// `host:port` or a URL, as a URL.
+pub fn url(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+/// A lazily connecting channel with short timeouts and HTTP/2 keepalive, so a dead peer is
+/// noticed within about a second.
+pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(url(addr))?
+        .connect_timeout(Duration::from_secs(1))
+        .http2_keep_alive_interval(Duration::from_millis(500))
+        .keep_alive_timeout(Duration::from_secs(1))
+        .keep_alive_while_idle(true)
+        .connect_lazy())
+}
+
+/// The wait before reconnect attempt `attempt` (0-based): 100 ms doubling up to 2 s, with
+/// full jitter in its upper half.
+pub fn backoff(attempt: u32) -> Duration {
+    let base = Duration::from_millis(100) * 2u32.saturating_pow(attempt.min(5));
+    let base = base.min(Duration::from_secs(2));
+    base.mul_f64(rand::rng().random_range(0.5..=1.0))
+}
+
+/// Keeps a stream to `parent` open until `shutdown` turns true.
+pub async fn run(node: Arc<Node>, parent: String, mut shutdown: watch::Receiver<bool>) {
+    let mut attempt = 0u32;
+    loop {
+        let started = Instant::now();
+        tokio::select! {
+            r = session(&node, &parent) => {
+                node.set_parent_connected(false);
+                match r {
+                    Ok(()) => warn!(parent = %parent, "parent closed the stream"),
+                    Err(e) => warn!(parent = %parent, error = %e, "parent unreachable"),
+                }
+            }
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            attempt = 0;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff(attempt)) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        attempt += 1;
+    }
+}
+
+async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
+    let ch = channel(parent).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let mut client = TierClient::new(ch);
+    let (tx, rx) = mpsc::channel::<proto::Report>(4);
+    tx.try_send(node.upward_report(Instant::now()))
+        .map_err(|e| tonic::Status::internal(e.to_string()))?;
+    let reporter = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(node.cfg.interval / 4);
+            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            t.tick().await;
+            loop {
+                t.tick().await;
+                if tx.send(node.upward_report(Instant::now())).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let result = async {
+        let mut inbound = client.exchange(ReceiverStream::new(rx)).await?.into_inner();
+        info!(parent = %parent, "parent connected");
+        node.set_parent_connected(true);
+        while let Some(i) = inbound.message().await? {
+            node.on_parent_instruction(&i, Instant::now());
+        }
+        Ok(())
+    }
+    .await;
+    reporter.abort();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_jittered_and_capped() {
+        for a in 0..10 {
+            let b = backoff(a);
+            let base = (100u64 << a.min(5)).min(2000);
+            assert!(
+                b.as_millis() as u64 >= base / 2 && b.as_millis() as u64 <= base,
+                "{a}: {b:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bare_addresses_get_a_scheme() {
+        assert_eq!(url("127.0.0.1:1"), "http://127.0.0.1:1");
+        assert_eq!(url("http://h:1"), "http://h:1");
+    }
+}

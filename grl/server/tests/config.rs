@@ -1,0 +1,368 @@
+//! Config through the tiers: `ApplyConfig` reaching every client, refusal of an invalid
+//! snapshot, following a config dir and a git remote, and the `/metrics` of both tiers.
+
+use std::time::Duration;
+
+use crate::support::*;
+use grl::tier::controller::{self, ConfigSource, ControllerOptions};
+use grl_core::proto;
+use grl_core::proto::control_client::ControlClient;
+
+const IV: Duration = Duration::from_millis(200);
+
+fn file(path: &str, content: String) -> proto::ConfigFile {
+    proto::ConfigFile {
+        path: path.into(),
+        content,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_config_reaches_every_client_and_invalid_is_refused() {
+    let iv = Duration::from_millis(500);
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 100.0);
+    let (ctl, c) = controller_on(listener().await, dir.path(), iv).await;
+    let ctl_addr = ctl.addr.to_string();
+    let mut clients = Vec::new();
+    let mut aggs = Vec::new();
+    for zone in ["a", "b"] {
+        let agg = aggregator_on(listener().await, zone, "eu", &ctl_addr, iv).await;
+        for i in 0..3 {
+            clients.push(client(&agg, zone, "eu", &format!("{zone}{i}"), iv));
+        }
+        aggs.push(agg);
+    }
+    let v0 = c.snapshot().version.clone();
+    let ready = until(Duration::from_secs(5), || {
+        clients.iter().all(|c| c.status().config_version == v0)
+    })
+    .await;
+    assert!(ready.is_some(), "clients never got the first config");
+
+    let mut rpc = ControlClient::connect(format!("http://{ctl_addr}"))
+        .await
+        .unwrap();
+    let resp = rpc
+        .apply_config(proto::ApplyConfigRequest {
+            version: "v2".into(),
+            files: vec![file("services/payments.yaml", service_yaml(250.0))],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (resp.version.as_str(), resp.buckets, resp.enforced_buckets),
+        ("v2", 4, 4)
+    );
+    let took = until(iv * 2, || {
+        clients.iter().all(|c| c.status().config_version == "v2")
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "v2 did not reach every client within 2 intervals"
+    );
+    let st = ctl.node.status(tokio::time::Instant::now());
+    let b = st
+        .buckets
+        .iter()
+        .find(|b| b.bucket == "gateway-pay")
+        .unwrap();
+    assert_eq!(b.limit_rps, Some(250.0));
+
+    let bad = service_yaml(250.0).replace("scope: zone", "scope: planet");
+    let err = rpc
+        .apply_config(proto::ApplyConfigRequest {
+            version: "v3".into(),
+            files: vec![file("services/payments.yaml", bad)],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().contains("services/payments.yaml") && err.message().contains("scope"),
+        "unclear error: {}",
+        err.message()
+    );
+    assert_eq!(c.snapshot().version, "v2");
+    tokio::time::sleep(iv).await;
+    assert!(clients.iter().all(|c| c.status().config_version == "v2"));
+}
+
+#[tokio::test]
+async fn controller_refuses_to_start_on_an_invalid_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("services")).unwrap();
+    std::fs::write(dir.path().join("services/payments.yaml"), "service: [").unwrap();
+    let opts = ControllerOptions {
+        region: String::new(),
+        parent: None,
+        interval: IV,
+        config: ConfigSource::Dir(dir.path().into()),
+        poll: IV,
+    };
+    let err = controller::start(opts, listener().await, None)
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("services/payments.yaml"), "{err}");
+}
+
+#[tokio::test]
+async fn controller_follows_a_changed_dir_and_keeps_the_old_snapshot_on_error() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 100.0);
+    let (_ctl, c) = controller_on(listener().await, dir.path(), IV).await;
+    let v0 = c.snapshot().version.clone();
+    write_config(dir.path(), 400.0);
+    let changed = until(Duration::from_secs(5), || c.snapshot().version != v0).await;
+    assert!(changed.is_some(), "dir change not picked up");
+    let limit = |c: &controller::Controller| {
+        c.snapshot()
+            .service(SERVICE)
+            .unwrap()
+            .bucket("gateway-pay")
+            .unwrap()
+            .limit
+    };
+    assert_eq!(limit(&c), Some(400.0));
+    let v1 = c.snapshot().version.clone();
+    std::fs::write(dir.path().join("services/payments.yaml"), "service: [").unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        c.snapshot().version,
+        v1,
+        "an invalid change replaced the snapshot"
+    );
+}
+
+/// Commits `files` on `refs/heads/main` of a bare repo.
+fn commit(repo: &git2::Repository, files: &[(&str, String)], msg: &str) -> git2::Oid {
+    let mut dirs: std::collections::BTreeMap<&str, git2::TreeBuilder<'_>> = Default::default();
+    for (path, content) in files {
+        let (d, name) = path.split_once('/').unwrap();
+        let blob = repo.blob(content.as_bytes()).unwrap();
+        dirs.entry(d)
+            .or_insert_with(|| repo.treebuilder(None).unwrap())
+            .insert(name, blob, 0o100644)
+            .unwrap();
+    }
+    let mut root = repo.treebuilder(None).unwrap();
+    for (d, b) in dirs {
+        root.insert(d, b.write().unwrap(), 0o040000).unwrap();
+    }
+    let tree = repo.find_tree(root.write().unwrap()).unwrap();
+    let sig = git2::Signature::now("test", "test@example.invalid").unwrap();
+    let parent = repo
+        .find_reference("refs/heads/main")
+        .ok()
+        .and_then(|r| r.peel_to_commit().ok());
+    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+    repo.commit(Some("refs/heads/main"), &sig, &sig, msg, &tree, &parents)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn controller_picks_up_a_commit_to_the_config_git_repo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bare_path = tmp.path().join("config.git");
+    let bare = git2::Repository::init_bare(&bare_path).unwrap();
+    bare.set_head("refs/heads/main").unwrap();
+    let first = commit(
+        &bare,
+        &[("services/payments.yaml", service_yaml(100.0))],
+        "first",
+    );
+    let opts = ControllerOptions {
+        region: String::new(),
+        parent: None,
+        interval: IV,
+        config: ConfigSource::Git(bare_path.display().to_string()),
+        poll: Duration::from_millis(200),
+    };
+    let (_ctl, c) = controller::start(opts, listener().await, None)
+        .await
+        .unwrap();
+    assert_eq!(c.snapshot().version, first.to_string());
+    let second = commit(
+        &bare,
+        &[("services/payments.yaml", service_yaml(700.0))],
+        "raise",
+    );
+    let seen = until(Duration::from_secs(5), || {
+        c.snapshot().version == second.to_string()
+    })
+    .await;
+    assert!(seen.is_some(), "commit not picked up");
+    let b = c.snapshot();
+    assert_eq!(
+        b.service(SERVICE)
+            .unwrap()
+            .bucket("gateway-pay")
+            .unwrap()
+            .limit,
+        Some(700.0)
+    );
+}
+
+fn get(m: &std::collections::BTreeMap<String, f64>, key: &str) -> f64 {
+    *m.get(key)
+        .unwrap_or_else(|| panic!("{key} missing in {m:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_of_aggregator_and_controller_follow_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 1000.0);
+    let (ctl, c) = controller_on(listener().await, dir.path(), IV).await;
+    let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), IV).await;
+    let cl = client(&agg, "a", "eu", "a1", IV);
+    let _t = Traffic::start(vec![(cl.clone(), "gateway".into(), 2000.0)]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let a = scrape(agg.metrics_addr.unwrap()).await;
+    let k = ctl.metrics_addr.unwrap();
+    let m = scrape(k).await;
+    let version = c.snapshot().version.clone();
+    for (who, m, level) in [("aggregator", &a, "client"), ("controller", &m, "zone")] {
+        let offered = get(
+            m,
+            r#"grl_tier_offered_rps{service="payments",bucket="gateway-pay",scope="global"}"#,
+        );
+        assert!((offered - 2000.0).abs() < 200.0, "{who} offered {offered}");
+        let ratio = get(
+            m,
+            r#"grl_tier_drop_ratio{service="payments",bucket="gateway-pay"}"#,
+        );
+        assert!((ratio - 0.5).abs() < 0.05, "{who} ratio {ratio}");
+        assert_eq!(
+            get(
+                m,
+                r#"grl_tier_limit_rps{service="payments",bucket="gateway-pay"}"#
+            ),
+            1000.0
+        );
+        assert_eq!(
+            get(m, &format!("grl_tier_children{{level=\"{level}\"}}")),
+            1.0,
+            "{who}"
+        );
+        assert_eq!(get(m, "grl_tier_stale_children"), 0.0);
+        assert_eq!(
+            get(m, &format!("grl_tier_config_info{{version=\"{version}\"}}")),
+            1.0,
+            "{who}"
+        );
+        assert_eq!(get(m, "grl_tier_fail_open"), 0.0, "{who}");
+        assert!(get(m, r#"grl_tier_control_bytes_total{direction="reports_in"}"#) > 0.0);
+    }
+    assert_eq!(get(&a, "grl_tier_parent_connected"), 1.0);
+    assert_eq!(get(&m, r#"grl_controller_apply_total{result="ok"}"#), 0.0);
+    assert_eq!(
+        get(&m, r#"grl_controller_apply_total{result="invalid"}"#),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_throttles_a_caller_then_is_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 100_000.0);
+    let (ctl, _c) = controller_on(listener().await, dir.path(), IV).await;
+    let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), IV).await;
+    let cl = client(&agg, "a", "eu", "a1", IV);
+    let _t = Traffic::start(vec![(cl.clone(), "batch".into(), 2000.0)]);
+    let mut rpc = ControlClient::connect(format!("http://{}", ctl.addr))
+        .await
+        .unwrap();
+    let o = rpc
+        .set_override(proto::SetOverrideRequest {
+            service: SERVICE.into(),
+            caller: "batch".into(),
+            rps: 500.0,
+            ttl_seconds: 60,
+            reason: "incident 42".into(),
+            who: "oncall".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let bucket = format!("override-{}", o.id);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let w = window(std::slice::from_ref(&cl), &bucket, Duration::from_secs(1)).await;
+    assert!(
+        (w[0][1] as f64 - 500.0).abs() < 60.0,
+        "override not enforced: {w:?}"
+    );
+    let st = ctl.node.status(tokio::time::Instant::now());
+    assert!(st.buckets.iter().any(|b| b.bucket == bucket));
+    let m = scrape(ctl.metrics_addr.unwrap()).await;
+    assert_eq!(get(&m, "grl_tier_overrides"), 1.0);
+    let listed = rpc
+        .list_overrides(proto::ListOverridesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.overrides.len(), 1);
+    assert_eq!(listed.overrides[0].reason, "incident 42");
+    let cleared = rpc
+        .clear_override(proto::ClearOverrideRequest {
+            service: SERVICE.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cleared.cleared, 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let w = window(std::slice::from_ref(&cl), "", Duration::from_millis(500)).await;
+    assert!(
+        w[0][0] > 0 && w[0][2] == 0,
+        "still throttled after clear: {w:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regional_controller_takes_config_and_global_ratios_from_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 1000.0);
+    let (global, g) = controller_on(listener().await, dir.path(), IV).await;
+    let opts = ControllerOptions {
+        region: "eu".into(),
+        parent: Some(global.addr.to_string()),
+        interval: IV,
+        config: ConfigSource::None,
+        poll: IV,
+    };
+    let (regional, _r) = controller::start(opts, listener().await, None)
+        .await
+        .unwrap();
+    let agg = aggregator_on(listener().await, "a", "eu", &regional.addr.to_string(), IV).await;
+    let cl = client(&agg, "a", "eu", "a1", IV);
+    let _t = Traffic::start(vec![(cl.clone(), "gateway".into(), 1500.0)]);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let v = g.snapshot().version.clone();
+    assert_eq!(
+        regional
+            .node
+            .status(tokio::time::Instant::now())
+            .config_version,
+        v
+    );
+    assert_eq!(cl.status().config_version, v);
+    let w = window(
+        std::slice::from_ref(&cl),
+        "gateway-pay",
+        Duration::from_secs(1),
+    )
+    .await;
+    assert!(
+        (w[0][1] as f64 - 1000.0).abs() < 60.0,
+        "global limit not held: {w:?}"
+    );
+    let st = global.node.status(tokio::time::Instant::now());
+    assert_eq!(st.children.len(), 1);
+    assert_eq!(st.children[0].level, proto::Level::Region as i32);
+}

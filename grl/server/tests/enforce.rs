@@ -1,0 +1,252 @@
+//! End-to-end enforcement through real tiers and real clients on 127.0.0.1: a global
+//! bucket across three zones, zone/region scopes, shadow mode, and fail-open when a tier
+//! dies and recovery when it comes back.
+
+use std::time::Duration;
+
+use crate::support::*;
+use grl_client::Client;
+
+const IV: Duration = Duration::from_millis(200);
+
+/// Heavy tests run one at a time so that two cores keep up with the offered load.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn frac(x: &[u64; 4]) -> f64 {
+    if x[0] == 0 {
+        0.0
+    } else {
+        x[2] as f64 / x[0] as f64
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_bucket_across_three_zones_is_shared_fairly() {
+    let _g = SERIAL.lock().await;
+    // 500 ms: a 200 ms report is too sensitive to the traffic thread's hiccups on a busy
+    // machine for a ±3 point bound per client.
+    const GIV: Duration = Duration::from_millis(500);
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 10_000.0);
+    let (ctl, _c) = controller_on(listener().await, dir.path(), GIV).await;
+    let ctl_addr = ctl.addr.to_string();
+    let mut aggs = Vec::new();
+    let mut clients: Vec<(Client, f64)> = Vec::new();
+    for (zone, region, rates) in [
+        ("a", "eu", vec![3000.0, 3000.0]),
+        ("b", "eu", vec![1000.0, 1000.0, 1000.0]),
+        ("c", "us", vec![6000.0]),
+    ] {
+        let agg = aggregator_on(listener().await, zone, region, &ctl_addr, GIV).await;
+        for (i, r) in rates.into_iter().enumerate() {
+            clients.push((client(&agg, zone, region, &format!("{zone}{i}"), GIV), r));
+        }
+        aggs.push(agg);
+    }
+    let cs: Vec<Client> = clients.iter().map(|(c, _)| c.clone()).collect();
+    let load = |scale: f64| {
+        clients
+            .iter()
+            .map(|(c, r)| (c.clone(), "gateway".to_string(), r * scale))
+            .collect::<Vec<_>>()
+    };
+
+    // Under the limit (6,000 of 10,000 rps): nothing is dropped.
+    let t = Traffic::start(load(0.4));
+    let w = window(&cs, "gateway-pay", Duration::from_secs(2)).await;
+    assert_eq!(sum(&w)[2], 0, "drops under the limit: {w:?}");
+    drop(t);
+
+    // 1.5x the limit: admitted within ±5 % of the limit within 3 s.
+    let _t = Traffic::start(load(1.0));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let w = sum(&window(&cs, "gateway-pay", Duration::from_secs(1)).await);
+    let admitted = w[1] as f64;
+    assert!(
+        (admitted - 10_000.0).abs() <= 500.0,
+        "admitted {admitted}/s, offered {}",
+        w[0]
+    );
+
+    // Every client drops its fair share, about a third.
+    let w = window(&cs, "gateway-pay", Duration::from_secs(3)).await;
+    for (i, x) in w.iter().enumerate() {
+        let f = frac(x);
+        assert!(
+            (f - 1.0 / 3.0).abs() <= 0.03,
+            "client {i} dropped {f:.3} (all: {w:?})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zone_and_region_scopes_hold_their_own_sums_and_shadow_drops_nothing() {
+    let _g = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 10_000.0);
+    let (ctl, _c) = controller_on(listener().await, dir.path(), IV).await;
+    let ctl_addr = ctl.addr.to_string();
+    let agg_a = aggregator_on(listener().await, "a", "eu", &ctl_addr, IV).await;
+    let agg_b = aggregator_on(listener().await, "b", "eu", &ctl_addr, IV).await;
+    let agg_c = aggregator_on(listener().await, "c", "us", &ctl_addr, IV).await;
+    let a = client(&agg_a, "a", "eu", "a1", IV);
+    let b = client(&agg_b, "b", "eu", "b1", IV);
+    let c = client(&agg_c, "c", "us", "c1", IV);
+    let s = |c: &Client, caller: &str, r: f64| (c.clone(), caller.to_string(), r);
+    let _t = Traffic::start(vec![
+        s(&a, "zc", 1500.0),
+        s(&b, "zc", 500.0),
+        s(&a, "rc", 2000.0),
+        s(&b, "rc", 1000.0),
+        s(&c, "rc", 1000.0),
+        s(&a, "sc", 1000.0),
+        s(&c, "sc", 1000.0),
+    ]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (zs, rs, ss) = (
+        [a.clone(), b.clone()],
+        [a.clone(), b.clone(), c.clone()],
+        [a.clone(), c.clone()],
+    );
+    let (zw, rw, sw) = tokio::join!(
+        window(&zs, "zone-b", Duration::from_secs(2)),
+        window(&rs, "region-b", Duration::from_secs(2)),
+        window(&ss, "shadow-b", Duration::from_secs(2)),
+    );
+    // Zone a offers 1.5x its zone limit; zone b is under it.
+    let za = zw[0][1] as f64 / 2.0;
+    assert!(
+        (za - 1000.0).abs() <= 50.0,
+        "zone a admitted {za}/s: {zw:?}"
+    );
+    assert_eq!(zw[1][2], 0, "zone b dropped: {zw:?}");
+    // Region eu offers 3,000 against 2,000; us 1,000.
+    let eu = (rw[0][1] + rw[1][1]) as f64 / 2.0;
+    assert!(
+        (eu - 2000.0).abs() <= 100.0,
+        "region eu admitted {eu}/s: {rw:?}"
+    );
+    assert_eq!(rw[2][2], 0, "region us dropped: {rw:?}");
+    // Shadow: 2,000 offered against 1,000; nothing dropped, about 1,000/s virtual drops.
+    let sh = sum(&sw);
+    assert_eq!(sh[2], 0, "shadow dropped: {sw:?}");
+    let virt = sh[3] as f64 / 2.0;
+    assert!(
+        (virt - 1000.0).abs() <= 100.0,
+        "virtual drops {virt}/s: {sw:?}"
+    );
+}
+
+/// Waits until the drop fraction of `cs` over 400 ms windows is about a third.
+async fn enforced(cs: &[Client]) -> bool {
+    for _ in 0..15 {
+        let w = sum(&window(cs, "gateway-pay", Duration::from_millis(400)).await);
+        if (frac(&w) - 1.0 / 3.0).abs() < 0.05 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Checks that, after a restart, no 400 ms window over-drops, and enforcement resumes.
+async fn resumes_without_over_dropping(cs: &[Client]) {
+    let mut resumed = false;
+    for _ in 0..12 {
+        let w = sum(&window(cs, "gateway-pay", Duration::from_millis(400)).await);
+        assert!(
+            frac(&w) < 1.0 / 3.0 + 0.08,
+            "over-dropping after restart: {w:?}"
+        );
+        resumed |= (frac(&w) - 1.0 / 3.0).abs() < 0.05;
+    }
+    assert!(resumed, "enforcement did not resume");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_controller_fails_open_then_recovers() {
+    let _g = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 3000.0);
+    let l = listener().await;
+    let ctl_sock = l.local_addr().unwrap();
+    let (ctl, c) = controller_on(l, dir.path(), IV).await;
+    let agg_a = aggregator_on(listener().await, "a", "eu", &ctl_sock.to_string(), IV).await;
+    let agg_b = aggregator_on(listener().await, "b", "eu", &ctl_sock.to_string(), IV).await;
+    let cs = vec![
+        client(&agg_a, "a", "eu", "a1", IV),
+        client(&agg_b, "b", "eu", "b1", IV),
+    ];
+    let _t = Traffic::start(
+        cs.iter()
+            .map(|c| (c.clone(), "gateway".into(), 2250.0))
+            .collect(),
+    );
+    assert!(enforced(&cs).await, "never enforced");
+
+    drop(ctl);
+    drop(c);
+    // Ratios are valid 5 intervals (1 s): after that every client lets everything through.
+    // Polled rather than slept once, with slack for a loaded 2-core CI machine.
+    let killed = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let w = loop {
+        let w = window(&cs, "gateway-pay", Duration::from_millis(500)).await;
+        if w.iter().all(|x| x[2] == 0 && x[0] > 0) || killed.elapsed() > Duration::from_secs(4) {
+            break w;
+        }
+    };
+    assert!(
+        w.iter().all(|x| x[2] == 0 && x[0] > 0),
+        "not failing open 4 s after the kill: {w:?}"
+    );
+    assert!(agg_a.node.fail_open(tokio::time::Instant::now()));
+
+    let l = tokio::net::TcpListener::bind(ctl_sock).await.unwrap();
+    let (_ctl, _c) = controller_on(l, dir.path(), IV).await;
+    resumes_without_over_dropping(&cs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_aggregator_fails_its_clients_open_then_recovers() {
+    let _g = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 3000.0);
+    let (ctl, _c) = controller_on(listener().await, dir.path(), IV).await;
+    let ctl_addr = ctl.addr.to_string();
+    let la = listener().await;
+    let agg_sock = la.local_addr().unwrap();
+    let agg_a = aggregator_on(la, "a", "eu", &ctl_addr, IV).await;
+    let agg_b = aggregator_on(listener().await, "b", "eu", &ctl_addr, IV).await;
+    let a = client(&agg_a, "a", "eu", "a1", IV);
+    let b = client(&agg_b, "b", "eu", "b1", IV);
+    let cs = vec![a.clone(), b.clone()];
+    let _t = Traffic::start(
+        cs.iter()
+            .map(|c| (c.clone(), "gateway".into(), 2250.0))
+            .collect(),
+    );
+    assert!(enforced(&cs).await, "never enforced");
+
+    drop(agg_a);
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let w = window(
+        std::slice::from_ref(&a),
+        "gateway-pay",
+        Duration::from_millis(500),
+    )
+    .await;
+    assert!(
+        w[0][2] == 0 && w[0][0] > 0,
+        "zone a not failing open: {w:?}"
+    );
+
+    let _agg_a = aggregator_on(
+        tokio::net::TcpListener::bind(agg_sock).await.unwrap(),
+        "a",
+        "eu",
+        &ctl_addr,
+        IV,
+    )
+    .await;
+    resumes_without_over_dropping(&cs).await;
+}

@@ -1,0 +1,3 @@
+//! The helpers themselves against the real programs they drive.
+
+mod harness;
