@@ -9,16 +9,14 @@
 //! caller only = 5 series) → 1,000 buckets; the 250-bucket run takes every fourth.
 //! Env: `BENCH_CONCURRENCY` (default `4,8,16`).
 
-#[path = "../src/source/testprom.rs"]
-mod testprom;
-
 use rlc::source::{
     BatchedPrometheusSource, BucketQuery, Measure, MetricsSource, PromSettings, PrometheusSource,
     fetch_all,
 };
 use std::path::PathBuf;
 use std::time::Instant;
-use testprom::{SeriesSpec, TestProm, create_blocks, write_openmetrics};
+use test_support::prometheus::{Prometheus, backfill_file};
+use test_support::traffic::{CounterSpec, write_counters_file};
 
 const SERVICES: usize = 10;
 const CALLERS: usize = 5;
@@ -31,7 +29,7 @@ fn cache_dir() -> PathBuf {
 }
 
 /// Builds (or reuses) the TSDB; returns the history's `(start, end)`.
-fn ensure_history() -> (i64, i64) {
+async fn ensure_history() -> (i64, i64) {
     let dir = cache_dir();
     let marker = dir.join("range");
     if let Ok(s) = std::fs::read_to_string(&marker) {
@@ -51,7 +49,7 @@ fn ensure_history() -> (i64, i64) {
         for c in 0..CALLERS {
             for p in 0..PROCEDURES {
                 let base = 1.0 + (s * 25 + c * 5 + p) as f64;
-                specs.push(SeriesSpec {
+                specs.push(CounterSpec {
                     labels: format!(r#"service="svc{s}",caller="c{c}",procedure="Api{s}/m{p}",decision="allowed""#),
                     rate: Box::new(move |t| base * (1.5 + (t as f64 * std::f64::consts::TAU / DAY as f64).sin() / 2.0)),
                 });
@@ -60,10 +58,10 @@ fn ensure_history() -> (i64, i64) {
     }
     let om = dir.join("history.om");
     let t = Instant::now();
-    write_openmetrics(&om, &specs, start, end, 60);
+    write_counters_file(&om, &specs, start, end, 60).unwrap();
     eprintln!("wrote {} series in {:?}", specs.len(), t.elapsed());
     let t = Instant::now();
-    create_blocks(&om, &dir.join("data"));
+    backfill_file(&om, &dir.join("data")).await.unwrap();
     eprintln!("promtool backfill in {:?}", t.elapsed());
     std::fs::remove_file(&om).unwrap();
     std::fs::write(&marker, format!("{start} {end}")).unwrap();
@@ -97,9 +95,11 @@ fn buckets() -> Vec<BucketQuery> {
 
 #[tokio::main]
 async fn main() {
-    let (start, end) = ensure_history();
-    let work = tempfile::tempdir().unwrap();
-    let prom = TestProm::start(&cache_dir().join("data"), work.path()).await;
+    let (start, end) = ensure_history().await;
+    let prom = Prometheus::start_on_data(&cache_dir().join("data"))
+        .await
+        .unwrap();
+    let url = prom.url();
     let all = buckets();
     let quarter: Vec<BucketQuery> = all.iter().step_by(4).cloned().collect();
     let concurrency: Vec<usize> = std::env::var("BENCH_CONCURRENCY")
@@ -112,11 +112,9 @@ async fn main() {
             for batched in [true, false] {
                 // A fresh source per run: the batched cache must not carry over.
                 let src: Box<dyn MetricsSource> = if batched {
-                    Box::new(
-                        BatchedPrometheusSource::new(&prom.url, PromSettings::default()).unwrap(),
-                    )
+                    Box::new(BatchedPrometheusSource::new(&url, PromSettings::default()).unwrap())
                 } else {
-                    Box::new(PrometheusSource::new(&prom.url, PromSettings::default()).unwrap())
+                    Box::new(PrometheusSource::new(&url, PromSettings::default()).unwrap())
                 };
                 run(
                     &*src,

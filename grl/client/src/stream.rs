@@ -17,6 +17,7 @@ use tonic::Streaming;
 use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
+use grl_core::backoff::Backoff;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 
@@ -29,27 +30,10 @@ struct Session {
     instructions: Streaming<proto::Instruction>,
 }
 
-/// Exponential backoff with jitter.
-struct Backoff {
-    base: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(interval: Duration) -> Self {
-        let base = (interval / 10).clamp(Duration::from_millis(10), BACKOFF_CAP);
-        Self { base, next: base }
-    }
-
-    fn reset(&mut self) {
-        self.next = self.base;
-    }
-
-    fn next(&mut self) -> Duration {
-        let d = self.next.mul_f64(0.5 + rand::random::<f64>());
-        self.next = (self.next * 2).min(BACKOFF_CAP);
-        d.min(BACKOFF_CAP)
-    }
+/// The reconnect backoff: from a tenth of the interval (10 ms at least) up to 2 s.
+fn reconnect_backoff(interval: Duration) -> Backoff {
+    let base = (interval / 10).clamp(Duration::from_millis(10), BACKOFF_CAP);
+    Backoff::new(base, BACKOFF_CAP).expect("base is clamped to (0, cap]")
 }
 
 async fn connect(inner: &Inner) -> Result<Session, ClientError> {
@@ -96,7 +80,8 @@ pub(crate) async fn run(inner: Arc<Inner>) {
     let interval = inner.cfg.interval;
     let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut backoff = Backoff::new(interval);
+    let backoff = reconnect_backoff(interval);
+    let mut attempt = 0u32;
     let mut session: Option<Session> = None;
     let mut reconnect_at = Some(Instant::now());
     loop {
@@ -127,12 +112,13 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                         info!(aggregator = %inner.cfg.aggregator, "connected");
                         session = Some(s);
                         reconnect_at = None;
-                        backoff.reset();
+                        attempt = 0;
                         inner.connected.store(true, Ordering::Relaxed);
                         None
                     }
                     Err(e) => {
-                        let wait = backoff.next();
+                        let wait = backoff.delay(attempt);
+                        attempt = attempt.saturating_add(1);
                         debug!(aggregator = %inner.cfg.aggregator, error = %e, retry_in = ?wait, "connect failed");
                         reconnect_at = Some(Instant::now() + wait);
                         None
@@ -141,7 +127,8 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             }
         };
         if let Some(why) = lost {
-            let wait = backoff.next();
+            let wait = backoff.delay(attempt);
+            attempt = attempt.saturating_add(1);
             warn!(aggregator = %inner.cfg.aggregator, reason = %why, retry_in = ?wait, "stream lost");
             session = None;
             inner.connected.store(false, Ordering::Relaxed);

@@ -7,6 +7,7 @@ use crate::support::*;
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
 use grl_core::proto;
 use grl_core::proto::control_client::ControlClient;
+use test_support::git_remote::BareRemote;
 
 const IV: Duration = Duration::from_millis(200);
 
@@ -138,62 +139,30 @@ async fn controller_follows_a_changed_dir_and_keeps_the_old_snapshot_on_error() 
 }
 
 /// Commits `files` on `refs/heads/main` of a bare repo.
-fn commit(repo: &git2::Repository, files: &[(&str, String)], msg: &str) -> git2::Oid {
-    let mut dirs: std::collections::BTreeMap<&str, git2::TreeBuilder<'_>> = Default::default();
-    for (path, content) in files {
-        let (d, name) = path.split_once('/').unwrap();
-        let blob = repo.blob(content.as_bytes()).unwrap();
-        dirs.entry(d)
-            .or_insert_with(|| repo.treebuilder(None).unwrap())
-            .insert(name, blob, 0o100644)
-            .unwrap();
-    }
-    let mut root = repo.treebuilder(None).unwrap();
-    for (d, b) in dirs {
-        root.insert(d, b.write().unwrap(), 0o040000).unwrap();
-    }
-    let tree = repo.find_tree(root.write().unwrap()).unwrap();
-    let sig = git2::Signature::now("test", "test@example.invalid").unwrap();
-    let parent = repo
-        .find_reference("refs/heads/main")
-        .ok()
-        .and_then(|r| r.peel_to_commit().ok());
-    let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-    repo.commit(Some("refs/heads/main"), &sig, &sig, msg, &tree, &parents)
-        .unwrap()
-}
-
 #[tokio::test]
 async fn controller_picks_up_a_commit_to_the_config_git_repo() {
-    let tmp = tempfile::tempdir().unwrap();
-    let bare_path = tmp.path().join("config.git");
-    let bare = git2::Repository::init_bare(&bare_path).unwrap();
-    bare.set_head("refs/heads/main").unwrap();
-    let first = commit(
-        &bare,
-        &[("services/payments.yaml", service_yaml(100.0))],
-        "first",
-    );
+    let remote =
+        BareRemote::with_files(&[("services/payments.yaml", service_yaml(100.0))]).unwrap();
+    let first = remote.log("main")[0].0.clone();
     let opts = ControllerOptions {
         region: String::new(),
         parent: None,
         interval: IV,
-        config: ConfigSource::Git(bare_path.display().to_string()),
+        config: ConfigSource::Git(remote.path().display().to_string()),
         poll: Duration::from_millis(200),
     };
     let (_ctl, c) = controller::start(opts, listener().await, None)
         .await
         .unwrap();
-    assert_eq!(c.snapshot().version, first.to_string());
-    let second = commit(
-        &bare,
-        &[("services/payments.yaml", service_yaml(700.0))],
-        "raise",
-    );
-    let seen = until(Duration::from_secs(5), || {
-        c.snapshot().version == second.to_string()
-    })
-    .await;
+    assert_eq!(c.snapshot().version, first);
+    let second = remote
+        .commit_files(
+            "main",
+            &[("services/payments.yaml", service_yaml(700.0))],
+            "raise",
+        )
+        .unwrap();
+    let seen = until(Duration::from_secs(5), || c.snapshot().version == second).await;
     assert!(seen.is_some(), "commit not picked up");
     let b = c.snapshot();
     assert_eq!(

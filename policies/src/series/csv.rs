@@ -19,9 +19,20 @@ pub enum SeriesError {
     TooShort(usize),
 }
 
-/// Parses CSV text; see [`Series::from_csv_str`].
-pub(super) fn parse(text: &str) -> Result<Series, SeriesError> {
-    let mut points = Vec::new();
+/// Integer timestamps above this are not unix seconds (it is the year 5138): they are
+/// milliseconds or nanoseconds, refused rather than read as a date far in the future.
+const MAX_UNIX_SECONDS: i64 = 100_000_000_000;
+
+/// Reads `timestamp,value` CSV text into points: the project's one CSV series reader (the
+/// backtest, the configurator's file source, the demo and the tests all use it).
+///
+/// Blank lines and `#` comments are skipped; the first line may be a header. Timestamps are
+/// unix seconds, `YYYY-MM-DD HH:MM:SS` or `YYYY-MM-DDTHH:MM:SS` (UTC), or RFC 3339; a
+/// timestamp in milliseconds or nanoseconds is refused. An empty value or `NaN` is a
+/// missing sample (kept as a NaN point, dropped by [`Series::new`]); a negative or
+/// infinite rate is refused, and so are rows out of time order or repeated.
+pub fn read_points(text: &str) -> Result<Vec<Point>, SeriesError> {
+    let mut points: Vec<Point> = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -37,19 +48,47 @@ pub(super) fn parse(text: &str) -> Result<Series, SeriesError> {
         let (ts_text, value_text) = (ts_text.trim(), value_text.trim());
         let ts = match parse_timestamp(ts_text) {
             Some(ts) => ts,
-            None if index == 0 || points.is_empty() && is_header(ts_text) => continue,
-            None => return Err(error(format!("bad timestamp {ts_text:?}"))),
+            None if points.is_empty() && is_header(ts_text) => continue,
+            None => {
+                return Err(error(format!(
+                    "bad timestamp {ts_text:?}: use unix seconds or `YYYY-MM-DD HH:MM:SS` (UTC)"
+                )));
+            }
         };
-        let value = if value_text.is_empty() {
+        if ts.abs() > MAX_UNIX_SECONDS {
+            return Err(error(format!(
+                "timestamp {ts_text} looks like milliseconds or nanoseconds; use seconds"
+            )));
+        }
+        if let Some(previous) = points.last()
+            && ts <= previous.ts
+        {
+            return Err(error(format!(
+                "timestamp {ts_text} is not after the previous row's: rows must be in time \
+                 order, each timestamp once"
+            )));
+        }
+        let value = if value_text.is_empty() || value_text.eq_ignore_ascii_case("nan") {
             f64::NAN
         } else {
-            value_text
-                .parse::<f64>()
-                .map_err(|_| error(format!("bad value {value_text:?}")))?
+            match value_text.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => v,
+                Ok(_) => {
+                    return Err(error(format!(
+                        "bad value {value_text:?}: a rate must be finite and >= 0"
+                    )));
+                }
+                Err(_) => return Err(error(format!("bad value {value_text:?}"))),
+            }
         };
         points.push(Point { ts, value });
     }
-    let mut series = Series::new(1, points);
+    Ok(points)
+}
+
+/// Parses CSV text; see [`Series::from_csv_str`].
+pub(super) fn parse(text: &str) -> Result<Series, SeriesError> {
+    let mut series = Series::new(1, read_points(text)?);
     if series.points.len() < 2 {
         return Err(SeriesError::TooShort(series.points.len()));
     }
@@ -61,12 +100,18 @@ fn is_header(field: &str) -> bool {
     field.chars().any(|c| c.is_ascii_alphabetic()) && !field.contains('-')
 }
 
-/// `YYYY-MM-DD HH:MM:SS` (UTC), RFC 3339, or integer unix seconds.
 fn parse_timestamp(text: &str) -> Option<i64> {
     if let Ok(secs) = text.parse::<i64>() {
         return Some(secs);
     }
-    if let Ok(t) = NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S") {
+    if let Ok(secs) = text.parse::<f64>() {
+        return secs.is_finite().then(|| secs.round() as i64);
+    }
+    let naive = text.strip_suffix('Z').unwrap_or(text);
+    if let Some(t) = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(naive, f).ok())
+    {
         return Some(t.and_utc().timestamp());
     }
     DateTime::parse_from_rfc3339(text)
@@ -104,6 +149,39 @@ mod tests {
         assert_eq!(s.points.len(), 3);
         assert_eq!(s.points[2].ts, 1_704_067_200);
         assert_eq!(s.step_secs, 180);
+    }
+
+    #[test]
+    fn reads_every_timestamp_form_header_and_comments() {
+        let p = read_points(
+            "timestamp,value\n# c\n1700000000,1.5\n\n2023-11-14 22:14:20, 2\n2023-11-14T22:14:30Z,3\n2023-11-14T22:14:40+00:00,4\n",
+        )
+        .unwrap();
+        let got: Vec<(i64, f64)> = p.iter().map(|p| (p.ts, p.value)).collect();
+        assert_eq!(
+            got,
+            [
+                (1_700_000_000, 1.5),
+                (1_700_000_060, 2.0),
+                (1_700_000_070, 3.0),
+                (1_700_000_080, 4.0)
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_milliseconds_unsorted_duplicate_and_negative_rows() {
+        let refused = |text: &str, words: &str| match read_points(text) {
+            Err(SeriesError::Parse { line: 3, message }) => {
+                assert!(message.contains(words), "{message}");
+            }
+            other => panic!("{text:?}: {other:?}"),
+        };
+        refused("ts,v\n0,1\n1700000060000,2\n", "milliseconds");
+        refused("0,1\n120,1\n60,1\n", "time order");
+        refused("0,1\n60,1\n60,2\n", "time order");
+        refused("0,1\n60,1\n120,-3\n", "finite and >= 0");
+        refused("0,1\n60,1\n120,inf\n", "finite and >= 0");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 mod csv;
 
-pub use csv::SeriesError;
+pub use csv::{SeriesError, read_points};
 
 /// One sample: a unix timestamp in seconds and a rate in requests per second.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -45,9 +45,9 @@ impl Series {
 
     /// Parses `timestamp,value` CSV; see [`SeriesError`] for what is rejected.
     ///
-    /// The first line may be a header. Timestamps are `YYYY-MM-DD HH:MM:SS` in UTC,
-    /// RFC 3339, or unix seconds. An empty value or `NaN` is a missing sample. The step is
-    /// the median spacing of consecutive timestamps.
+    /// The rows are read by [`read_points`] (header, timestamp forms, refusals); an empty
+    /// value or `NaN` is a missing sample. The step is the median spacing of consecutive
+    /// timestamps.
     pub fn from_csv_str(text: &str) -> Result<Series, SeriesError> {
         csv::parse(text)
     }

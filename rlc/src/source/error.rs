@@ -14,6 +14,9 @@ pub enum SourceError {
         /// Why it was refused.
         message: String,
     },
+    /// The retry backoff settings are unusable (zero base, or a cap below the base).
+    #[error("prometheus retry settings: {0}")]
+    InvalidBackoff(#[source] grl_core::backoff::BackoffError),
     /// A query template is malformed, or cannot be rendered for a bucket.
     #[error("query template: {message}")]
     Template {

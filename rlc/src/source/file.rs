@@ -16,7 +16,7 @@
 
 use super::openmetrics::{self, CounterSeries};
 use super::{BucketQuery, FetchFuture, Measure, MetricsSource, RangeSeries, SourceError};
-use chrono::NaiveDateTime;
+use policies::SeriesError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -128,10 +128,17 @@ impl FileSource {
                 });
             }
         };
-        let points = parse_csv(&text).map_err(|(line, message)| SourceError::File {
-            path,
-            line: Some(line),
-            message,
+        let points = parse_csv(&text).map_err(|e| match e {
+            SeriesError::Parse { line, message } => SourceError::File {
+                path,
+                line: Some(line),
+                message,
+            },
+            other => SourceError::File {
+                path,
+                line: None,
+                message: other.to_string(),
+            },
         })?;
         Ok(RangeSeries::max_per_step(
             self.step_secs,
@@ -169,57 +176,13 @@ impl MetricsSource for FileSource {
     }
 }
 
-/// Parses `timestamp,value` lines; errors carry the 1-based line.
-pub fn parse_csv(text: &str) -> Result<Vec<(i64, f64)>, (usize, String)> {
-    let mut out = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let err = |m: String| (i + 1, m);
-        let (ts, value) = line
-            .split_once(',')
-            .ok_or_else(|| err("expected 'timestamp,value'".into()))?;
-        let (ts, value) = (ts.trim(), value.trim());
-        let Some(t) = parse_timestamp(ts) else {
-            if out.is_empty() && value.parse::<f64>().is_err() {
-                continue; // header
-            }
-            return Err(err(format!(
-                "bad timestamp {ts:?}: use unix seconds or 'YYYY-MM-DD HH:MM:SS' (UTC)"
-            )));
-        };
-        if t > 100_000_000_000 {
-            return Err(err(format!(
-                "timestamp {ts} looks like milliseconds; use seconds"
-            )));
-        }
-        let v: f64 = value
-            .parse()
-            .map_err(|_| err(format!("bad value {value:?}: expected requests per second")))?;
-        if !v.is_finite() || v < 0.0 {
-            return Err(err(format!(
-                "bad value {value:?}: rate must be finite and >= 0"
-            )));
-        }
-        out.push((t, v));
-    }
-    Ok(out)
-}
-
-fn parse_timestamp(s: &str) -> Option<i64> {
-    if let Ok(n) = s.parse::<i64>() {
-        return Some(n);
-    }
-    if let Ok(f) = s.parse::<f64>() {
-        return f.is_finite().then_some(f.round() as i64);
-    }
-    let s = s.strip_suffix('Z').unwrap_or(s);
-    ["%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
-        .map(|d| d.and_utc().timestamp())
+/// Reads a bucket's CSV with the project's one CSV reader; missing samples are dropped.
+fn parse_csv(text: &str) -> Result<Vec<(i64, f64)>, SeriesError> {
+    Ok(policies::series::read_points(text)?
+        .into_iter()
+        .filter(|p| p.value.is_finite())
+        .map(|p| (p.ts, p.value))
+        .collect())
 }
 
 #[cfg(test)]
@@ -233,32 +196,6 @@ mod tests {
             caller: None,
             procedure: None,
         }
-    }
-
-    #[test]
-    fn csv_accepts_both_timestamp_forms_header_and_comments() {
-        let p = parse_csv("timestamp,value\n# c\n1700000000,1.5\n\n2023-11-14 22:14:20, 2\n2023-11-14T22:14:30Z,3\n").unwrap();
-        assert_eq!(
-            p,
-            vec![
-                (1_700_000_000, 1.5),
-                (1_700_000_060, 2.0),
-                (1_700_000_070, 3.0)
-            ]
-        );
-    }
-
-    #[test]
-    fn csv_errors_name_the_line() {
-        assert_eq!(parse_csv("1,2\nyesterday,3\n").unwrap_err().0, 2);
-        assert!(parse_csv("1,-2\n").unwrap_err().1.contains("finite"));
-        assert!(
-            parse_csv("1700000000000,1\n")
-                .unwrap_err()
-                .1
-                .contains("milliseconds")
-        );
-        assert!(parse_csv("1 2\n").is_err());
     }
 
     #[tokio::test]

@@ -51,8 +51,6 @@ mod query_template;
 mod range_query;
 mod retry;
 mod series;
-#[cfg(test)]
-mod testprom;
 
 pub use batched::BatchedPrometheusSource;
 pub use error::SourceError;

@@ -3,13 +3,14 @@
 //! One Prometheus serves every check (starting one costs seconds and CPU is shared); each
 //! check is its own function and names itself in its assertions.
 
-use super::testprom::{SeriesSpec, TestProm, create_blocks, free_port, write_openmetrics};
 use super::{
     BatchedPrometheusSource, BucketQuery, Measure, MetricsSource, PromSettings, PrometheusSource,
     RangeSeries, SourceError, fetch_all,
 };
 use std::f64::consts::PI;
 use std::time::{Duration, Instant};
+use test_support::prometheus::{Prometheus, backfill_file};
+use test_support::traffic::{CounterSpec, write_counters_file};
 
 const DAY: i64 = 86_400;
 /// Rate of (gw, Pay/Card, allowed) during the burst.
@@ -18,13 +19,13 @@ const BURST: f64 = 45.0;
 struct World {
     start: i64,
     end: i64,
-    _prom: TestProm,
+    _prom: Prometheus,
     url: String,
     _dir: tempfile::TempDir,
 }
 
-fn series(labels: &str, rate: impl Fn(i64) -> f64 + Send + Sync + 'static) -> SeriesSpec {
-    SeriesSpec {
+fn series(labels: &str, rate: impl Fn(i64) -> f64 + Send + Sync + 'static) -> CounterSpec {
+    CounterSpec {
         labels: labels.to_owned(),
         rate: Box::new(rate),
     }
@@ -63,11 +64,11 @@ async fn world() -> World {
         ),
     ];
     let om = dir.path().join("history.om");
-    write_openmetrics(&om, &specs, start, end, 60);
+    write_counters_file(&om, &specs, start, end, 60).unwrap();
     let data = dir.path().join("data");
-    create_blocks(&om, &data);
-    let prom = TestProm::start(&data, dir.path()).await;
-    let url = prom.url.clone();
+    backfill_file(&om, &data).await.unwrap();
+    let prom = Prometheus::start_on_data(&data).await.unwrap();
+    let url = prom.url();
     World {
         start,
         end,
@@ -226,6 +227,7 @@ async fn bad_template_is_rejected_without_retry(w: &World) {
         query_template: r#"sum(rate(grl_requests_total{service="{{service}}"}[{{rate_window}}])"#
             .into(),
         backoff_base: Duration::from_secs(10),
+        backoff_max: Duration::from_secs(20),
         ..PromSettings::default()
     };
     let src = PrometheusSource::new(&w.url, settings).unwrap();
@@ -295,7 +297,7 @@ async fn batched_matches_per_bucket(w: &World, src: &PrometheusSource) {
 
 #[tokio::test]
 async fn prometheus_down_fails_fast_naming_url_and_bucket() {
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = format!("http://{}", test_support::ports::free_addr());
     let settings = PromSettings {
         timeout: Duration::from_secs(1),
         retries: 2,

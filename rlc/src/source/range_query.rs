@@ -10,7 +10,9 @@
 
 use super::chunk::{self, Chunk};
 use super::error::chain;
-use super::retry::{Backoff, retry};
+use grl_core::backoff::Backoff;
+
+use super::retry::{Retry, retry};
 use super::{PromSettings, SourceError};
 use prometheus_http_query::{Client, Error as PromError, response::Data};
 use std::collections::{HashMap, VecDeque};
@@ -26,7 +28,7 @@ pub struct RangeQuerier {
     client: Client,
     url: String,
     timeout: Duration,
-    backoff: Backoff,
+    retry: Retry,
     max_points: usize,
 }
 
@@ -62,10 +64,10 @@ impl RangeQuerier {
             client,
             url: url.trim_end_matches('/').to_owned(),
             timeout: settings.timeout,
-            backoff: Backoff {
+            retry: Retry {
                 retries: settings.retries,
-                base: settings.backoff_base,
-                max: settings.backoff_max,
+                backoff: Backoff::new(settings.backoff_base, settings.backoff_max)
+                    .map_err(SourceError::InvalidBackoff)?,
             },
             max_points: settings.max_points_per_query,
         })
@@ -152,7 +154,7 @@ impl RangeQuerier {
     ) -> Result<Vec<LabelledPoints>, ChunkError> {
         let timeout_ms = self.timeout.as_millis() as i64;
         let result = retry(
-            &self.backoff,
+            &self.retry,
             is_transient,
             |attempt, e, delay| {
                 warn!(

@@ -25,8 +25,9 @@ pub struct Prometheus {
     child: ChildGuard,
     url: String,
     http: reqwest::Client,
-    // Dropped last: the data directory outlives the process.
-    dir: TempDir,
+    data_dir: PathBuf,
+    // Dropped last: the config (and, unless external, the data) outlives the process.
+    _dir: TempDir,
 }
 
 /// The path of a test binary named by `env_var`, or `default`; an error telling how to get
@@ -50,13 +51,25 @@ pub(crate) fn test_binary(env_var: &str, default: &str, what: &str) -> Result<Pa
 /// The hidden `--max-block-duration` flag matters: promtool reads the whole file once per
 /// output block, and with the default 2 h blocks four weeks of history take minutes.
 async fn backfill(openmetrics: &str, dir: &Path, data_dir: &Path) -> Result<()> {
-    let promtool = test_binary("GRL_TEST_PROMTOOL", "/usr/bin/promtool", "Prometheus")?;
     ensure!(
         openmetrics.trim_end().ends_with("# EOF"),
         "an OpenMetrics backfill must end with `# EOF`"
     );
     let file = dir.join("backfill.om");
     std::fs::write(&file, openmetrics).with_context(|| format!("writing {}", file.display()))?;
+    backfill_file(&file, data_dir).await?;
+    // The file is only an intermediate; four weeks of 100 series take about 500 MB.
+    let _ = std::fs::remove_file(&file);
+    Ok(())
+}
+
+/// Converts the OpenMetrics file `om_file` (for example from
+/// [`crate::traffic::write_counters_file`]) into TSDB blocks in `data_dir`, with
+/// `promtool tsdb create-blocks-from openmetrics --max-block-duration=200h`.
+pub async fn backfill_file(om_file: &Path, data_dir: &Path) -> Result<()> {
+    let promtool = test_binary("GRL_TEST_PROMTOOL", "/usr/bin/promtool", "Prometheus")?;
+    std::fs::create_dir_all(data_dir)?;
+    let file = om_file;
     let out = tokio::process::Command::new(&promtool)
         .args(["tsdb", "create-blocks-from", "openmetrics"])
         .arg("--max-block-duration=200h")
@@ -72,8 +85,6 @@ async fn backfill(openmetrics: &str, dir: &Path, data_dir: &Path) -> Result<()> 
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // The file is only an intermediate; four weeks of 100 series take about 500 MB.
-    let _ = std::fs::remove_file(&file);
     Ok(())
 }
 
@@ -93,7 +104,6 @@ impl Prometheus {
         backfill: Option<&str>,
         scrape_targets: &[String],
     ) -> Result<Prometheus> {
-        let prometheus = test_binary("GRL_TEST_PROMETHEUS", "/usr/bin/prometheus", "Prometheus")?;
         let dir = tempfile::Builder::new()
             .prefix("grl-prometheus-")
             .tempdir()?;
@@ -102,6 +112,25 @@ impl Prometheus {
         if let Some(openmetrics) = backfill {
             self::backfill(openmetrics, dir.path(), &data_dir).await?;
         }
+        Self::launch(dir, data_dir, scrape_targets).await
+    }
+
+    /// Starts Prometheus on TSDB blocks that already exist in `data_dir` (for example made
+    /// once by [`backfill_file`] and kept across benchmark runs), with no scrape targets.
+    /// The data directory is not deleted when the server stops.
+    pub async fn start_on_data(data_dir: &Path) -> Result<Prometheus> {
+        let dir = tempfile::Builder::new()
+            .prefix("grl-prometheus-")
+            .tempdir()?;
+        Self::launch(dir, data_dir.to_path_buf(), &[]).await
+    }
+
+    async fn launch(
+        dir: TempDir,
+        data_dir: PathBuf,
+        scrape_targets: &[String],
+    ) -> Result<Prometheus> {
+        let prometheus = test_binary("GRL_TEST_PROMETHEUS", "/usr/bin/prometheus", "Prometheus")?;
         let config = dir.path().join("prometheus.yml");
         std::fs::write(&config, config_yaml(scrape_targets))?;
 
@@ -121,7 +150,8 @@ impl Prometheus {
             http: crate::process::http_client_builder()
                 .timeout(Duration::from_secs(60))
                 .build()?,
-            dir,
+            data_dir,
+            _dir: dir,
         };
         server.wait_ready().await?;
         Ok(server)
@@ -157,7 +187,7 @@ impl Prometheus {
 
     /// The data directory (TSDB) of this server.
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data_dir.clone()
     }
 
     /// Everything Prometheus logged so far.

@@ -10,8 +10,6 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use chrono::NaiveDateTime;
-
 /// One sample: (unix time in seconds, value).
 pub type Point = (i64, f64);
 
@@ -29,22 +27,12 @@ pub fn load_series(name: &str) -> Vec<Point> {
     let path = data_dir().join(format!("{name}.csv"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let mut points = Vec::new();
-    for (idx, line) in text.lines().enumerate().skip(1) {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let parsed = line.split_once(',').and_then(|(ts, value)| {
-            let ts = NaiveDateTime::parse_from_str(ts.trim(), "%Y-%m-%d %H:%M:%S").ok()?;
-            Some((ts.and_utc().timestamp(), value.trim().parse::<f64>().ok()?))
-        });
-        match parsed {
-            Some(point) => points.push(point),
-            None => panic!("{}:{}: malformed line {line:?}", path.display(), idx + 1),
-        }
-    }
-    points
+    policies::series::read_points(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|p| p.value.is_finite())
+        .map(|p| (p.ts, p.value))
+        .collect()
 }
 
 /// The median of the values (mean of the two middle values for an even count).
@@ -118,6 +106,53 @@ pub fn backfill_end() -> i64 {
 
 /// Builds an OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`.
 ///
+/// One synthetic counter series for [`write_counters_file`]: its labels (inside the braces)
+/// and its rate in requests per second over the step that ends at a timestamp.
+pub struct CounterSpec {
+    /// E.g. `service="payments",caller="gw",procedure="Pay/Card",decision="allowed"`.
+    pub labels: String,
+    /// Rate (rps) over `(t - spacing, t]`.
+    pub rate: Box<dyn Fn(i64) -> f64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for CounterSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CounterSpec")
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Writes `grl_requests_total` counters for `specs` to the OpenMetrics file `path`, one
+/// sample every `spacing` seconds from `start` to `end`, streaming (weeks of hundreds of
+/// series do not fit comfortably in one string). Feed it to
+/// [`crate::prometheus::backfill_file`].
+pub fn write_counters_file(
+    path: &std::path::Path,
+    specs: &[CounterSpec],
+    start: i64,
+    end: i64,
+    spacing: i64,
+) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    writeln!(w, "# HELP grl_requests Offered requests by decision.")?;
+    writeln!(w, "# TYPE grl_requests counter")?;
+    for spec in specs {
+        let mut counter = 0.0f64;
+        let mut t = start;
+        while t <= end {
+            if t > start {
+                counter += (spec.rate)(t) * spacing as f64;
+            }
+            writeln!(w, "grl_requests_total{{{}}} {counter:.3} {t}", spec.labels)?;
+            t += spacing;
+        }
+    }
+    writeln!(w, "# EOF")?;
+    w.flush()
+}
+
 /// Series are grouped by metric family in the order families were first added; each family
 /// gets one `# TYPE` line. [`OpenMetricsWriter::finish`] appends `# EOF`.
 #[derive(Debug, Default)]

@@ -60,14 +60,21 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
         if f.len() != 4 {
             bail!("profile line {}: want second,caller,procedure,rps", i + 1);
         }
+        let rps: f64 = f[3]
+            .parse()
+            .with_context(|| format!("profile line {}: rps", i + 1))?;
+        if !rps.is_finite() || rps < 0.0 {
+            bail!(
+                "profile line {}: rps must be finite and >= 0, got {rps}",
+                i + 1
+            );
+        }
         out.push(Step {
             second: f[0]
                 .parse()
                 .with_context(|| format!("profile line {}: second", i + 1))?,
             pair: (f[1].to_string(), f[2].to_string()),
-            rps: f[3]
-                .parse()
-                .with_context(|| format!("profile line {}: rps", i + 1))?,
+            rps,
         });
     }
     out.sort_by_key(|s| s.second);

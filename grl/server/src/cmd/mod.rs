@@ -16,20 +16,10 @@ pub async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
         .with_context(|| format!("cannot listen on {addr}"))
 }
 
-/// Parses `30s`, `5m`, `2h`, `1d` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 's')) => (&s[..i], 1),
-        Some((i, 'm')) => (&s[..i], 60),
-        Some((i, 'h')) => (&s[..i], 3600),
-        Some((i, 'd')) => (&s[..i], 86_400),
-        _ => (s, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("not a duration: {s:?} (e.g. 30m)"))?;
-    Ok(Duration::from_secs(n * mult))
+/// Parses a flag's duration with the project's one parser (`30s`, `5m`, `2h`, `1d`, `1h30m`;
+/// a bare number is refused, so that `300` is never silently read as seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, policies::duration::DurationError> {
+    policies::duration::parse(s)
 }
 
 /// Waits for Ctrl-C or SIGTERM.
@@ -54,7 +44,7 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("45").is_err(), "a bare number needs a unit");
         assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
         assert!(parse_duration("x").is_err());
     }

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
@@ -12,6 +11,7 @@ use tonic::transport::{Channel, Endpoint};
 use tracing::{info, warn};
 
 use super::node::Node;
+use grl_core::backoff::Backoff;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 
@@ -36,11 +36,11 @@ pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
 }
 
 /// The wait before reconnect attempt `attempt` (0-based): 100 ms doubling up to 2 s, with
-/// full jitter in its upper half.
+/// jitter in its upper half.
 pub fn backoff(attempt: u32) -> Duration {
-    let base = Duration::from_millis(100) * 2u32.saturating_pow(attempt.min(5));
-    let base = base.min(Duration::from_secs(2));
-    base.mul_f64(rand::rng().random_range(0.5..=1.0))
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+        .expect("constant, valid settings")
+        .delay(attempt)
 }
 
 /// Keeps a stream to `parent` open until `shutdown` turns true.
