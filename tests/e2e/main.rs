@@ -1,5 +1,5 @@
 mod dashboard_data;
 mod demo;
-mod deploy_assets;
+mod deploy;
 mod harness_smoke;
 mod rlc_run;
