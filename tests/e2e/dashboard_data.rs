@@ -111,7 +111,7 @@ async fn core_dashboard_panels_return_data_from_a_live_stack() -> Result<()> {
         .collect();
     let prometheus = Prometheus::start_with(None, &targets).await?;
 
-    let panels: Vec<(String, String)> = crate::deploy_assets::dashboard_exprs()
+    let panels: Vec<(String, String)> = crate::deploy::dashboard_exprs()
         .into_iter()
         .filter(|(title, _)| CORE_PANELS.contains(&title.as_str()))
         .collect();
@@ -126,7 +126,7 @@ async fn core_dashboard_panels_return_data_from_a_live_stack() -> Result<()> {
     while !pending.is_empty() {
         let mut still = Vec::new();
         for (title, expr) in pending {
-            let q = crate::deploy_assets::substitute_grafana_vars(&expr);
+            let q = crate::deploy::substitute_grafana_vars(&expr);
             let data = prometheus
                 .query(&q)
                 .await

@@ -2,4 +2,4 @@
 //! binaries, and the Grafana dashboard's queries against data the real tiers export.
 
 mod dashboard_data;
-mod deploy_assets;
+mod deploy;

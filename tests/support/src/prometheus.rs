@@ -32,7 +32,7 @@ pub struct Prometheus {
 
 /// The path of a test binary named by `env_var`, or `default`; an error telling how to get
 /// it if it does not exist.
-pub(crate) fn test_binary(env_var: &str, default: &str, what: &str) -> Result<PathBuf> {
+pub fn test_binary(env_var: &str, default: &str, what: &str) -> Result<PathBuf> {
     let path = std::env::var_os(env_var)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(default));

@@ -22,8 +22,9 @@ const TEMPLATE: &[(&str, &str)] = &[
     ),
 ];
 
-/// The embedded real series (NAB, MIT licence: see `rlc/data/`).
-const TRAFFIC: &str = include_str!("../../../data/demo_traffic.csv");
+/// The embedded real series: AWS ELB request counts from the Numenta Anomaly Benchmark (MIT
+/// licence), the repository's one copy in `tests/data/traffic/` (see its README).
+const TRAFFIC: &str = include_str!("../../../../tests/data/traffic/elb_request_count_8c0756.csv");
 
 /// Median request rate the demo gives each computed bucket.
 pub const MEDIANS: &[(&str, f64)] = &[("gateway-pay", 200.0), ("refunds", 40.0)];
