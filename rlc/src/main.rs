@@ -32,13 +32,9 @@ enum Command {
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let code = match Cli::parse().command {
+    let cli = Cli::parse();
+    init_logging(&cli.command);
+    let code = match cli.command {
         Command::Run(c) => cmd::run::execute(c).await,
         Command::Serve(c) => report(cmd::serve::execute(c).await),
         Command::Backtest(c) => report(cmd::backtest::execute(c)),
@@ -54,6 +50,41 @@ async fn main() {
         },
     };
     std::process::exit(code);
+}
+
+/// Logs go to stderr, except for `rlc demo` without `--verbose`: there they go to a file, so
+/// that the live table reads cleanly.
+fn init_logging(command: &Command) {
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())
+    };
+    #[cfg(feature = "demo")]
+    if let Command::Demo(demo) = command
+        && !demo.verbose
+    {
+        let path = demo.log_file();
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::File::create(&path) {
+            Ok(file) => {
+                tracing_subscriber::fmt()
+                    .with_env_filter(filter())
+                    .with_ansi(false)
+                    .with_writer(std::sync::Mutex::new(file))
+                    .init();
+                println!("(logs: {}; -v shows them here)", path.display());
+                return;
+            }
+            Err(e) => eprintln!("rlc demo: cannot write logs to {}: {e}", path.display()),
+        }
+    }
+    #[cfg(not(feature = "demo"))]
+    let _ = command;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter())
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn report(result: anyhow::Result<()>) -> i32 {

@@ -41,5 +41,16 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
     );
     assert_eq!(summary["others_dropped"], 0, "{summary}");
     assert!(summary["others_offered"].as_u64().unwrap() > 0);
+
+    // The demo reads as a demo: piped, the table is plain lines with no log line among them
+    // and no terminal escapes; the logs went to demo.log in --dir.
+    for line in stdout.lines().chain(stderr.lines()) {
+        assert!(
+            !line.contains(" INFO ") && !line.contains(" WARN ") && !line.contains('\x1b'),
+            "a log line or escape code in the demo's output: {line:?}"
+        );
+    }
+    let log = std::fs::read_to_string(dir.path().join("demo.log")).context("demo.log")?;
+    assert!(log.contains(" INFO "), "the logs are in demo.log:\n{log}");
     Ok(())
 }

@@ -8,6 +8,7 @@
 
 mod replay;
 mod seed;
+mod table;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +36,21 @@ pub struct DemoCmd {
     /// Print the closing summary as one JSON line as well.
     #[arg(long)]
     pub json: bool,
+    /// Log to stderr too; by default the demo's logs go to `demo.log` in its directory, so
+    /// that they do not interleave with the live table.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+impl DemoCmd {
+    /// Where the logs go when not `--verbose`: `demo.log` in `--dir`, else in the system's
+    /// temporary directory (named with the process id).
+    pub fn log_file(&self) -> PathBuf {
+        match &self.dir {
+            Some(dir) => dir.join("demo.log"),
+            None => std::env::temp_dir().join(format!("rlc-demo-{}.log", std::process::id())),
+        }
+    }
 }
 
 /// Runs the demo; exit code 0 when the surge was held and no one else was dropped.

@@ -9,6 +9,8 @@ use grl::tier::aggregator::{self, AggregatorOptions};
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
 use grl_client::{Client, ClientConfig, Decision};
 use serde::Serialize;
+
+use super::table::LiveTable;
 use tokio::net::TcpListener;
 
 const SERVICE: &str = "payments";
@@ -186,6 +188,7 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
     let tick = Duration::from_millis(10);
     let mut ticker = tokio::time::interval(tick);
     let mut next_client = 0usize;
+    let mut table = LiveTable::stdout();
     for second in 0..seconds {
         let surging = (surge_from..surge_to).contains(&second);
         for _ in 0..100 {
@@ -202,6 +205,7 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
             }
         }
         let now = totals(&clients);
+        let mut rows = Vec::with_capacity(streams.len());
         for s in &streams {
             let (o, a, d, sh) = delta(&now, &last, s.bucket);
             let label = if s.bucket.is_empty() {
@@ -209,7 +213,7 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
             } else {
                 s.bucket
             };
-            println!("{second:>3}  {label:<14} {o:>9} {a:>9} {d:>9} {sh:>9}");
+            rows.push(format!("{second:>3}  {label:<14} {o:>9} {a:>9} {d:>9} {sh:>9}"));
             if s.caller == SURGE_CALLER {
                 if surging && second >= surge_from + 3 {
                     surge.0 += o as f64;
@@ -221,6 +225,7 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
                 others_dropped += d;
             }
         }
+        table.second(&rows);
         last = now;
     }
     let n = surge.2.max(1) as f64;
