@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use super::{
-    Checkout, FileChange, GitStore, GitStoreError, MAIN_BRANCH, PR_BRANCH, Proposal,
-    PublishMode, PublishOutcome, RLC_AUTHOR_EMAIL, RLC_AUTHOR_NAME, callbacks, tree,
+    Checkout, FileChange, GitStore, GitStoreError, MAIN_BRANCH, PR_BRANCH, Proposal, PublishMode,
+    PublishOutcome, RLC_AUTHOR_EMAIL, RLC_AUTHOR_NAME, callbacks, tree,
 };
 use git2::{Commit, ErrorCode, Oid, PushOptions, Signature};
 
@@ -143,7 +143,12 @@ impl GitStore {
     }
 
     /// The error for a ref that kept moving under `attempts` attempts.
-    pub(crate) fn contended(&self, refname: String, attempts: u32, reason: String) -> GitStoreError {
+    pub(crate) fn contended(
+        &self,
+        refname: String,
+        attempts: u32,
+        reason: String,
+    ) -> GitStoreError {
         GitStoreError::Contended {
             remote: self.remote.clone(),
             refname,
@@ -187,7 +192,9 @@ impl GitStore {
                 );
             }
             let mine: Vec<FileChange> = mine.into_iter().cloned().collect();
-            let tip_tree = tip.tree().map_err(|e| self.local("read review branch", e))?;
+            let tip_tree = tip
+                .tree()
+                .map_err(|e| self.local("read review branch", e))?;
             let new_tree = tree::apply(&self.repo, &tip_tree, &mine)
                 .map_err(|e| self.local("build tree", e))?;
             if new_tree == tip_tree.id() {
@@ -242,7 +249,11 @@ impl GitStore {
 
     /// The paths changed by commits on `tip` that are not on `main` (`base`) and whose
     /// author is not the RLC; `None` when there are no such commits.
-    fn foreign_paths(&self, tip: Oid, base: Oid) -> Result<Option<BTreeSet<String>>, GitStoreError> {
+    fn foreign_paths(
+        &self,
+        tip: Oid,
+        base: Oid,
+    ) -> Result<Option<BTreeSet<String>>, GitStoreError> {
         let err = |e| self.local("walk review branch", e);
         let mut walk = self.repo.revwalk().map_err(err)?;
         walk.push(tip).map_err(err)?;

@@ -262,7 +262,11 @@ fn pr_mode_uses_branch_updates_in_place_and_keeps_person_commits() {
     let tip_commit = repo.find_commit(tip(&remote, PR_BRANCH).unwrap()).unwrap();
     assert_eq!(&tip_commit.id().to_string(), commit);
     assert_eq!(tip_commit.parent_ids().collect::<Vec<_>>(), vec![first_tip]);
-    let main_tree = repo.find_commit(main_before.unwrap()).unwrap().tree().unwrap();
+    let main_tree = repo
+        .find_commit(main_before.unwrap())
+        .unwrap()
+        .tree()
+        .unwrap();
     let diff = repo
         .diff_tree_to_tree(Some(&main_tree), Some(&tip_commit.tree().unwrap()), None)
         .unwrap();
@@ -493,10 +497,15 @@ fn two_files(checkout: &str, search: &str) -> Proposal {
 fn reviewer_push_between_fetch_and_push_is_kept_and_the_rlc_builds_on_it() {
     let (_tmp, remote, mut store) = setup();
     store
-        .publish(PublishMode::Pr, 1, |_| Ok(Some(two_files("pay: 100\n", "q: 1\n"))))
+        .publish(PublishMode::Pr, 1, |_| {
+            Ok(Some(two_files("pay: 100\n", "q: 1\n")))
+        })
         .unwrap();
     let co = store.fetch().unwrap();
-    assert_eq!(co.review_tip, tip(&remote, PR_BRANCH).map(|t| t.to_string()));
+    assert_eq!(
+        co.review_tip,
+        tip(&remote, PR_BRANCH).map(|t| t.to_string())
+    );
 
     // A reviewer fixes a limit on the open pull request after our fetch, before our push.
     let theirs = person_push(&remote, PR_BRANCH, "limits/checkout.yaml", "pay: 90\n");
@@ -606,7 +615,10 @@ fn review_branch_updates_on_a_remote_that_refuses_forced_updates() {
     let daemon = Daemon::start(tmp.path());
     let url = format!("git://127.0.0.1:{}/config.git", daemon.port);
     let mut store = GitStore::open(&url, &tmp.path().join("work")).unwrap();
-    for (n, content) in ["pay: 100\n", "pay: 110\n", "pay: 120\n"].iter().enumerate() {
+    for (n, content) in ["pay: 100\n", "pay: 110\n", "pay: 120\n"]
+        .iter()
+        .enumerate()
+    {
         let out = store
             .publish(PublishMode::Pr, 1, |_| Ok(Some(proposal(content))))
             .unwrap_or_else(|e| panic!("run {n}: {e}"));

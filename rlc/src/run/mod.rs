@@ -144,7 +144,12 @@ pub async fn run_once(
             Some(branch.clone()),
         ),
     };
-    let push_error = match (&commit, settings.mode, &settings.controller, &settings.github) {
+    let push_error = match (
+        &commit,
+        settings.mode,
+        &settings.controller,
+        &settings.github,
+    ) {
         (Some(c), PublishMode::Direct, Some(addr), _) => {
             deliver::push_commit(published.store, addr, c).await.err()
         }
@@ -236,8 +241,7 @@ async fn publish(
             });
         };
         let (mode, co) = (settings.mode, checkout.clone());
-        let (s, outcome) =
-            with_store(store, move |s| s.publish_on(&co, mode, &proposal)).await?;
+        let (s, outcome) = with_store(store, move |s| s.publish_on(&co, mode, &proposal)).await?;
         store = s;
         let (refname, reason) = match outcome {
             PushOutcome::Moved { refname, reason } => (refname, reason),
@@ -268,7 +272,9 @@ async fn publish(
         let (s, (co, files)) = with_store(store, read_checkout).await?;
         store = s;
         checkout = co;
-        planned = planner.plan(&checkout.commit, files, Some(&planned)).await?;
+        planned = planner
+            .plan(&checkout.commit, files, Some(&planned))
+            .await?;
         for s in &planned.planned {
             if !replanned.contains(s) {
                 replanned.push(s.clone());
@@ -278,9 +284,7 @@ async fn publish(
 }
 
 /// Fetches `main` and reads its config files.
-fn read_checkout(
-    store: &mut GitStore,
-) -> Result<(Checkout, Vec<(String, String)>), GitStoreError> {
+fn read_checkout(store: &mut GitStore) -> Result<(Checkout, Vec<(String, String)>), GitStoreError> {
     let checkout = store.fetch()?;
     let files = store.config_files(&checkout.commit)?;
     Ok((checkout, files))

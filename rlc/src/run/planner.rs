@@ -161,8 +161,11 @@ impl<'a> Planner<'a> {
         let mut wanted = Vec::new();
         for (i, (svc, inputs)) in services.iter().enumerate() {
             let (previous, _) = plan::previous_limits(svc, inputs.limits_text.as_deref());
-            let computed: Vec<&Bucket> =
-                svc.buckets.iter().filter(|b| plan::is_computed(b)).collect();
+            let computed: Vec<&Bucket> = svc
+                .buckets
+                .iter()
+                .filter(|b| plan::is_computed(b))
+                .collect();
             let longest = computed
                 .iter()
                 .map(|b| plan::window_secs(b).unwrap_or(DEFAULT_WINDOW_SECS))
@@ -197,8 +200,12 @@ impl<'a> Planner<'a> {
             offered_points[i].push(series.points);
         }
         for (i, (_, inputs)) in services.iter().enumerate() {
-            self.lifecycle(&mut out[i], &offered_points[i], inputs.limits_text.as_deref())
-                .await?;
+            self.lifecycle(
+                &mut out[i],
+                &offered_points[i],
+                inputs.limits_text.as_deref(),
+            )
+            .await?;
         }
         Ok(out)
     }
@@ -287,8 +294,13 @@ impl<'a> Planner<'a> {
             )
             .await;
             for (q, series) in queries.into_iter().zip(fetched) {
-                self.history
-                    .insert((q, measure), Fetched { start, series: series? });
+                self.history.insert(
+                    (q, measure),
+                    Fetched {
+                        start,
+                        series: series?,
+                    },
+                );
             }
         }
         Ok(wanted

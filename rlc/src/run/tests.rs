@@ -31,7 +31,10 @@ fn services(buffer: &str) -> [(&'static str, String); 2] {
         ),
         (
             "services/search.yaml",
-            format!("service: search\nbuckets:\n{}", peak("query", "caller: web", buffer)),
+            format!(
+                "service: search\nbuckets:\n{}",
+                peak("query", "caller: web", buffer)
+            ),
         ),
     ]
 }
@@ -83,7 +86,13 @@ impl Counting {
 }
 
 impl MetricsSource for Counting {
-    fn fetch<'a>(&'a self, q: &'a BucketQuery, m: Measure, start: i64, end: i64) -> FetchFuture<'a> {
+    fn fetch<'a>(
+        &'a self,
+        q: &'a BucketQuery,
+        m: Measure,
+        start: i64,
+        end: i64,
+    ) -> FetchFuture<'a> {
         Box::pin(async move {
             *self
                 .counts
@@ -254,7 +263,10 @@ fn assert_each_fetched_once(counts: &BTreeMap<(String, &'static str), usize>) {
         }
     }
     assert_eq!(keys, want, "{counts:?}");
-    assert!(counts.values().all(|&n| n == 1), "fetched again: {counts:?}");
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "fetched again: {counts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,7 +286,12 @@ async fn main_moving_under_the_run_replans_only_changed_services_without_refetch
         .await
         .unwrap();
 
-    assert_eq!(report.status, RunStatus::Committed, "{}", report.description);
+    assert_eq!(
+        report.status,
+        RunStatus::Committed,
+        "{}",
+        report.description
+    );
     assert_eq!((report.attempts, report.push_conflicts), (2, 1));
     assert_eq!(report.replanned, vec!["search".to_string()]);
     assert_each_fetched_once(&source.counts());
@@ -283,10 +300,20 @@ async fn main_moving_under_the_run_replans_only_changed_services_without_refetch
     let repo = Repository::open_bare(&env.remote).unwrap();
     let head = repo.find_commit(tip(&env.remote, "main")).unwrap();
     assert_eq!(head.author().email().ok(), Some(RLC_AUTHOR_EMAIL));
-    assert_eq!(head.parent_ids().collect::<Vec<_>>(), vec![theirs], "on top of theirs");
+    assert_eq!(
+        head.parent_ids().collect::<Vec<_>>(),
+        vec![theirs],
+        "on top of theirs"
+    );
     assert!(close(limit(&env.remote, "main", "search", "query"), 1500.0));
-    assert!(close(limit(&env.remote, "main", "payments", "gateway-pay"), 500.0));
-    assert!(close(limit(&env.remote, "main", "payments", "refunds"), 250.0));
+    assert!(close(
+        limit(&env.remote, "main", "payments", "gateway-pay"),
+        500.0
+    ));
+    assert!(close(
+        limit(&env.remote, "main", "payments", "refunds"),
+        250.0
+    ));
     let search = report.plans.iter().find(|p| p.service == "search").unwrap();
     assert!(close(search.guarded.limit.unwrap(), 1500.0), "{search:?}");
 }
@@ -324,9 +351,18 @@ async fn reviewer_commit_during_a_run_is_kept_and_the_change_lands_on_top() {
         .unwrap();
 
     let theirs = theirs.lock().unwrap().expect("the hook ran");
-    assert_eq!(report.status, RunStatus::Committed, "{}", report.description);
+    assert_eq!(
+        report.status,
+        RunStatus::Committed,
+        "{}",
+        report.description
+    );
     assert_eq!((report.attempts, report.push_conflicts), (2, 1));
-    assert!(report.replanned.is_empty(), "main did not move: {:?}", report.replanned);
+    assert!(
+        report.replanned.is_empty(),
+        "main did not move: {:?}",
+        report.replanned
+    );
     assert_each_fetched_once(&source.counts());
 
     let repo = Repository::open_bare(&env.remote).unwrap();
@@ -338,7 +374,10 @@ async fn reviewer_commit_during_a_run_is_kept_and_the_change_lands_on_top() {
         Some(fix),
         "the reviewer's fix is kept"
     );
-    assert!(close(limit(&env.remote, PR_BRANCH, "search", "query"), 1500.0));
+    assert!(close(
+        limit(&env.remote, PR_BRANCH, "search", "query"),
+        1500.0
+    ));
 
     let metrics = RlcMetrics::default();
     metrics.observe(Ok(&report), 1.0);
@@ -359,11 +398,17 @@ async fn a_branch_that_keeps_moving_fails_the_run_as_a_git_error() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, RunError::Git(GitStoreError::Contended { attempts: 1, .. })),
+        matches!(
+            &err,
+            RunError::Git(GitStoreError::Contended { attempts: 1, .. })
+        ),
         "{err:?}"
     );
     assert_eq!(err.exit_code(), exit::GIT);
-    assert_eq!(read(&env.remote, "main", "README.md").as_deref(), Some("edited\n"));
+    assert_eq!(
+        read(&env.remote, "main", "README.md").as_deref(),
+        Some("edited\n")
+    );
     assert_eq!(read(&env.remote, "main", "limits/payments.yaml"), None);
 }
 
@@ -372,9 +417,12 @@ async fn each_failure_maps_to_its_exit_code() {
     // The metrics source: a CSV line that is not a number.
     let env = setup();
     std::fs::write(env.history.join("search/query.csv"), "1764000000,many\n").unwrap();
-    let err = run_once(&env.settings(PublishMode::Direct), Counting::new(&env.history, None))
-        .await
-        .unwrap_err();
+    let err = run_once(
+        &env.settings(PublishMode::Direct),
+        Counting::new(&env.history, None),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, RunError::Source(_)), "{err:?}");
     assert!(err.to_string().contains("query.csv:1"), "{err}");
     assert_eq!(err.exit_code(), exit::SOURCE);
@@ -401,7 +449,9 @@ async fn each_failure_maps_to_its_exit_code() {
 
     // The config: a bucket with an unknown scope; nothing fetched, nothing committed.
     let env = setup();
-    let bad = services("0.25")[1].1.replace("scope: global", "scope: planet");
+    let bad = services("0.25")[1]
+        .1
+        .replace("scope: global", "scope: planet");
     person_push(&env.remote, "main", &[("services/search.yaml", bad)]);
     let before = tip(&env.remote, "main");
     let source = Counting::new(&env.history, None);
@@ -437,9 +487,12 @@ async fn each_failure_maps_to_its_exit_code() {
         report.push_error
     );
     assert_eq!(report.exit_code(), exit::DELIVERY);
-    let again = run_once(&env.settings(PublishMode::Direct), Counting::new(&env.history, None))
-        .await
-        .unwrap();
+    let again = run_once(
+        &env.settings(PublishMode::Direct),
+        Counting::new(&env.history, None),
+    )
+    .await
+    .unwrap();
     assert_eq!(again.status, RunStatus::NoChange);
     assert_eq!(again.exit_code(), exit::OK);
 }
