@@ -36,6 +36,9 @@ pub struct RlcMetrics {
     pub duration: Histogram,
     /// `rlc_limit_changes_total`.
     pub limit_changes: Counter,
+    /// `rlc_push_conflicts_total`: pushes refused because someone pushed to the branch after
+    /// the run fetched it (the run re-read and built on their commit).
+    pub push_conflicts: Counter,
 }
 
 impl Default for RlcMetrics {
@@ -46,6 +49,7 @@ impl Default for RlcMetrics {
         let buckets = Family::<OutcomeLabel, Gauge>::default();
         let duration = Histogram::new([1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0]);
         let limit_changes = Counter::default();
+        let push_conflicts = Counter::default();
         registry.register(
             "rlc_runs",
             "Configurator runs by final status",
@@ -71,6 +75,12 @@ impl Default for RlcMetrics {
             "Limits changed (new or changed) by runs",
             limit_changes.clone(),
         );
+        registry.register(
+            "rlc_push_conflicts",
+            "Pushes refused because the branch moved under the run (someone pushed); \
+             the run re-read it and kept their commit",
+            push_conflicts.clone(),
+        );
         Self {
             registry,
             runs,
@@ -78,6 +88,7 @@ impl Default for RlcMetrics {
             buckets,
             duration,
             limit_changes,
+            push_conflicts,
         }
     }
 }
@@ -94,6 +105,7 @@ impl RlcMetrics {
                     })
                     .inc();
                 self.last_success.set(chrono::Utc::now().timestamp() as f64);
+                self.push_conflicts.inc_by(u64::from(report.push_conflicts));
                 self.buckets.clear();
                 for p in &report.plans {
                     self.buckets

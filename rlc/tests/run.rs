@@ -75,7 +75,7 @@ fn history() -> (String, f64) {
 
 struct Setup {
     prometheus: Prometheus,
-    remote: BareRemote,
+    remote: Arc<BareRemote>,
     peak: f64,
     work: tempfile::TempDir,
 }
@@ -90,7 +90,7 @@ async fn setup() -> Result<Setup> {
     ])?;
     Ok(Setup {
         prometheus,
-        remote,
+        remote: Arc::new(remote),
         peak,
         work: tempfile::tempdir()?,
     })
@@ -149,7 +149,7 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
     let mut settings = setup.settings(PublishMode::Direct, db);
     settings.controller = Some(controller.addr.to_string());
     let report = run_once(&settings, setup.source()).await?;
-    assert_eq!(report.push_error, None);
+    assert!(report.push_error.is_none(), "{:?}", report.push_error);
     let pushed = ctl.snapshot();
     assert_eq!(
         Some(&pushed.version),
@@ -272,34 +272,63 @@ async fn pr_mode_pushes_the_review_branch_with_a_table() -> Result<()> {
     Ok(())
 }
 
+/// The real source, with a person's commit to `main` made inside the run's first fetch:
+/// after the configurator fetched `main`, before it pushes.
+struct CommitDuringFetch {
+    inner: Arc<dyn MetricsSource>,
+    remote: Arc<BareRemote>,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl MetricsSource for CommitDuringFetch {
+    fn fetch<'a>(
+        &'a self,
+        q: &'a rlc::source::BucketQuery,
+        m: rlc::source::Measure,
+        start: i64,
+        end: i64,
+    ) -> rlc::source::FetchFuture<'a> {
+        Box::pin(async move {
+            if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let remote = self.remote.clone();
+                tokio::task::spawn_blocking(move || {
+                    let edit = [("README.md", "edited by a person\n")];
+                    remote.commit_files("main", &edit, "docs: person")
+                })
+                .await
+                .expect("the person's commit")
+                .expect("the person's commit");
+            }
+            self.inner.fetch(q, m, start, end).await
+        })
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_persons_concurrent_commit_on_main_is_kept() -> Result<()> {
     let setup = setup().await?;
-    // The person commits after the configurator's clone exists but before its run pushes:
-    // clone first (a no-op fetch), then commit, then run.
-    let mut store =
-        rlc::git_store::GitStore::open(&setup.remote.url(), &setup.work.path().join("checkout"))?;
-    store.fetch()?;
-    setup.remote.commit_files(
-        "main",
-        &[("README.md", "edited by a person\n")],
-        "docs: person",
-    )?;
+    let source = Arc::new(CommitDuringFetch {
+        inner: setup.source(),
+        remote: setup.remote.clone(),
+        done: false.into(),
+    });
     let report = run_once(
         &setup.settings(PublishMode::Direct, &setup.sqlite()),
-        setup.source(),
+        source,
     )
     .await?;
     assert_eq!(report.status, RunStatus::Committed);
+    assert_eq!(report.push_conflicts, 1, "the push met the person's commit");
     assert_eq!(
         setup.remote.read_file_at("main", "README.md").as_deref(),
         Some("edited by a person\n")
     );
     let log = setup.remote.log("main");
-    assert!(
-        log.iter().any(|(_, m)| m.starts_with("docs: person")),
-        "{log:?}"
-    );
+    assert!(log[1].1.starts_with("docs: person"), "{log:?}");
     assert!(log[0].1.starts_with("rlc: "), "{log:?}");
     Ok(())
 }

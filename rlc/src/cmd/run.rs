@@ -10,7 +10,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use rlc::git_store::PublishMode;
 use rlc::guards::GuardSettings;
-use rlc::run::{RunReport, RunSettings, run_once};
+use rlc::run::{RunReport, RunSettings, exit, run_once};
 use rlc::source::{
     BatchedPrometheusSource, FileSource, MetricsSource, PromSettings, PrometheusSource,
 };
@@ -160,13 +160,13 @@ impl RunArgs {
 pub async fn execute(cmd: RunCmd) -> i32 {
     if !cmd.once {
         eprintln!("rlc run: pass --once (for a long-running scheduler use `rlc serve`)");
-        return 2;
+        return exit::USAGE;
     }
     let source = match cmd.args.source() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rlc run: {e:#}");
-            return 3;
+            return exit::SOURCE;
         }
     };
     match run_once(&cmd.args.settings("manual"), source).await {
@@ -175,7 +175,7 @@ pub async fn execute(cmd: RunCmd) -> i32 {
             if cmd.print_table {
                 println!("{}", report.description);
             }
-            if report.push_error.is_some() { 7 } else { 0 }
+            report.exit_code()
         }
         Err(e) => {
             eprintln!("rlc run failed: {e}");

@@ -2,11 +2,26 @@
 //! from and publishes computed limits to, either straight to `main` or on the review branch
 //! [`PR_BRANCH`].
 //!
-//! Publishing never loses anyone's work: pushes to `main` are fast-forward only (a concurrent
-//! commit makes the RLC rebuild its proposal on the new `main`), a person's commits on the
-//! review branch are built upon rather than overwritten, and a remote that refuses a ref is
-//! reported as an error (libgit2 reports such refusals only through a callback, which is
-//! checked here). See [`GitStore::publish`].
+//! Publishing never loses anyone's work:
+//! - every push is a plain fast-forward, never forced: the new commit always descends from
+//!   the tip the run observed when it fetched ([`Checkout::commit`] for `main`,
+//!   [`Checkout::review_tip`] for the review branch). That makes each push a compare-and-swap
+//!   on the observed tip, the lease that libgit2 lacks (it has no `--force-with-lease`): if
+//!   anyone pushed to the ref in between, their commit is not an ancestor of ours, the remote
+//!   refuses the update as non-fast-forward, and [`GitStore::publish_on`] reports
+//!   [`PushOutcome::Moved`] without having changed anything. The caller re-reads and tries
+//!   again on top of the new tip.
+//! - the review branch is "rebuilt" when it holds only the RLC's own commits, but not by
+//!   resetting it: the new commit carries the tree `main` + proposal and has the observed tip
+//!   as its first parent (and `main` as a second parent when `main` is not already in its
+//!   history), so the pull request shows exactly the proposal and no force is ever needed —
+//!   also on remotes whose hooks refuse forced updates. (Checking the remote tip just before
+//!   a forced push would still leave a window between the check and the push.)
+//! - a person's commits on the review branch are built upon, and files they changed there are
+//!   left as they wrote them (the RLC's update of such a file waits until the pull request
+//!   is merged or the person's commit is gone).
+//! - a remote that refuses a ref for another reason (hook, protection) is reported as an
+//!   error (libgit2 reports such refusals only through a callback, which is checked here).
 
 mod error;
 mod publish;
@@ -17,6 +32,7 @@ mod tree;
 mod tests;
 
 pub use error::GitStoreError;
+pub use publish::PushOutcome;
 
 use git2::{
     AutotagOption, FetchOptions, FetchPrune, ObjectType, Oid, Repository, TreeWalkMode,
@@ -63,13 +79,16 @@ pub struct Proposal {
     pub description: String,
 }
 
-/// A work tree checked out at `main`.
+/// A work tree checked out at `main`, with the remote tips observed by the fetch that made it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkout {
     /// Directory of the work tree.
     pub dir: PathBuf,
     /// Id of the `main` commit it was built from.
     pub commit: String,
+    /// Tip of the review branch [`PR_BRANCH`] seen by the same fetch (`None`: no branch).
+    /// A push of the review branch only lands if the branch is still there.
+    pub review_tip: Option<String>,
 }
 
 /// Result of [`GitStore::publish`].
@@ -184,6 +203,7 @@ impl GitStore {
         Ok(Checkout {
             dir: self.dir.clone(),
             commit: main.to_string(),
+            review_tip: self.remote_branch(PR_BRANCH)?.map(|id| id.to_string()),
         })
     }
 
@@ -299,6 +319,22 @@ impl GitStore {
         }
         out.sort();
         Ok(out)
+    }
+
+    /// The config files at `commit`: every file directly inside `services/` and `limits/`
+    /// (the layout [`grl_config::read_config_files`] reads from a directory), sorted by path.
+    pub fn config_files(&self, commit: &str) -> Result<Vec<(String, String)>, GitStoreError> {
+        let mut files = Vec::new();
+        for dir in ["services", "limits"] {
+            let prefix = format!("{dir}/");
+            files.extend(
+                self.files_under(commit, dir)?
+                    .into_iter()
+                    .filter(|(p, _)| p.strip_prefix(&prefix).is_some_and(|n| !n.contains('/'))),
+            );
+        }
+        files.sort();
+        Ok(files)
     }
 
     /// Fetches all branches of `origin` (pruning deleted ones) without touching the work tree.

@@ -249,7 +249,9 @@ fn pr_mode_uses_branch_updates_in_place_and_keeps_person_commits() {
         Some("pay: 100\n")
     );
 
-    // Second run: the branch is rebuilt from main and force-updated (one RLC commit on main).
+    // Second run: the branch (only RLC commits) gets main + the new proposal, in a commit on
+    // top of the first one: a fast-forward, never a forced update.
+    let first_tip = tip(&remote, PR_BRANCH).unwrap();
     let second = store
         .publish(PublishMode::Pr, 3, |_| Ok(Some(proposal("pay: 110\n"))))
         .unwrap();
@@ -259,9 +261,23 @@ fn pr_mode_uses_branch_updates_in_place_and_keeps_person_commits() {
     let repo = Repository::open_bare(&remote).unwrap();
     let tip_commit = repo.find_commit(tip(&remote, PR_BRANCH).unwrap()).unwrap();
     assert_eq!(&tip_commit.id().to_string(), commit);
+    assert_eq!(tip_commit.parent_ids().collect::<Vec<_>>(), vec![first_tip]);
+    let main_tree = repo
+        .find_commit(main_before.unwrap())
+        .unwrap()
+        .tree()
+        .unwrap();
+    let diff = repo
+        .diff_tree_to_tree(Some(&main_tree), Some(&tip_commit.tree().unwrap()), None)
+        .unwrap();
+    let paths: Vec<_> = diff
+        .deltas()
+        .map(|d| d.new_file().path().unwrap().to_owned())
+        .collect();
     assert_eq!(
-        tip_commit.parent_ids().collect::<Vec<_>>(),
-        vec![main_before.unwrap()]
+        paths,
+        vec![Path::new("limits/checkout.yaml").to_owned()],
+        "the branch differs from main by the proposal only"
     );
     assert_eq!(
         read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(),
@@ -469,4 +485,147 @@ fn refusing_remote_is_an_error_naming_the_ref_and_main_is_unchanged() {
         "{err}"
     );
     assert_eq!(tip(&remote, PR_BRANCH), None);
+}
+
+fn two_files(checkout: &str, search: &str) -> Proposal {
+    let mut p = proposal(checkout);
+    p.files.push(change("limits/search.yaml", search));
+    p
+}
+
+#[test]
+fn reviewer_push_between_fetch_and_push_is_kept_and_the_rlc_builds_on_it() {
+    let (_tmp, remote, mut store) = setup();
+    store
+        .publish(PublishMode::Pr, 1, |_| {
+            Ok(Some(two_files("pay: 100\n", "q: 1\n")))
+        })
+        .unwrap();
+    let co = store.fetch().unwrap();
+    assert_eq!(
+        co.review_tip,
+        tip(&remote, PR_BRANCH).map(|t| t.to_string())
+    );
+
+    // A reviewer fixes a limit on the open pull request after our fetch, before our push.
+    let theirs = person_push(&remote, PR_BRANCH, "limits/checkout.yaml", "pay: 90\n");
+    let out = store
+        .publish_on(&co, PublishMode::Pr, &two_files("pay: 130\n", "q: 2\n"))
+        .unwrap();
+    assert!(
+        matches!(&out, PushOutcome::Moved { refname, .. } if refname == "refs/heads/rlc/limits"),
+        "{out:?}"
+    );
+    assert_eq!(tip(&remote, PR_BRANCH), Some(theirs), "nothing pushed");
+
+    // Next attempt: on top of the reviewer's commit, leaving the file they changed alone.
+    let co = store.fetch().unwrap();
+    let out = store
+        .publish_on(&co, PublishMode::Pr, &two_files("pay: 130\n", "q: 2\n"))
+        .unwrap();
+    let PushOutcome::Pushed { commit, .. } = out else {
+        panic!("{out:?}")
+    };
+    let repo = Repository::open_bare(&remote).unwrap();
+    let new_tip = repo.find_commit(Oid::from_str(&commit).unwrap()).unwrap();
+    assert_eq!(new_tip.parent_ids().collect::<Vec<_>>(), vec![theirs]);
+    assert_eq!(
+        read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(),
+        Some("pay: 90\n"),
+        "the reviewer's fix is kept"
+    );
+    assert_eq!(
+        read(&remote, PR_BRANCH, "limits/search.yaml").as_deref(),
+        Some("q: 2\n")
+    );
+
+    // Only the reviewer's file would change: the update waits (nothing pushed).
+    let co = store.fetch().unwrap();
+    let out = store
+        .publish_on(&co, PublishMode::Pr, &two_files("pay: 140\n", "q: 2\n"))
+        .unwrap();
+    assert_eq!(out, PushOutcome::UpToDate);
+    assert_eq!(tip(&remote, PR_BRANCH), Some(new_tip.id()));
+}
+
+#[test]
+fn direct_push_after_main_moved_is_refused_and_main_keeps_the_persons_commit() {
+    let (_tmp, remote, mut store) = setup();
+    let co = store.fetch().unwrap();
+    let theirs = person_push(&remote, "main", "services/search.yaml", "buckets: [q]\n");
+    let out = store
+        .publish_on(&co, PublishMode::Direct, &proposal("pay: 1\n"))
+        .unwrap();
+    assert!(
+        matches!(&out, PushOutcome::Moved { refname, .. } if refname == "refs/heads/main"),
+        "{out:?}"
+    );
+    assert_eq!(tip(&remote, "main"), Some(theirs));
+}
+
+#[test]
+fn review_branch_created_by_someone_after_the_fetch_is_not_overwritten() {
+    let (_tmp, remote, mut store) = setup();
+    let co = store.fetch().unwrap();
+    assert_eq!(co.review_tip, None);
+    let theirs = person_push(&remote, PR_BRANCH, "limits/checkout.yaml", "pay: 7\n");
+    let out = store
+        .publish_on(&co, PublishMode::Pr, &proposal("pay: 1\n"))
+        .unwrap();
+    assert!(matches!(out, PushOutcome::Moved { .. }), "{out:?}");
+    assert_eq!(tip(&remote, PR_BRANCH), Some(theirs));
+}
+
+#[test]
+fn review_branch_follows_a_moved_main_with_a_merge_not_a_reset() {
+    let (_tmp, remote, mut store) = setup();
+    store
+        .publish(PublishMode::Pr, 1, |_| Ok(Some(proposal("pay: 100\n"))))
+        .unwrap();
+    let old_tip = tip(&remote, PR_BRANCH).unwrap();
+    let new_main = person_push(&remote, "main", "services/search.yaml", "buckets: [q]\n");
+    store
+        .publish(PublishMode::Pr, 1, |_| Ok(Some(proposal("pay: 110\n"))))
+        .unwrap();
+    let repo = Repository::open_bare(&remote).unwrap();
+    let t = repo.find_commit(tip(&remote, PR_BRANCH).unwrap()).unwrap();
+    assert_eq!(t.parent_ids().collect::<Vec<_>>(), vec![old_tip, new_main]);
+    assert_eq!(
+        read(&remote, PR_BRANCH, "services/search.yaml").as_deref(),
+        Some("buckets: [q]\n"),
+        "the branch carries the new main"
+    );
+    assert_eq!(
+        read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(),
+        Some("pay: 110\n")
+    );
+    // Same proposal again: up to date.
+    let same = store
+        .publish(PublishMode::Pr, 1, |_| Ok(Some(proposal("pay: 110\n"))))
+        .unwrap();
+    assert!(matches!(same, PublishOutcome::NoChange { .. }), "{same:?}");
+}
+
+#[test]
+fn review_branch_updates_on_a_remote_that_refuses_forced_updates() {
+    let tmp = TempDir::new().unwrap();
+    let remote = bare_remote(tmp.path());
+    let mut cfg = Repository::open_bare(&remote).unwrap().config().unwrap();
+    cfg.set_bool("receive.denyNonFastForwards", true).unwrap();
+    let daemon = Daemon::start(tmp.path());
+    let url = format!("git://127.0.0.1:{}/config.git", daemon.port);
+    let mut store = GitStore::open(&url, &tmp.path().join("work")).unwrap();
+    for (n, content) in ["pay: 100\n", "pay: 110\n", "pay: 120\n"]
+        .iter()
+        .enumerate()
+    {
+        let out = store
+            .publish(PublishMode::Pr, 1, |_| Ok(Some(proposal(content))))
+            .unwrap_or_else(|e| panic!("run {n}: {e}"));
+        assert!(matches!(out, PublishOutcome::Committed { .. }), "{out:?}");
+        assert_eq!(
+            read(&remote, PR_BRANCH, "limits/checkout.yaml").as_deref(),
+            Some(*content)
+        );
+    }
 }

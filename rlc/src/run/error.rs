@@ -1,0 +1,84 @@
+//! Why a run failed or could not deliver its commit, and the exit codes of `rlc run --once`.
+
+use crate::git_store::GitStoreError;
+use crate::github::GitHubError;
+use crate::history::HistoryError;
+use crate::push::PushError;
+use crate::source::SourceError;
+
+/// Exit codes of `rlc run --once`, as documented in the README.
+pub mod exit {
+    /// Committed, or nothing to change.
+    pub const OK: i32 = 0;
+    /// Anything else (e.g. a task of the run panicked).
+    pub const OTHER: i32 = 1;
+    /// Bad usage.
+    pub const USAGE: i32 = 2;
+    /// The metrics source failed.
+    pub const SOURCE: i32 = 3;
+    /// The config repo failed.
+    pub const GIT: i32 = 4;
+    /// The run history database failed.
+    pub const DATABASE: i32 = 5;
+    /// The config is invalid.
+    pub const CONFIG: i32 = 6;
+    /// Committed, but the controller (or the pull request) could not be updated.
+    pub const DELIVERY: i32 = 7;
+}
+
+/// Why a run failed; each names the part that failed. See [`RunError::exit_code`].
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The run history database.
+    #[error("run history database: {0}")]
+    Database(#[from] HistoryError),
+    /// The metrics source (Prometheus or files).
+    #[error("metrics source: {0}")]
+    Source(#[from] SourceError),
+    /// The git config repo.
+    #[error("config repo: {0}")]
+    Git(#[from] GitStoreError),
+    /// The config at the checked-out commit (or the one the run would write) is invalid.
+    #[error("config: {0}")]
+    Config(#[from] grl_config::ConfigErrors),
+    /// A task of the run (the git work runs on blocking threads) panicked or was cancelled.
+    #[error("run task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl RunError {
+    /// The process exit code for `rlc run --once` (see [`exit`]).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Source(_) => exit::SOURCE,
+            RunError::Git(_) => exit::GIT,
+            RunError::Database(_) => exit::DATABASE,
+            RunError::Config(_) => exit::CONFIG,
+            RunError::Task(_) => exit::OTHER,
+        }
+    }
+}
+
+/// The commit landed but could not be delivered: the controller was not updated, or the
+/// pull request not opened. The run still counts as committed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    /// Reading the committed files to send them to the controller.
+    #[error("reading commit {commit} for the controller: {source}")]
+    Read {
+        /// The commit.
+        commit: String,
+        /// Cause.
+        #[source]
+        source: GitStoreError,
+    },
+    /// The controller refused the snapshot or could not be reached.
+    #[error(transparent)]
+    Controller(#[from] PushError),
+    /// The code host refused to open or update the pull request.
+    #[error("pull request: {0}")]
+    PullRequest(#[from] GitHubError),
+    /// The task reading the commit panicked.
+    #[error("reading the commit for the controller: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}

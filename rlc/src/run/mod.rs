@@ -1,0 +1,332 @@
+//! One configurator run, flowing one way: read the checkout → fetch history → plan → guards
+//! → render files → commit and push → deliver (controller or pull request) → record.
+//!
+//! The git work runs on blocking threads ([`tokio::task::spawn_blocking`]) that return
+//! values; the orchestration stays async. The git step only writes and pushes: when the
+//! branch moved under the run (someone pushed after the fetch), the run reads the new
+//! checkout and plans again only the services whose files changed, from the history already
+//! fetched ([`planner`]). Anything failing before the push leaves the config repo and the
+//! controller untouched; every failure is a typed [`RunError`] that maps to an exit code.
+
+mod deliver;
+mod error;
+mod planner;
+mod render;
+#[cfg(test)]
+mod tests;
+
+pub use error::{DeliveryError, RunError, exit};
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::{info, warn};
+
+use crate::git_store::{Checkout, GitStore, GitStoreError, PublishMode, PushOutcome};
+use crate::guards::GuardSettings;
+use crate::history::{History, RecommendationRecord, RunStatus};
+use crate::plan::BucketPlan;
+use crate::source::MetricsSource;
+use planner::{Planned, Planner};
+
+/// Everything a run needs to know.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// The config repo remote (URL or path).
+    pub config_repo: String,
+    /// Where the local clone lives.
+    pub workdir: PathBuf,
+    /// Commit to `main` or to the review branch.
+    pub mode: PublishMode,
+    /// Run history database URL (`sqlite://…` or `postgres://…`).
+    pub db: String,
+    /// The controller to push to after a direct-mode commit.
+    pub controller: Option<String>,
+    /// Guard thresholds.
+    pub guards: GuardSettings,
+    /// Concurrent history queries.
+    pub concurrency: usize,
+    /// "now" for the run (unix seconds); `None` = the wall clock.
+    pub now: Option<i64>,
+    /// What started the run: `manual`, `schedule`, `commit <id>`.
+    pub trigger: String,
+    /// Attempts when `main` moved under the run.
+    pub max_attempts: u32,
+    /// Where to open or update the pull request in PR mode (none: the branch only).
+    pub github: Option<GitHubTarget>,
+}
+
+/// A GitHub repository to open the review pull request in.
+#[derive(Debug, Clone)]
+pub struct GitHubTarget {
+    /// API base URL, e.g. `https://api.github.com`.
+    pub api_base: String,
+    /// A token allowed to open pull requests.
+    pub token: String,
+    /// `owner/name`.
+    pub repo: String,
+}
+
+/// What a successful run did.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The run's id in the history.
+    pub run_id: String,
+    /// Committed or nothing to do.
+    pub status: RunStatus,
+    /// The commit made, if any.
+    pub commit: Option<String>,
+    /// The branch it went to.
+    pub branch: Option<String>,
+    /// Every bucket's decision.
+    pub plans: Vec<BucketPlan>,
+    /// The review text (Markdown).
+    pub description: String,
+    /// Set when the commit landed but the controller (or the pull request) could not be
+    /// updated.
+    pub push_error: Option<DeliveryError>,
+    /// Fetch → plan → push rounds (1 unless the branch moved under the run).
+    pub attempts: u32,
+    /// Pushes refused because someone pushed to the branch after the run's fetch (each was
+    /// followed by a re-read; nothing of theirs was overwritten).
+    pub push_conflicts: u32,
+    /// Services planned again after such a re-read because their files had changed.
+    pub replanned: Vec<String>,
+}
+
+impl RunReport {
+    /// The process exit code for `rlc run --once` (see [`exit`]).
+    pub fn exit_code(&self) -> i32 {
+        if self.push_error.is_some() {
+            exit::DELIVERY
+        } else {
+            exit::OK
+        }
+    }
+}
+
+/// Runs the configurator once.
+pub async fn run_once(
+    settings: &RunSettings,
+    source: Arc<dyn MetricsSource>,
+) -> Result<RunReport, RunError> {
+    let started = Instant::now();
+    let history = History::connect(&settings.db).await?;
+    let mode_name = match settings.mode {
+        PublishMode::Direct => "direct",
+        PublishMode::Pr => "pr",
+    };
+    let run_id = history.start_run(&settings.trigger, mode_name).await?;
+    info!(run = %run_id, trigger = %settings.trigger, mode = mode_name, "run started");
+    let published = match publish(settings, &*source, &run_id).await {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(run = %run_id, error = %e, "run failed; nothing committed");
+            if let Err(db) = history
+                .finish_run(&run_id, RunStatus::Failed, None, Some(&e.to_string()))
+                .await
+            {
+                warn!(run = %run_id, error = %db, "recording the failed run failed");
+            }
+            return Err(e);
+        }
+    };
+    let plans: Vec<BucketPlan> = published.planned.plans().cloned().collect();
+    for p in &plans {
+        history.record_recommendation(&run_id, &record(p)).await?;
+    }
+    let (status, commit, branch) = match &published.pushed {
+        None => (RunStatus::NoChange, None, None),
+        Some((commit, branch)) => (
+            RunStatus::Committed,
+            Some(commit.clone()),
+            Some(branch.clone()),
+        ),
+    };
+    let push_error = match (
+        &commit,
+        settings.mode,
+        &settings.controller,
+        &settings.github,
+    ) {
+        (Some(c), PublishMode::Direct, Some(addr), _) => {
+            deliver::push_commit(published.store, addr, c).await.err()
+        }
+        (Some(_), PublishMode::Pr, _, Some(gh)) => {
+            deliver::open_pull_request(gh, &published.description)
+                .await
+                .err()
+        }
+        _ => None,
+    };
+    history
+        .finish_run(
+            &run_id,
+            status,
+            commit.as_deref(),
+            push_error.as_ref().map(ToString::to_string).as_deref(),
+        )
+        .await?;
+    info!(
+        run = %run_id,
+        status = status.as_str(),
+        commit = commit.as_deref().unwrap_or(""),
+        buckets = plans.len(),
+        attempts = published.attempts,
+        push_conflicts = published.attempts - 1,
+        seconds = started.elapsed().as_secs_f64(),
+        "run finished"
+    );
+    Ok(RunReport {
+        run_id,
+        status,
+        commit,
+        branch,
+        plans,
+        description: published.description,
+        push_error,
+        attempts: published.attempts,
+        push_conflicts: published.attempts - 1,
+        replanned: published.replanned,
+    })
+}
+
+/// What the git step left: the plans it pushed (or found already there), the commit and
+/// branch if it pushed, and the clone for delivery.
+struct Published {
+    planned: Planned,
+    description: String,
+    pushed: Option<(String, String)>,
+    attempts: u32,
+    replanned: Vec<String>,
+    store: GitStore,
+}
+
+/// Reads, plans, renders and pushes; on a branch that moved under the run, reads again and
+/// re-plans the changed services, up to `settings.max_attempts` rounds.
+async fn publish(
+    settings: &RunSettings,
+    source: &dyn MetricsSource,
+    run_id: &str,
+) -> Result<Published, RunError> {
+    let now = settings
+        .now
+        .unwrap_or_else(|| chrono::Utc::now().timestamp());
+    let mut planner = Planner::new(
+        source,
+        settings.guards.clone(),
+        settings.concurrency,
+        now,
+        run_id,
+    );
+    let (remote, workdir) = (settings.config_repo.clone(), settings.workdir.clone());
+    let store = blocking(move || GitStore::open(&remote, &workdir)).await?;
+    let (mut store, (mut checkout, files)) = with_store(store, read_checkout).await?;
+    let mut planned = planner.plan(&checkout.commit, files, None).await?;
+    let mut replanned: Vec<String> = Vec::new();
+    let max_attempts = settings.max_attempts.max(1);
+    let mut attempt = 1;
+    loop {
+        let (proposal, description) = render::proposal(&planned, run_id)?;
+        let Some(proposal) = proposal else {
+            info!(base = %checkout.commit, "nothing proposed");
+            return Ok(Published {
+                planned,
+                description,
+                pushed: None,
+                attempts: attempt,
+                replanned,
+                store,
+            });
+        };
+        let (mode, co) = (settings.mode, checkout.clone());
+        let (s, outcome) = with_store(store, move |s| s.publish_on(&co, mode, &proposal)).await?;
+        store = s;
+        let (refname, reason) = match outcome {
+            PushOutcome::Moved { refname, reason } => (refname, reason),
+            done => {
+                let pushed = match done {
+                    PushOutcome::Pushed { commit, branch } => Some((commit, branch)),
+                    _ => None,
+                };
+                return Ok(Published {
+                    planned,
+                    description,
+                    pushed,
+                    attempts: attempt,
+                    replanned,
+                    store,
+                });
+            }
+        };
+        if attempt >= max_attempts {
+            return Err(store.contended(refname, attempt, reason).into());
+        }
+        warn!(
+            refname = %refname,
+            attempt,
+            "branch moved under the run (someone pushed); re-reading and re-planning changed services"
+        );
+        attempt += 1;
+        let (s, (co, files)) = with_store(store, read_checkout).await?;
+        store = s;
+        checkout = co;
+        planned = planner
+            .plan(&checkout.commit, files, Some(&planned))
+            .await?;
+        for s in &planned.planned {
+            if !replanned.contains(s) {
+                replanned.push(s.clone());
+            }
+        }
+    }
+}
+
+/// Fetches `main` and reads its config files.
+fn read_checkout(store: &mut GitStore) -> Result<(Checkout, Vec<(String, String)>), GitStoreError> {
+    let checkout = store.fetch()?;
+    let files = store.config_files(&checkout.commit)?;
+    Ok((checkout, files))
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<T, F>(f: F) -> Result<T, RunError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, GitStoreError> + Send + 'static,
+{
+    Ok(tokio::task::spawn_blocking(f).await??)
+}
+
+/// Runs `f` with the store on a blocking thread and gives the store back.
+async fn with_store<T, F>(store: GitStore, f: F) -> Result<(GitStore, T), RunError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut GitStore) -> Result<T, GitStoreError> + Send + 'static,
+{
+    let (store, result) = tokio::task::spawn_blocking(move || {
+        let mut store = store;
+        let result = f(&mut store);
+        (store, result)
+    })
+    .await?;
+    Ok((store, result?))
+}
+
+fn record(p: &BucketPlan) -> RecommendationRecord {
+    RecommendationRecord {
+        service: p.service.clone(),
+        bucket: p.bucket.clone(),
+        policy: p.policy.clone(),
+        previous_limit: p.previous,
+        proposed_limit: p.proposal.as_ref().ok().copied(),
+        applied_limit: p.guarded.limit,
+        outcome: p.guarded.outcome.as_str().to_string(),
+        evidence: serde_json::json!({
+            "evidence": p.evidence,
+            "guards": p.guarded.notes,
+            "refusal": p.proposal.as_ref().err(),
+        }),
+    }
+}

@@ -1,0 +1,83 @@
+//! What a planned checkout asks of the config repo: the new `limits/` files (validated with
+//! the rest of the checkout) and the review text.
+
+use std::collections::BTreeMap;
+
+use grl_config as config;
+
+use super::RunError;
+use super::planner::Planned;
+use crate::git_store::{FileChange, Proposal};
+use crate::guards::Outcome;
+use crate::limits_file;
+use crate::plan::{self, BucketPlan};
+use crate::pr_description;
+
+/// The proposal for `planned` (`None`: no file to change) and its review text (Markdown).
+/// Fails when the checkout with the new files would not be a valid config.
+pub(super) fn proposal(
+    planned: &Planned,
+    run_id: &str,
+) -> Result<(Option<Proposal>, String), RunError> {
+    let mut new_files: BTreeMap<String, String> = BTreeMap::new();
+    for svc in planned.snapshot.services.values() {
+        let path = limits_file::path(&svc.name);
+        let (_, stale) = plan::previous_limits(svc, planned.limits_text(&svc.name));
+        let svc_plans: Vec<&BucketPlan> = planned.service_plans(&svc.name).iter().collect();
+        if let Some(text) = plan::limits_file_for(&svc.name, &svc_plans, stale) {
+            new_files.insert(path, text);
+        }
+    }
+    let plans: Vec<&BucketPlan> = planned.plans().collect();
+    let rows: Vec<_> = plans.iter().map(|p| p.pr_row()).collect();
+    let sections: Vec<_> = lifecycle_section(&plans).into_iter().collect();
+    let description = pr_description::render(run_id, &rows, &sections);
+    if new_files.is_empty() {
+        return Ok((None, description));
+    }
+    let mut candidate = planned.files.clone();
+    candidate.extend(new_files.clone());
+    config::from_files(&planned.commit, candidate)?;
+    let changed = plans
+        .iter()
+        .filter(|p| matches!(p.guarded.outcome, Outcome::New | Outcome::Changed))
+        .count();
+    let proposal = Proposal {
+        files: new_files
+            .into_iter()
+            .map(|(path, content)| FileChange { path, content })
+            .collect(),
+        message: format!(
+            "rlc: update {changed} limit{}\n\nRlc-Run: {run_id}\n",
+            if changed == 1 { "" } else { "s" }
+        ),
+        description: description.clone(),
+    };
+    Ok((Some(proposal), description))
+}
+
+/// The review section of the shadow → deny lifecycle.
+fn lifecycle_section(plans: &[&BucketPlan]) -> Option<(String, String)> {
+    let mut rows = String::from(
+        "| bucket | mode | verdict | drops (7 d) | days in shadow | why |\n|---|---|---|---:|---:|---|\n",
+    );
+    let mut any = false;
+    for p in plans {
+        let Some(v) = &p.lifecycle else { continue };
+        if v.status == "ok" {
+            continue;
+        }
+        any = true;
+        rows.push_str(&format!(
+            "| {}/{} | {} | {} | {:.3}% | {} | {} |\n",
+            p.service,
+            p.bucket,
+            p.mode,
+            v.status,
+            v.drop_fraction * 100.0,
+            v.days_in_shadow.map_or("—".into(), |d| format!("{d:.1}")),
+            v.reason.replace('|', "\\|")
+        ));
+    }
+    any.then(|| ("Shadow → deny".to_string(), rows))
+}
