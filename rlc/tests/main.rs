@@ -1,0 +1,3 @@
+//! rlc's process tests: the built `rlc` binary, run as an operator runs it.
+
+mod schedule;
