@@ -55,9 +55,8 @@ async fn main() {
 /// Logs go to stderr, except for `rlc demo` without `--verbose`: there they go to a file, so
 /// that the live table reads cleanly.
 fn init_logging(command: &Command) {
-    let filter = || {
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())
-    };
+    let filter =
+        || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     #[cfg(feature = "demo")]
     if let Command::Demo(demo) = command
         && !demo.verbose

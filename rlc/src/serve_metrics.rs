@@ -39,6 +39,10 @@ pub struct RlcMetrics {
     /// `rlc_push_conflicts_total`: pushes refused because someone pushed to the branch after
     /// the run fetched it (the run re-read and built on their commit).
     pub push_conflicts: Counter,
+    /// `rlc_schedule_skipped_total`: slots that passed while a run was still going.
+    pub schedule_skipped: Counter,
+    /// `rlc_next_run_timestamp_seconds`: the next schedule slot (0 when there is none).
+    pub next_run: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for RlcMetrics {
@@ -50,6 +54,8 @@ impl Default for RlcMetrics {
         let duration = Histogram::new([1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0]);
         let limit_changes = Counter::default();
         let push_conflicts = Counter::default();
+        let schedule_skipped = Counter::default();
+        let next_run = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
             "rlc_runs",
             "Configurator runs by final status",
@@ -81,6 +87,16 @@ impl Default for RlcMetrics {
              the run re-read it and kept their commit",
             push_conflicts.clone(),
         );
+        registry.register(
+            "rlc_schedule_skipped",
+            "Schedule slots skipped because a run was still going at their time",
+            schedule_skipped.clone(),
+        );
+        registry.register(
+            "rlc_next_run_timestamp_seconds",
+            "Unix time of the next schedule slot (0 when the schedule has no more)",
+            next_run.clone(),
+        );
         Self {
             registry,
             runs,
@@ -89,6 +105,8 @@ impl Default for RlcMetrics {
             duration,
             limit_changes,
             push_conflicts,
+            schedule_skipped,
+            next_run,
         }
     }
 }
@@ -126,6 +144,12 @@ impl RlcMetrics {
                     .inc();
             }
         }
+    }
+
+    /// Sets `rlc_next_run_timestamp_seconds` (0 for `None`).
+    pub fn set_next_run(&self, at: Option<chrono::DateTime<chrono::Utc>>) {
+        self.next_run
+            .set(at.map_or(0.0, |t| t.timestamp_millis() as f64 / 1000.0));
     }
 
     /// The Prometheus text exposition.

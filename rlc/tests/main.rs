@@ -4,3 +4,4 @@
 
 mod demo;
 mod run;
+mod schedule;

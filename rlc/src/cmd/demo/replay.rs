@@ -213,7 +213,9 @@ pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Resu
             } else {
                 s.bucket
             };
-            rows.push(format!("{second:>3}  {label:<14} {o:>9} {a:>9} {d:>9} {sh:>9}"));
+            rows.push(format!(
+                "{second:>3}  {label:<14} {o:>9} {a:>9} {d:>9} {sh:>9}"
+            ));
             if s.caller == SURGE_CALLER {
                 if surging && second >= surge_from + 3 {
                     surge.0 += o as f64;
