@@ -41,7 +41,12 @@ pub struct BucketPlan {
     pub backtest: Option<BacktestReport>,
     /// Shadow → deny readiness, or an enforced bucket's unexpected drops.
     pub lifecycle: Option<crate::lifecycle::LifecycleVerdict>,
+    /// Why the proposal is more than [`HIGH_PROPOSAL_RATIO`] times the observed peak, if it is.
+    pub high_proposal: Option<String>,
 }
+
+/// A proposal above this multiple of its window's observed peak is flagged for the reviewer.
+pub const HIGH_PROPOSAL_RATIO: f64 = 3.0;
 
 impl BucketPlan {
     /// The observed (or predicted) peak the policy reported, if any.
@@ -62,7 +67,12 @@ impl BucketPlan {
         if self.mode == Mode::Shadow {
             notes.push("shadow mode".into());
         }
-        if let Some(b) = &self.backtest
+        if let Some(flag) = &self.high_proposal {
+            notes.push(flag.clone());
+        }
+        if let Some(choice) = auto_choice(&self.evidence) {
+            notes.push(choice);
+        } else if let Some(b) = &self.backtest
             && b.origins > 0
         {
             notes.push(format!(
@@ -132,6 +142,11 @@ pub fn plan_bucket(
         now,
         previous_limit: previous,
     };
+    let observed_peak = history
+        .range(start, now)
+        .iter()
+        .map(|p| p.value)
+        .reduce(f64::max);
     let proposal = match policy.recommend(history, &ctx) {
         Ok(rec) => {
             evidence.extend(rec.evidence);
@@ -139,8 +154,29 @@ pub fn plan_bucket(
         }
         Err(refusal) => Err(refusal.reason),
     };
-    let guarded = guards::apply(&settings, proposal.clone(), previous, Some(coverage));
-    let backtest = guarded.limit.and(backtest_over(&*policy, history, now));
+    let guarded = guards::apply(
+        &settings,
+        proposal.clone(),
+        previous,
+        Some(coverage),
+        observed_peak,
+    );
+    let backtest = match chosen_backtest(&evidence) {
+        Some(report) => guarded.limit.and(Some(report)),
+        None => guarded.limit.and(backtest_over(&*policy, history, now)),
+    };
+    if let Some(peak) = observed_peak {
+        evidence.entry("observed_peak".into()).or_insert(json!(peak));
+    }
+    let high_proposal = match (&proposal, observed_peak) {
+        (Ok(p), Some(peak)) if peak > 0.0 && *p > HIGH_PROPOSAL_RATIO * peak => {
+            Some(high_proposal_note(*p, peak, &evidence, &guarded))
+        }
+        _ => None,
+    };
+    if let Some(flag) = &high_proposal {
+        evidence.insert("flag".into(), json!(flag));
+    }
     evidence.insert("policy".into(), json!(bucket.policy.kind));
     evidence.insert("coverage".into(), json!(round3(coverage)));
     evidence.insert("outcome".into(), json!(guarded.outcome.as_str()));
@@ -174,8 +210,109 @@ pub fn plan_bucket(
         coverage: Some(coverage),
         evidence,
         backtest,
+        high_proposal,
         ..unscored(service, bucket, previous, proposal, guarded)
     }
+}
+
+/// The PR note of an `auto` bucket: "auto → peak-trend: 0.00% over, 1.40x headroom;
+/// runner-up forecast 0.00% over, 3.10x" (or the reason it used the simplest candidate).
+fn auto_choice(evidence: &BTreeMap<String, Value>) -> Option<String> {
+    let chosen = evidence.get("chosen")?.as_str()?;
+    let figures = |v: &Value| -> Option<(f64, f64)> {
+        Some((
+            v.get("exceedance_rate")?.as_f64()? * 100.0,
+            v.get("peak_headroom")?.as_f64()?,
+        ))
+    };
+    let mut note = format!("auto → {chosen}");
+    match evidence.get("chosen_backtest").and_then(figures) {
+        Some((over, headroom)) => {
+            note.push_str(&format!(": {over:.2}% over, {headroom:.2}x headroom"));
+        }
+        None => {
+            if let Some(reason) = evidence.get("auto_reason").and_then(Value::as_str) {
+                note.push_str(&format!(" ({reason})"));
+            }
+        }
+    }
+    if let Some(runner) = evidence.get("runner_up").and_then(Value::as_str) {
+        note.push_str(&format!("; runner-up {runner}"));
+        if let Some((over, headroom)) = evidence.get("runner_up_backtest").and_then(figures) {
+            note.push_str(&format!(" {over:.2}% over, {headroom:.2}x"));
+        }
+    }
+    Some(note)
+}
+
+/// The backtest an `auto` policy already ran for the candidate it chose, if any: scoring
+/// `auto` again over past origins would repeat that work several times over.
+fn chosen_backtest(evidence: &BTreeMap<String, Value>) -> Option<BacktestReport> {
+    let b = evidence.get("chosen_backtest")?;
+    let origins = b.get("origins")?.as_u64()? as usize;
+    Some(BacktestReport {
+        origins,
+        refused: 0,
+        scored: origins,
+        exceedance_rate: b.get("exceedance_rate")?.as_f64()?,
+        peak_headroom: b.get("peak_headroom")?.as_f64()?,
+        median_headroom: f64::NAN,
+    })
+}
+
+/// Why a proposal is far above the observed peak, from the policy's own evidence.
+fn high_proposal_note(
+    proposal: f64,
+    peak: f64,
+    evidence: &BTreeMap<String, Value>,
+    guarded: &Guarded,
+) -> String {
+    let num = |k: &str| evidence.get(k).and_then(Value::as_f64);
+    let mut why = Vec::new();
+    if let Some(chosen) = evidence.get("chosen").and_then(Value::as_str) {
+        why.push(format!("auto chose {chosen}"));
+    }
+    if let Some(upper) = evidence
+        .get("interval")
+        .and_then(|i| i.get("upper"))
+        .and_then(Value::as_f64)
+        && let Some(predicted) = num("predicted_peak")
+    {
+        why.push(format!(
+            "forecast's upper bound {} is {:.1}x its predicted peak {}",
+            guards::fmt_rps(upper),
+            upper / predicted.max(f64::MIN_POSITIVE),
+            guards::fmt_rps(predicted)
+        ));
+    }
+    if let Some(g) = num("growth_per_week").filter(|g| *g > 0.0) {
+        let horizon = evidence
+            .get("horizon")
+            .and_then(Value::as_str)
+            .unwrap_or("the horizon");
+        why.push(format!("growth +{:.1}%/week projected over {horizon}", g * 100.0));
+    }
+    if let Some(b) = num("buffer").filter(|b| *b > 0.0) {
+        why.push(format!("buffer +{:.0}%", b * 100.0));
+    }
+    if let Some(q) = num("observed_quantile") {
+        why.push(format!("quantile {}", guards::fmt_rps(q)));
+    }
+    let after = match guarded.limit {
+        Some(l) if l < proposal => format!("; guards lowered it to {}", guards::fmt_rps(l)),
+        _ => String::new(),
+    };
+    format!(
+        "proposal {} is {:.1}x the observed peak {} (above {HIGH_PROPOSAL_RATIO}x): {}{after}",
+        guards::fmt_rps(proposal),
+        proposal / peak,
+        guards::fmt_rps(peak),
+        if why.is_empty() {
+            "the policy gave no reason".to_string()
+        } else {
+            why.join(", ")
+        }
+    )
 }
 
 fn refused(
@@ -185,7 +322,7 @@ fn refused(
     settings: &GuardSettings,
     reason: String,
 ) -> BucketPlan {
-    let guarded = guards::apply(settings, Err(reason.clone()), previous, None);
+    let guarded = guards::apply(settings, Err(reason.clone()), previous, None, None);
     unscored(service, bucket, previous, Err(reason), guarded)
 }
 
@@ -212,6 +349,7 @@ fn unscored(
         evidence: BTreeMap::new(),
         backtest: None,
         lifecycle: None,
+        high_proposal: None,
     }
 }
 
