@@ -1,10 +1,12 @@
-//! Robust growth of a series' level: Theil–Sen on daily medians of the log rate, shared by
-//! `peak-trend` and `forecast`.
+//! Robust growth of a series' busy-hours level: Theil–Sen on a daily high quantile of the log
+//! rate, used by `peak-trend` (whose pairwise-slope estimator `forecast` shares).
 //!
 //! The history is cut into days ending at `now`; a day with under half its samples is skipped
-//! (gaps). Each day's level is `ln(m + c)`, `m` the day's median rate and `c` 1 % of the
-//! median of those medians (so a day with a zero median is allowed); medians make bursts,
-//! holidays and outages count for little. The slope is the
+//! (gaps). Each day's level is `ln(m + c)`, `m` the day's 90th percentile rate and `c` 1 % of
+//! the median of those levels (so a day at zero is allowed). The 90th percentile follows the
+//! busy hours, which is what a limit has to hold (a median follows the night on diurnal
+//! traffic, and on bursty traffic the peaks grew where the day_levels fell), while a burst
+//! shorter than a tenth of a day does not move it. The slope is the
 //! median of pairwise slopes between days a multiple of 7 days apart when there are 14 usable
 //! days or more (seasonal differences: the weekly pattern cancels), else between any two days.
 
@@ -16,7 +18,9 @@ const WEEK: i64 = 7 * DAY;
 pub(crate) const MIN_DAY_COVERAGE: f64 = 0.5;
 /// Fewest usable days for a growth estimate at all.
 pub const MIN_DAYS: usize = 3;
-/// Added to daily medians, as a fraction of their median, before the log (a zero median day
+/// The quantile of each day's samples taken as that day's level.
+const DAILY_QUANTILE: f64 = 0.9;
+/// Added to daily levels, as a fraction of their median, before the log (a zero median day
 /// is allowed); small, because the offset damps the growth estimate by about as much.
 const OFFSET: f64 = 0.01;
 /// From this many usable days on, only pairs a multiple of a week apart are compared.
@@ -52,26 +56,26 @@ pub fn growth(history: &Series, now: i64) -> Option<Growth> {
     for p in points {
         by_day[day_of(p.ts)].push(p.value);
     }
-    let medians: Vec<(f64, f64)> = by_day
+    let day_levels: Vec<(f64, f64)> = by_day
         .iter_mut()
         .enumerate()
         .filter(|(_, v)| v.len() as f64 >= MIN_DAY_COVERAGE * per_day)
         .filter_map(|(k, v)| {
             let t = -((k as f64) + 0.5) * DAY as f64;
-            quantile_in_place(v, 0.5).map(|m| (t, m))
+            quantile_in_place(v, DAILY_QUANTILE).map(|m| (t, m))
         })
         .collect();
-    if medians.len() < MIN_DAYS {
+    if day_levels.len() < MIN_DAYS {
         return None;
     }
-    let mut levels: Vec<f64> = medians.iter().map(|d| d.1).collect();
+    let mut levels: Vec<f64> = day_levels.iter().map(|d| d.1).collect();
     let typical = quantile_in_place(&mut levels, 0.5).unwrap_or(0.0);
     let offset = if typical > 0.0 {
         OFFSET * typical
     } else {
         levels.last().copied().filter(|m| *m > 0.0).unwrap_or(1.0) * OFFSET
     };
-    let daily: Vec<(f64, f64)> = medians
+    let daily: Vec<(f64, f64)> = day_levels
         .iter()
         .map(|&(t, m)| (t, (m + offset).ln()))
         .collect();

@@ -8,7 +8,9 @@ use crate::series::Series;
 /// Where the inner backtest's origins fall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Origins {
-    /// History each candidate sees before an origin.
+    /// Data before the first origin.
+    pub warmup_secs: i64,
+    /// History each candidate sees before an origin (at most; less near the start).
     pub window_secs: i64,
     /// Span after an origin a limit is scored on.
     pub horizon_secs: i64,
@@ -46,7 +48,7 @@ pub(crate) fn score_all(
         return (finish(&sums), 0);
     };
     let mut tried = 0;
-    let mut t = start + origins.window_secs;
+    let mut t = start + origins.warmup_secs;
     let mut horizon: Vec<f64> = Vec::new();
     while t + origins.horizon_secs <= end {
         tried += 1;
