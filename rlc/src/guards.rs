@@ -398,7 +398,11 @@ mod tests {
         assert_eq!(g.limit, Some(300.0));
         assert!(g.notes.is_empty());
         let g = apply(&s, Ok(1558.2), None, Some(1.0), None);
-        assert_eq!(g.limit, Some(1558.2), "no peak known: nothing to cap against");
+        assert_eq!(
+            g.limit,
+            Some(1558.2),
+            "no peak known: nothing to cap against"
+        );
         let m = |v: serde_json::Value| v.as_object().unwrap().clone();
         let o = GuardSettings::default()
             .with_overrides(&m(serde_json::json!({"cap_peak_ratio": 2.5})))

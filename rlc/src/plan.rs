@@ -166,7 +166,9 @@ pub fn plan_bucket(
         None => guarded.limit.and(backtest_over(&*policy, history, now)),
     };
     if let Some(peak) = observed_peak {
-        evidence.entry("observed_peak".into()).or_insert(json!(peak));
+        evidence
+            .entry("observed_peak".into())
+            .or_insert(json!(peak));
     }
     let high_proposal = match (&proposal, observed_peak) {
         (Ok(p), Some(peak)) if peak > 0.0 && *p > HIGH_PROPOSAL_RATIO * peak => {
@@ -290,7 +292,10 @@ fn high_proposal_note(
             .get("horizon")
             .and_then(Value::as_str)
             .unwrap_or("the horizon");
-        why.push(format!("growth +{:.1}%/week projected over {horizon}", g * 100.0));
+        why.push(format!(
+            "growth +{:.1}%/week projected over {horizon}",
+            g * 100.0
+        ));
     }
     if let Some(b) = num("buffer").filter(|b| *b > 0.0) {
         why.push(format!("buffer +{:.0}%", b * 100.0));
@@ -522,6 +527,120 @@ mod tests {
         assert!(
             limits_file_for("s", &[&p], false).is_none(),
             "no change, no file"
+        );
+    }
+
+    /// 28 days of a daily swing between 60 and 140 rps (peak 140).
+    fn daily(now: i64) -> Series {
+        let pts = (0..28 * 288)
+            .map(|i| {
+                let ts = now - 28 * 86_400 + i * 300;
+                let phase = std::f64::consts::TAU * (ts % 86_400) as f64 / 86_400.0;
+                Point {
+                    ts,
+                    value: 100.0 + 40.0 * phase.sin(),
+                }
+            })
+            .collect();
+        Series::new(300, pts)
+    }
+
+    #[test]
+    fn auto_bucket_reports_its_choice_in_evidence_and_pr_row() {
+        let now = 1_800_000_000 - 1_800_000_000 % 86_400;
+        let mut b = bucket("{ kind: historical-peak }");
+        b.policy.kind = "auto".into();
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &daily(now),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.evidence["policy"], json!("auto"));
+        let chosen = p.evidence["chosen"].as_str().unwrap().to_string();
+        assert!(p.evidence.contains_key("runner_up"), "{:?}", p.evidence);
+        let figures = &p.evidence["chosen_backtest"];
+        let b = p.backtest.expect("auto's own backtest is the plan's");
+        assert_eq!(b.origins as u64, figures["origins"].as_u64().unwrap());
+        assert_eq!(b.peak_headroom, figures["peak_headroom"].as_f64().unwrap());
+        let notes = p.pr_row().notes;
+        assert!(
+            notes.starts_with(&format!("auto → {chosen}: 0.00% over, ")),
+            "{notes}"
+        );
+        assert!(notes.contains("; runner-up "), "{notes}");
+        assert!(
+            !notes.contains("backtest:"),
+            "one backtest, not two: {notes}"
+        );
+        let text = limits_file_for("s", &[&p], false).unwrap();
+        assert!(
+            text.contains("chosen: ") && text.contains("runner_up: "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_proposal_over_three_times_the_peak_is_flagged_with_its_reason() {
+        let now = 1_800_000_000;
+        let b = bucket("{ kind: historical-peak, window: 28d, buffer: 3.0 }");
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &flat(now, 28, 100.0, 1000.0),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.guarded.limit, Some(4000.0));
+        let flag = p.high_proposal.clone().expect("flagged");
+        assert_eq!(
+            flag,
+            "proposal 4000 is 4.0x the observed peak 1000 (above 3x): buffer +300%"
+        );
+        assert!(p.pr_row().notes.contains(&flag), "{:?}", p.pr_row());
+        assert_eq!(p.evidence["flag"], json!(flag));
+        let b = bucket("{ kind: historical-peak, window: 28d, buffer: 1.0 }");
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &flat(now, 28, 100.0, 1000.0),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.high_proposal, None, "2x the peak is not flagged");
+    }
+
+    #[test]
+    fn cap_relative_to_the_peak_applies_per_bucket_and_is_explained() {
+        let now = 1_800_000_000;
+        let mut b = bucket("{ kind: historical-peak, window: 28d, buffer: 3.0 }");
+        b.guards.insert("cap_peak_ratio".into(), json!(2));
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &flat(now, 28, 100.0, 1000.0),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.guarded.limit, Some(2000.0));
+        let row = p.pr_row();
+        assert!(
+            row.notes
+                .contains("4000 lowered to 2x the observed peak 1000: 2000"),
+            "{row:?}"
+        );
+        assert!(
+            row.notes.contains("guards lowered it to 2000"),
+            "the flag says what the guards did: {row:?}"
         );
     }
 

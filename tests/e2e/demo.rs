@@ -59,7 +59,9 @@ fn high_proposals_are_flagged(table: &str) -> Result<(), String> {
         };
         rows += 1;
         if new > 3.0 * peak && !line.contains("the observed peak") {
-            return Err(format!("limit {new} over 3x the peak {peak} without a flag: {line}"));
+            return Err(format!(
+                "limit {new} over 3x the peak {peak} without a flag: {line}"
+            ));
         }
     }
     if rows == 0 {
