@@ -20,6 +20,8 @@ pub struct GuardSettings {
     pub floor: Option<f64>,
     /// No limit above this many rps.
     pub cap: Option<f64>,
+    /// No limit above this multiple of the window's observed peak (e.g. 3.0); at least 1.
+    pub cap_peak_ratio: Option<f64>,
 }
 
 impl Default for GuardSettings {
@@ -31,6 +33,7 @@ impl Default for GuardSettings {
             hysteresis: 0.05,
             floor: None,
             cap: None,
+            cap_peak_ratio: None,
         }
     }
 }
@@ -68,6 +71,12 @@ impl GuardSettings {
                 "hysteresis" => s.hysteresis = n,
                 "floor" => s.floor = Some(n),
                 "cap" => s.cap = Some(n),
+                "cap_peak_ratio" if n >= 1.0 => s.cap_peak_ratio = Some(n),
+                "cap_peak_ratio" => {
+                    return Err(err(
+                        "must be at least 1 (a cap below the observed peak throttles traffic already seen)",
+                    ));
+                }
                 "min_coverage" | "max_decrease" => return Err(err("must be between 0 and 1")),
                 _ => return Err(err("unknown guard")),
             }

@@ -4,7 +4,9 @@
 //! - [`series`]: the [`Series`] of rates a policy reads (gaps allowed), with CSV input.
 //! - [`policy`]: the [`Policy`] trait, its [`Context`], [`Recommendation`] and [`Refusal`].
 //! - [`registry`]: [`from_spec`] builds a policy from a spec's `kind` and parameters.
-//! - [`fixed`], [`historical_peak`], [`forecast`]: the policies.
+//! - [`fixed`], [`historical_peak`], [`forecast`], [`peak_trend`]: the policies.
+//! - [`auto`](mod@auto): picks one of the others per bucket from its own backtest.
+//! - [`trend`]: the robust growth estimate `peak-trend` and `forecast` share.
 //! - [`backtest`](mod@backtest): rolling-origin exceedance and headroom figures.
 //! - [`duration`]: `28d`-style durations.
 //! - [`guard_settings`]: the configurator's guard thresholds and their per-bucket overrides.
@@ -31,6 +33,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod auto;
 pub mod backtest;
 pub mod duration;
 pub mod fixed;
@@ -38,9 +41,11 @@ pub mod forecast;
 pub mod guard_settings;
 pub mod historical_peak;
 mod params;
+pub mod peak_trend;
 pub mod policy;
 pub mod registry;
 pub mod series;
+pub mod trend;
 
 pub use backtest::{BacktestConfig, BacktestReport, backtest};
 pub use params::{Params, SpecError};

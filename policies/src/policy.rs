@@ -67,6 +67,12 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
     /// How much history before `now` the policy wants (zero when it reads none).
     fn window(&self) -> Duration;
 
+    /// How far ahead the limit is meant to hold, for policies that look ahead (`None`: the
+    /// policy has no horizon of its own).
+    fn horizon(&self) -> Option<Duration> {
+        None
+    }
+
     /// Computes a limit from `history` (points before `ctx.now`; extra points outside
     /// `[now - window, now)` are ignored), or refuses with a reason.
     fn recommend(&self, history: &Series, ctx: &Context) -> Result<Recommendation, Refusal>;

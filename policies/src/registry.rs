@@ -4,7 +4,10 @@
 use crate::params::Params;
 pub use crate::params::SpecError;
 use crate::policy::Policy;
-use crate::{fixed::Fixed, forecast::Forecast, historical_peak::HistoricalPeak};
+use crate::{
+    auto::Auto, fixed::Fixed, forecast::Forecast, historical_peak::HistoricalPeak,
+    peak_trend::PeakTrend,
+};
 use serde_json::{Map, Value};
 
 /// A policy type that can be built from spec parameters.
@@ -37,6 +40,8 @@ const ENTRIES: &[Entry] = &[
     entry::<Fixed>(),
     entry::<HistoricalPeak>(),
     entry::<Forecast>(),
+    entry::<PeakTrend>(),
+    entry::<Auto>(),
 ];
 
 const KIND_ARRAY: [&str; ENTRIES.len()] = {
@@ -49,7 +54,8 @@ const KIND_ARRAY: [&str; ENTRIES.len()] = {
     kinds
 };
 
-/// The kind names [`from_spec`] accepts: `["fixed", "historical-peak", "forecast"]`.
+/// The kind names [`from_spec`] accepts:
+/// `["fixed", "historical-peak", "forecast", "peak-trend", "auto"]`.
 pub const KINDS: &[&str] = &KIND_ARRAY;
 
 /// Builds the policy `kind` from `params` (the spec's fields other than `kind`).
@@ -89,7 +95,10 @@ mod tests {
 
     #[test]
     fn kinds_are_the_documented_ones() {
-        assert_eq!(KINDS, &["fixed", "historical-peak", "forecast"]);
+        assert_eq!(
+            KINDS,
+            &["fixed", "historical-peak", "forecast", "peak-trend", "auto"]
+        );
         for kind in KINDS {
             let params = match *kind {
                 "fixed" => json!({"rps": 10}),
@@ -131,6 +140,14 @@ mod tests {
         assert_eq!(err.field, "level");
         let err = spec("forecast", json!({"window": "2d"})).unwrap_err();
         assert_eq!(err.field, "window");
+        let err = spec("peak-trend", json!({"max_growth": -0.1})).unwrap_err();
+        assert_eq!(err.field, "max_growth");
+        let err = spec("peak-trend", json!({"quantile": 1.5})).unwrap_err();
+        assert_eq!(err.field, "quantile");
+        let err = spec("auto", json!({"horizon": "0s"})).unwrap_err();
+        assert_eq!(err.field, "horizon");
+        let err = spec("auto", json!({"buffer": 0.25})).unwrap_err();
+        assert_eq!(err, SpecError::new("buffer", "unknown field"));
     }
 
     #[test]
@@ -142,5 +159,9 @@ mod tests {
         assert!(spec("fixed", json!({"rps": 5})).unwrap().window().is_zero());
         let p = spec("forecast", json!({"window": 604800})).unwrap();
         assert_eq!(p.window().as_secs(), 7 * 86_400);
+        let p = spec("peak-trend", json!({"window": "14d"})).unwrap();
+        assert_eq!(p.window().as_secs(), 14 * 86_400);
+        let p = spec("auto", json!({})).unwrap();
+        assert_eq!(p.window().as_secs(), 28 * 86_400);
     }
 }

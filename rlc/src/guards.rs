@@ -2,7 +2,8 @@
 //!
 //! Each guard that acts leaves a [`GuardNote`] in the evidence, so a reviewer sees why the
 //! written limit differs from the proposal. Order: data coverage, policy refusal, sanity
-//! (finite, > 0), maximum change per run, floor and cap, hysteresis.
+//! (finite, > 0), maximum change per run, floor and cap, cap relative to the observed peak,
+//! hysteresis.
 
 use serde::Serialize;
 
@@ -57,12 +58,14 @@ pub struct Guarded {
     pub notes: Vec<GuardNote>,
 }
 
-/// Applies the guards to `proposal` (a policy's limit, or the reason it refused).
+/// Applies the guards to `proposal` (a policy's limit, or the reason it refused);
+/// `observed_peak` is the largest rate in the policy's window (for `cap_peak_ratio`).
 pub fn apply(
     settings: &GuardSettings,
     proposal: Result<f64, String>,
     previous: Option<f64>,
     coverage: Option<f64>,
+    observed_peak: Option<f64>,
 ) -> Guarded {
     let mut notes = Vec::new();
     let keep = |notes: Vec<GuardNote>| Guarded {
@@ -152,6 +155,21 @@ pub fn apply(
         });
         limit = cap;
     }
+    if let (Some(ratio), Some(peak)) = (settings.cap_peak_ratio, observed_peak)
+        && peak > 0.0
+        && limit > ratio * peak
+    {
+        notes.push(GuardNote {
+            guard: "cap-peak-ratio",
+            detail: format!(
+                "{} lowered to {ratio}x the observed peak {}: {}",
+                fmt_rps(limit),
+                fmt_rps(peak),
+                fmt_rps(ratio * peak)
+            ),
+        });
+        limit = ratio * peak;
+    }
     let limit = round_rps(limit);
     match previous {
         None => Guarded {
@@ -208,6 +226,7 @@ mod tests {
             proposal,
             previous,
             Some(coverage),
+            None,
         )
     }
 
@@ -269,11 +288,44 @@ mod tests {
             cap: Some(900.0),
             ..GuardSettings::default()
         };
-        let g = apply(&s, Ok(10.0), None, Some(1.0));
+        let g = apply(&s, Ok(10.0), None, Some(1.0), None);
         assert_eq!(g.limit, Some(50.0));
-        let g = apply(&s, Ok(5000.0), None, Some(1.0));
+        let g = apply(&s, Ok(5000.0), None, Some(1.0), None);
         assert_eq!(g.limit, Some(900.0));
         assert_eq!(g.notes[0].guard, "cap");
+    }
+
+    #[test]
+    fn cap_relative_to_the_observed_peak() {
+        let s = GuardSettings {
+            cap_peak_ratio: Some(3.0),
+            ..GuardSettings::default()
+        };
+        let g = apply(&s, Ok(1558.2), None, Some(1.0), Some(104.0));
+        assert_eq!((g.limit, g.outcome), (Some(312.0), Outcome::New));
+        assert_eq!(g.notes[0].guard, "cap-peak-ratio");
+        assert_eq!(
+            g.notes[0].detail,
+            "1558.2 lowered to 3x the observed peak 104: 312"
+        );
+        let g = apply(&s, Ok(300.0), None, Some(1.0), Some(104.0));
+        assert_eq!(g.limit, Some(300.0));
+        assert!(g.notes.is_empty());
+        let g = apply(&s, Ok(1558.2), None, Some(1.0), None);
+        assert_eq!(
+            g.limit,
+            Some(1558.2),
+            "no peak known: nothing to cap against"
+        );
+        let m = |v: serde_json::Value| v.as_object().unwrap().clone();
+        let o = GuardSettings::default()
+            .with_overrides(&m(serde_json::json!({"cap_peak_ratio": 2.5})))
+            .unwrap();
+        assert_eq!(o.cap_peak_ratio, Some(2.5));
+        let e = GuardSettings::default()
+            .with_overrides(&m(serde_json::json!({"cap_peak_ratio": 0.5})))
+            .unwrap_err();
+        assert_eq!(e.field, "cap_peak_ratio");
     }
 
     #[test]

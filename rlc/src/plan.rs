@@ -41,7 +41,12 @@ pub struct BucketPlan {
     pub backtest: Option<BacktestReport>,
     /// Shadow → deny readiness, or an enforced bucket's unexpected drops.
     pub lifecycle: Option<crate::lifecycle::LifecycleVerdict>,
+    /// Why the proposal is more than [`HIGH_PROPOSAL_RATIO`] times the observed peak, if it is.
+    pub high_proposal: Option<String>,
 }
+
+/// A proposal above this multiple of its window's observed peak is flagged for the reviewer.
+pub const HIGH_PROPOSAL_RATIO: f64 = 3.0;
 
 impl BucketPlan {
     /// The observed (or predicted) peak the policy reported, if any.
@@ -62,7 +67,12 @@ impl BucketPlan {
         if self.mode == Mode::Shadow {
             notes.push("shadow mode".into());
         }
-        if let Some(b) = &self.backtest
+        if let Some(flag) = &self.high_proposal {
+            notes.push(flag.clone());
+        }
+        if let Some(choice) = auto_choice(&self.evidence) {
+            notes.push(choice);
+        } else if let Some(b) = &self.backtest
             && b.origins > 0
         {
             notes.push(format!(
@@ -132,6 +142,11 @@ pub fn plan_bucket(
         now,
         previous_limit: previous,
     };
+    let observed_peak = history
+        .range(start, now)
+        .iter()
+        .map(|p| p.value)
+        .reduce(f64::max);
     let proposal = match policy.recommend(history, &ctx) {
         Ok(rec) => {
             evidence.extend(rec.evidence);
@@ -139,8 +154,31 @@ pub fn plan_bucket(
         }
         Err(refusal) => Err(refusal.reason),
     };
-    let guarded = guards::apply(&settings, proposal.clone(), previous, Some(coverage));
-    let backtest = guarded.limit.and(backtest_over(&*policy, history, now));
+    let guarded = guards::apply(
+        &settings,
+        proposal.clone(),
+        previous,
+        Some(coverage),
+        observed_peak,
+    );
+    let backtest = match chosen_backtest(&evidence) {
+        Some(report) => guarded.limit.and(Some(report)),
+        None => guarded.limit.and(backtest_over(&*policy, history, now)),
+    };
+    if let Some(peak) = observed_peak {
+        evidence
+            .entry("observed_peak".into())
+            .or_insert(json!(peak));
+    }
+    let high_proposal = match (&proposal, observed_peak) {
+        (Ok(p), Some(peak)) if peak > 0.0 && *p > HIGH_PROPOSAL_RATIO * peak => {
+            Some(high_proposal_note(*p, peak, &evidence, &guarded))
+        }
+        _ => None,
+    };
+    if let Some(flag) = &high_proposal {
+        evidence.insert("flag".into(), json!(flag));
+    }
     evidence.insert("policy".into(), json!(bucket.policy.kind));
     evidence.insert("coverage".into(), json!(round3(coverage)));
     evidence.insert("outcome".into(), json!(guarded.outcome.as_str()));
@@ -174,8 +212,112 @@ pub fn plan_bucket(
         coverage: Some(coverage),
         evidence,
         backtest,
+        high_proposal,
         ..unscored(service, bucket, previous, proposal, guarded)
     }
+}
+
+/// The PR note of an `auto` bucket: "auto → peak-trend: 0.00% over, 1.40x headroom;
+/// runner-up forecast 0.00% over, 3.10x" (or the reason it used the simplest candidate).
+fn auto_choice(evidence: &BTreeMap<String, Value>) -> Option<String> {
+    let chosen = evidence.get("chosen")?.as_str()?;
+    let figures = |v: &Value| -> Option<(f64, f64)> {
+        Some((
+            v.get("exceedance_rate")?.as_f64()? * 100.0,
+            v.get("peak_headroom")?.as_f64()?,
+        ))
+    };
+    let mut note = format!("auto → {chosen}");
+    match evidence.get("chosen_backtest").and_then(figures) {
+        Some((over, headroom)) => {
+            note.push_str(&format!(": {over:.2}% over, {headroom:.2}x headroom"));
+        }
+        None => {
+            if let Some(reason) = evidence.get("auto_reason").and_then(Value::as_str) {
+                note.push_str(&format!(" ({reason})"));
+            }
+        }
+    }
+    if let Some(runner) = evidence.get("runner_up").and_then(Value::as_str) {
+        note.push_str(&format!("; runner-up {runner}"));
+        if let Some((over, headroom)) = evidence.get("runner_up_backtest").and_then(figures) {
+            note.push_str(&format!(" {over:.2}% over, {headroom:.2}x"));
+        }
+    }
+    Some(note)
+}
+
+/// The backtest an `auto` policy already ran for the candidate it chose, if any: scoring
+/// `auto` again over past origins would repeat that work several times over.
+fn chosen_backtest(evidence: &BTreeMap<String, Value>) -> Option<BacktestReport> {
+    let b = evidence.get("chosen_backtest")?;
+    let origins = b.get("origins")?.as_u64()? as usize;
+    Some(BacktestReport {
+        origins,
+        refused: 0,
+        scored: origins,
+        exceedance_rate: b.get("exceedance_rate")?.as_f64()?,
+        peak_headroom: b.get("peak_headroom")?.as_f64()?,
+        median_headroom: f64::NAN,
+    })
+}
+
+/// Why a proposal is far above the observed peak, from the policy's own evidence.
+fn high_proposal_note(
+    proposal: f64,
+    peak: f64,
+    evidence: &BTreeMap<String, Value>,
+    guarded: &Guarded,
+) -> String {
+    let num = |k: &str| evidence.get(k).and_then(Value::as_f64);
+    let mut why = Vec::new();
+    if let Some(chosen) = evidence.get("chosen").and_then(Value::as_str) {
+        why.push(format!("auto chose {chosen}"));
+    }
+    if let Some(upper) = evidence
+        .get("interval")
+        .and_then(|i| i.get("upper"))
+        .and_then(Value::as_f64)
+        && let Some(predicted) = num("predicted_peak")
+    {
+        why.push(format!(
+            "forecast's upper bound {} is {:.1}x its predicted peak {}",
+            guards::fmt_rps(upper),
+            upper / predicted.max(f64::MIN_POSITIVE),
+            guards::fmt_rps(predicted)
+        ));
+    }
+    if let Some(g) = num("growth_per_week").filter(|g| *g > 0.0) {
+        let horizon = evidence
+            .get("horizon")
+            .and_then(Value::as_str)
+            .unwrap_or("the horizon");
+        why.push(format!(
+            "growth +{:.1}%/week projected over {horizon}",
+            g * 100.0
+        ));
+    }
+    if let Some(b) = num("buffer").filter(|b| *b > 0.0) {
+        why.push(format!("buffer +{:.0}%", b * 100.0));
+    }
+    if let Some(q) = num("observed_quantile") {
+        why.push(format!("quantile {}", guards::fmt_rps(q)));
+    }
+    let after = match guarded.limit {
+        Some(l) if l < proposal => format!("; guards lowered it to {}", guards::fmt_rps(l)),
+        _ => String::new(),
+    };
+    format!(
+        "proposal {} is {:.1}x the observed peak {} (above {HIGH_PROPOSAL_RATIO}x): {}{after}",
+        guards::fmt_rps(proposal),
+        proposal / peak,
+        guards::fmt_rps(peak),
+        if why.is_empty() {
+            "the policy gave no reason".to_string()
+        } else {
+            why.join(", ")
+        }
+    )
 }
 
 fn refused(
@@ -185,7 +327,7 @@ fn refused(
     settings: &GuardSettings,
     reason: String,
 ) -> BucketPlan {
-    let guarded = guards::apply(settings, Err(reason.clone()), previous, None);
+    let guarded = guards::apply(settings, Err(reason.clone()), previous, None, None);
     unscored(service, bucket, previous, Err(reason), guarded)
 }
 
@@ -212,6 +354,7 @@ fn unscored(
         evidence: BTreeMap::new(),
         backtest: None,
         lifecycle: None,
+        high_proposal: None,
     }
 }
 
@@ -384,6 +527,120 @@ mod tests {
         assert!(
             limits_file_for("s", &[&p], false).is_none(),
             "no change, no file"
+        );
+    }
+
+    /// 28 days of a daily swing between 60 and 140 rps (peak 140).
+    fn daily(now: i64) -> Series {
+        let pts = (0..28 * 288)
+            .map(|i| {
+                let ts = now - 28 * 86_400 + i * 300;
+                let phase = std::f64::consts::TAU * (ts % 86_400) as f64 / 86_400.0;
+                Point {
+                    ts,
+                    value: 100.0 + 40.0 * phase.sin(),
+                }
+            })
+            .collect();
+        Series::new(300, pts)
+    }
+
+    #[test]
+    fn auto_bucket_reports_its_choice_in_evidence_and_pr_row() {
+        let now = 1_800_000_000 - 1_800_000_000 % 86_400;
+        let mut b = bucket("{ kind: historical-peak }");
+        b.policy.kind = "auto".into();
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &daily(now),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.evidence["policy"], json!("auto"));
+        let chosen = p.evidence["chosen"].as_str().unwrap().to_string();
+        assert!(p.evidence.contains_key("runner_up"), "{:?}", p.evidence);
+        let figures = &p.evidence["chosen_backtest"];
+        let b = p.backtest.expect("auto's own backtest is the plan's");
+        assert_eq!(b.origins as u64, figures["origins"].as_u64().unwrap());
+        assert_eq!(b.peak_headroom, figures["peak_headroom"].as_f64().unwrap());
+        let notes = p.pr_row().notes;
+        assert!(
+            notes.starts_with(&format!("auto → {chosen}: 0.00% over, ")),
+            "{notes}"
+        );
+        assert!(notes.contains("; runner-up "), "{notes}");
+        assert!(
+            !notes.contains("backtest:"),
+            "one backtest, not two: {notes}"
+        );
+        let text = limits_file_for("s", &[&p], false).unwrap();
+        assert!(
+            text.contains("chosen: ") && text.contains("runner_up: "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_proposal_over_three_times_the_peak_is_flagged_with_its_reason() {
+        let now = 1_800_000_000;
+        let b = bucket("{ kind: historical-peak, window: 28d, buffer: 3.0 }");
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &flat(now, 28, 100.0, 1000.0),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.guarded.limit, Some(4000.0));
+        let flag = p.high_proposal.clone().expect("flagged");
+        assert_eq!(
+            flag,
+            "proposal 4000 is 4.0x the observed peak 1000 (above 3x): buffer +300%"
+        );
+        assert!(p.pr_row().notes.contains(&flag), "{:?}", p.pr_row());
+        assert_eq!(p.evidence["flag"], json!(flag));
+        let b = bucket("{ kind: historical-peak, window: 28d, buffer: 1.0 }");
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &flat(now, 28, 100.0, 1000.0),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.high_proposal, None, "2x the peak is not flagged");
+    }
+
+    #[test]
+    fn cap_relative_to_the_peak_applies_per_bucket_and_is_explained() {
+        let now = 1_800_000_000;
+        let mut b = bucket("{ kind: historical-peak, window: 28d, buffer: 3.0 }");
+        b.guards.insert("cap_peak_ratio".into(), json!(2));
+        let p = plan_bucket(
+            "s",
+            &b,
+            None,
+            &flat(now, 28, 100.0, 1000.0),
+            now,
+            &GuardSettings::default(),
+            "r",
+        );
+        assert_eq!(p.guarded.limit, Some(2000.0));
+        let row = p.pr_row();
+        assert!(
+            row.notes
+                .contains("4000 lowered to 2x the observed peak 1000: 2000"),
+            "{row:?}"
+        );
+        assert!(
+            row.notes.contains("guards lowered it to 2000"),
+            "the flag says what the guards did: {row:?}"
         );
     }
 

@@ -24,6 +24,8 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
         stdout.contains("| bucket | old | new | change |"),
         "the review table is shown:\n{stdout}"
     );
+    let flagged = high_proposals_are_flagged(&stdout);
+    assert!(flagged.is_ok(), "{}", flagged.unwrap_err());
     let summary: serde_json::Value = stdout
         .lines()
         .rev()
@@ -52,5 +54,29 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
     }
     let log = std::fs::read_to_string(dir.path().join("demo.log")).context("demo.log")?;
     assert!(log.contains(" INFO "), "the logs are in demo.log:\n{log}");
+    Ok(())
+}
+
+/// Every row of the review table whose new limit is above 3x its observed peak says why in
+/// its notes; returns the offending row otherwise.
+fn high_proposals_are_flagged(table: &str) -> Result<(), String> {
+    let rate = |cell: &str| cell.trim().parse::<f64>().ok();
+    let mut rows = 0;
+    for line in table.lines().filter(|l| l.starts_with("| payments/")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        // | bucket | old | new | change | policy | observed peak | coverage | notes |
+        let (Some(new), Some(peak)) = (rate(cells[2]), rate(cells[5])) else {
+            continue;
+        };
+        rows += 1;
+        if new > 3.0 * peak && !line.contains("the observed peak") {
+            return Err(format!(
+                "limit {new} over 3x the peak {peak} without a flag: {line}"
+            ));
+        }
+    }
+    if rows == 0 {
+        return Err(format!("no computed rows in the table:\n{table}"));
+    }
     Ok(())
 }

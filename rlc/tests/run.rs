@@ -564,6 +564,43 @@ fn rlc_backtest_prints_the_three_figures_as_json() -> Result<()> {
     Ok(())
 }
 
+/// `auto` and `peak-trend` go through `rlc backtest` like every other kind, scored over their
+/// own horizon (7d) when no `--horizon` is given.
+#[test]
+fn rlc_backtest_runs_auto_and_peak_trend_over_their_horizon() -> Result<()> {
+    let rlc = std::path::PathBuf::from(env!("CARGO_BIN_EXE_rlc"));
+    let series = test_support::traffic::data_dir().join("Twitter_volume_KO.csv");
+    let run = |args: &[&str]| -> Result<serde_json::Value> {
+        let out = std::process::Command::new(&rlc)
+            .args(["backtest", "--series"])
+            .arg(&series)
+            .args(args)
+            .arg("--json")
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(serde_json::from_slice(&out.stdout)?)
+    };
+    let auto = run(&["--policy", r#"{"kind":"auto"}"#])?;
+    let week = run(&["--policy", r#"{"kind":"auto"}"#, "--horizon", "7d"])?;
+    assert_eq!(auto, week, "auto's own horizon is 7d");
+    let trend = run(&["--policy", "{ kind: peak-trend }"])?;
+    let hp = run(&["--policy", "{ kind: historical-peak }", "--horizon", "7d"])?;
+    for r in [&auto, &trend, &hp] {
+        assert_eq!(r["origins"], hp["origins"], "{r}");
+        assert_eq!(r["refused"], 0, "{r}");
+        for k in ["exceedance_rate", "peak_headroom", "median_headroom"] {
+            assert!(r[k].as_f64().is_some_and(f64::is_finite), "{k} in {r}");
+        }
+    }
+    let ex = |r: &serde_json::Value| r["exceedance_rate"].as_f64().unwrap();
+    assert!(ex(&auto) <= ex(&hp), "auto {auto} vs historical-peak {hp}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_lists_shadow_buckets_ready_to_enforce_and_those_not() -> Result<()> {
     let setup = setup().await?;

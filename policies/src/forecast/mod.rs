@@ -28,6 +28,11 @@
 //!   excesses (method of moments), and takes the `level` quantile of the largest excess
 //!   among the horizon's days (a Gumbel shifted by `beta * ln(days)`). The bound is the
 //!   fitted peak of the horizon plus that excess, back in rate units.
+//! - **Tamed tail.** That excess is capped at the largest daily excess seen in the window
+//!   (`tail_capped: true` in the evidence when the cap acts): on bursty series a 99 % Gumbel
+//!   quantile in log space extrapolates to many times any burst ever seen (147x the horizon's
+//!   peak on tweet counts), a limit that protects nothing. With the cap, the bound is at most
+//!   the trend-projected fitted peak times the largest burst ratio observed.
 //!
 //! # Seasonality and short history
 //! With 14 or more usable days the profile is weekly; with 3 to 13 it falls back to a
@@ -98,6 +103,11 @@ impl FromSpec for Forecast {
     }
 }
 
+/// The shortest window forecast accepts (`3d`).
+pub fn min_window() -> Duration {
+    Duration::from_secs(model::MIN_DAYS_DAILY as u64 * 86_400)
+}
+
 impl Forecast {
     /// Fits the model to the window of `history` before `ctx.now`.
     pub fn fit(&self, history: &Series, ctx: &Context) -> Result<Model, Refusal> {
@@ -113,6 +123,10 @@ impl Policy for Forecast {
 
     fn window(&self) -> Duration {
         self.window
+    }
+
+    fn horizon(&self) -> Option<Duration> {
+        Some(self.horizon)
     }
 
     fn recommend(&self, history: &Series, ctx: &Context) -> Result<Recommendation, Refusal> {
@@ -138,6 +152,7 @@ impl Policy for Forecast {
                 "interval",
                 serde_json::json!({ "lower": peak.lower, "upper": peak.upper }),
             )
+            .with("tail_capped", peak.tail_capped)
             .with("days", model.days)
             .with("points", model.points))
     }

@@ -3,6 +3,7 @@
 
 use crate::policy::Refusal;
 use crate::series::{Series, quantile_in_place};
+use crate::trend::theil_sen_slope;
 
 const DAY: i64 = 86_400;
 const WEEK: i64 = 7 * DAY;
@@ -73,8 +74,11 @@ pub struct PeakForecast {
     pub peak: f64,
     /// Lower bound of the actual peak at the level asked for.
     pub lower: f64,
-    /// Upper bound of the actual peak at the level asked for.
+    /// Upper bound of the actual peak at the level asked for, at most the fitted peak times
+    /// the largest daily excess seen in the history.
     pub upper: f64,
+    /// True when the Gumbel quantile was above the largest excess seen and was capped to it.
+    pub tail_capped: bool,
 }
 
 impl Model {
@@ -239,30 +243,19 @@ impl Model {
         let beta = ((q90 - q50) / (gumbel(0.9) - gumbel(0.5))).max(0.0);
         let days = ((end - start) as f64 / DAY as f64).max(1.0);
         let mu = q50 - beta * gumbel(0.5) + beta * days.ln();
-        let quantile = |p: f64| mu + beta * gumbel(p);
+        // The tail is capped at the largest daily excess seen in the window: the bound never
+        // predicts a burst larger, relative to the fitted level, than any burst observed.
+        let seen = excess.last().copied().unwrap_or(0.0);
+        let upper = mu + beta * gumbel(level);
+        let lower = (mu + beta * gumbel(1.0 - level)).min(seen);
         let to_rate = |log: f64| (log.exp() - self.offset).max(0.0);
         PeakForecast {
             peak: to_rate(peak_log),
-            lower: to_rate(peak_log + quantile(1.0 - level)),
-            upper: to_rate(peak_log + quantile(level)),
+            lower: to_rate(peak_log + lower),
+            upper: to_rate(peak_log + upper.min(seen)),
+            tail_capped: upper > seen,
         }
     }
-}
-
-/// Median of pairwise slopes between points whose times differ by a multiple of `lag`
-/// (seasonal differences: a weekly pattern cancels out); plain Theil–Sen when `lag` is a day.
-fn theil_sen_slope(daily: &[(f64, f64)], lag: f64) -> f64 {
-    let mut slopes = Vec::with_capacity(daily.len() * daily.len() / 2);
-    for (i, a) in daily.iter().enumerate() {
-        for b in &daily[i + 1..] {
-            let dt = a.0 - b.0;
-            let k = (dt / lag).round();
-            if k != 0.0 && (dt - k * lag).abs() < 1.0 {
-                slopes.push((a.1 - b.1) / dt);
-            }
-        }
-    }
-    quantile_in_place(&mut slopes, 0.5).unwrap_or(0.0)
 }
 
 /// Median residual per bin; bins with fewer than 2 samples take the median of their

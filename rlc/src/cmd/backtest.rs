@@ -15,7 +15,8 @@ pub struct BacktestCmd {
     /// The policy as YAML or JSON, e.g. `{ kind: historical-peak, window: 7d, buffer: 0.25 }`.
     #[arg(long)]
     pub policy: String,
-    /// Scored horizon after each origin (default: the policy's horizon, else 1d).
+    /// Scored horizon after each origin (default: the policy's own horizon, e.g. `7d` for
+    /// forecast, peak-trend and auto; else 1d).
     #[arg(long)]
     pub horizon: Option<String>,
     /// Distance between origins (default: the horizon).
@@ -42,19 +43,13 @@ pub fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
         .remove("kind")
         .and_then(|k| k.as_str().map(str::to_string))
         .context("--policy needs `kind`")?;
-    let horizon = cmd
-        .horizon
-        .clone()
-        .or_else(|| {
-            params
-                .get("horizon")
-                .and_then(|h| h.as_str())
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| "1d".into());
     let policy = from_spec(&kind, &params).map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
-    let horizon =
-        policies::duration::parse(&horizon).map_err(|e| anyhow::anyhow!("--horizon: {e}"))?;
+    let horizon = match &cmd.horizon {
+        Some(h) => policies::duration::parse(h).map_err(|e| anyhow::anyhow!("--horizon: {e}"))?,
+        None => policy
+            .horizon()
+            .unwrap_or(std::time::Duration::from_secs(86_400)),
+    };
     let stride = match &cmd.stride {
         Some(s) => policies::duration::parse(s).map_err(|e| anyhow::anyhow!("--stride: {e}"))?,
         None => horizon,

@@ -72,6 +72,9 @@ pub struct RunArgs {
     /// Global cap for every computed limit (rps).
     #[arg(long)]
     pub cap: Option<f64>,
+    /// Global cap for every computed limit, as a multiple of its window's observed peak.
+    #[arg(long)]
+    pub cap_peak_ratio: Option<f64>,
     /// Pretend "now" is this unix time (offline runs over old data).
     #[arg(long)]
     pub now: Option<i64>,
@@ -118,6 +121,7 @@ impl RunArgs {
                 hysteresis: self.hysteresis,
                 floor: self.floor,
                 cap: self.cap,
+                cap_peak_ratio: self.cap_peak_ratio,
             },
             concurrency: self.concurrency,
             now: self.now,
