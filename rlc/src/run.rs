@@ -56,6 +56,8 @@ pub struct GitHubTarget {
     pub token: String,
     /// `owner/name`.
     pub repo: String,
+    /// Extra PEM CA certificates to trust for the API (a private CA), beside the system's.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// What a successful run did.
@@ -492,8 +494,13 @@ async fn push_commit(settings: &RunSettings, addr: &str, commit: &str) -> Result
 }
 
 async fn open_pull_request(gh: &GitHubTarget, body: &str) -> Result<(), String> {
-    let client = crate::github::GitHubClient::new(&gh.api_base, &gh.token, &gh.repo)
-        .map_err(|e| e.to_string())?;
+    let client = crate::github::GitHubClient::with_extra_ca(
+        &gh.api_base,
+        &gh.token,
+        &gh.repo,
+        gh.ca_file.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
     match client
         .upsert_pull_request(
             crate::git_store::PR_BRANCH,
