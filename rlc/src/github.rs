@@ -221,14 +221,13 @@ impl GitHubClient {
     /// The number of the open pull request from `head` into `base`, paging through every
     /// open pull request of `head` (a head may be open against several bases).
     async fn find_open(&self, head: &str, base: &str) -> Result<Option<u64>, GitHubError> {
-        let mut next = Some(self.url(&format!("repos/{}/pulls", self.repo))?);
-        if let Some(first) = next.as_mut() {
-            first
-                .query_pairs_mut()
-                .append_pair("head", &format!("{}:{head}", self.owner))
-                .append_pair("state", "open")
-                .append_pair("per_page", PER_PAGE);
-        }
+        let mut first = self.url(&format!("repos/{}/pulls", self.repo))?;
+        first
+            .query_pairs_mut()
+            .append_pair("head", &format!("{}:{head}", self.owner))
+            .append_pair("state", "open")
+            .append_pair("per_page", PER_PAGE);
+        let mut next = Some(first);
         let mut pages = 0;
         while let Some(url) = next.take() {
             pages += 1;

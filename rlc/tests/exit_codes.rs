@@ -105,7 +105,7 @@ fn exit_0_committed_then_0_nothing_to_change() -> Result<()> {
     assert_eq!(case.remote.log("main").len(), 2, "one commit by the run");
     let again = case.run_ok_parts(&[])?;
     assert_code(&again, 0, "");
-    assert!(String::from_utf8_lossy(&again.stdout).contains("no_change"));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("no-change"));
     assert_eq!(case.remote.log("main").len(), 2, "nothing committed again");
     Ok(())
 }

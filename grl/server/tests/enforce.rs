@@ -291,7 +291,7 @@ async fn a_15x_surge_is_held_within_three_intervals() {
     drop(before);
     let _surge = Traffic::start(load(limit * 15.0));
     let held = |c: &Client| ratio(c).is_some_and(|r| ((1.0 - r) * 15.0 - 1.0).abs() <= 0.05);
-    let took = until(SIV * 10, || cs.iter().all(held))
+    let took = until(SIV * 10, || cs.iter().all(&held))
         .await
         .expect("the surge was never held");
     eprintln!(
