@@ -113,8 +113,8 @@ fn exit_0_committed_then_0_nothing_to_change() -> Result<()> {
 #[test]
 fn exit_2_on_bad_usage() -> Result<()> {
     let case = Case::valid()?;
-    let out = case.run_ok_parts(&["--mode", "sideways"])?;
-    assert_code(&out, 2, "sideways");
+    let out = case.run_ok_parts(&["--concurrency", "lots"])?;
+    assert_code(&out, 2, "lots");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
         .args(["run", "--config-repo", &case.remote.url()])
         .arg("--history-dir")

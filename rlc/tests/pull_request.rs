@@ -125,6 +125,11 @@ fn calls(requests: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// A pull request's body as the run printed it (without the trailing newline).
+fn body(pr: &Value) -> &str {
+    pr["body"].as_str().unwrap_or("").trim_end()
+}
+
 fn open_one(pulls: &[Value]) -> Result<&Value> {
     let open: Vec<&Value> = pulls.iter().filter(|p| p["state"] == "open").collect();
     anyhow::ensure!(open.len() == 1, "exactly one open review PR: {pulls:#?}");
@@ -163,7 +168,7 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     let pr = open_one(&pulls)?;
     let number = pr["number"].as_u64().context("number")?;
     assert!(first.description.contains("| bucket | old | new |"));
-    assert_eq!(pr["body"], first.description.as_str(), "the body is the review table");
+    assert_eq!(body(pr), first.description, "the body is the review table");
     assert_eq!(pr["title"], "rlc: rate limit changes");
     assert!(rig.remote.branch_exists(BRANCH));
 
@@ -182,7 +187,7 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     let pr = open_one(&pulls)?;
     assert_eq!(pr["number"], number, "no second pull request");
     assert_ne!(second.description, first.description);
-    assert_eq!(pr["body"], second.description.as_str(), "body table updated");
+    assert_eq!(body(pr), second.description, "body table updated");
     assert_eq!(
         second.requests[2]["body"]["title"], "rlc: rate limit changes",
         "title sent with the update"
@@ -205,7 +210,7 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     );
     let pulls = rig.review_pulls().await?;
     assert_eq!(open_one(&pulls)?["number"], number);
-    assert_eq!(open_one(&pulls)?["body"], third.description.as_str());
+    assert_eq!(body(open_one(&pulls)?), third.description);
 
     // 4. Merged: the next proposal goes on a branch rebuilt from the new main, in a new PR.
     rig.gh.merge(number).await?;
@@ -221,7 +226,7 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     let fresh = open_one(&pulls)?;
     let second_number = fresh["number"].as_u64().context("number")?;
     assert_ne!(second_number, number, "a merged PR is not reused");
-    assert_eq!(fresh["body"], fourth.description.as_str());
+    assert_eq!(body(fresh), fourth.description);
     let old = pulls.iter().find(|p| p["number"] == number).unwrap();
     assert!(old["state"] == "closed" && !old["merged_at"].is_null(), "{old}");
     let branch = rig.remote.log(BRANCH);
@@ -238,7 +243,7 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     let pulls = rig.review_pulls().await?;
     let third_pr = open_one(&pulls)?;
     assert!(third_pr["number"] != number && third_pr["number"] != second_number);
-    assert_eq!(third_pr["body"], fifth.description.as_str());
+    assert_eq!(body(third_pr), fifth.description);
     assert_eq!(rig.remote.log(BRANCH)[1], rig.remote.log("main")[0]);
 
     let (requests, violations) = rig.gh.log().await?;
