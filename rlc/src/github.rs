@@ -77,7 +77,9 @@ pub enum GitHubError {
         next: String,
     },
     /// Create said an open pull request exists, yet no lookup found it.
-    #[error("GitHub says an open pull request from {head} into {base} exists, but the lookup does not list it")]
+    #[error(
+        "GitHub says an open pull request from {head} into {base} exists, but the lookup does not list it"
+    )]
     ExistsButNotListed {
         /// Head branch.
         head: String,
@@ -169,13 +171,11 @@ impl GitHubClient {
         if let Some(path) = extra_ca {
             builder = builder.tls_certs_merge(read_ca(path)?);
         }
-        let http = builder
-            .build()
-            .map_err(|source| GitHubError::Http {
-                method: Method::GET,
-                url: api_base.to_string(),
-                source,
-            })?;
+        let http = builder.build().map_err(|source| GitHubError::Http {
+            method: Method::GET,
+            url: api_base.to_string(),
+            source,
+        })?;
         Ok(GitHubClient {
             http,
             api_base,
@@ -205,7 +205,11 @@ impl GitHubClient {
                 Ok(to_pull_request(pr, true))
             }
             Err(e) if is_already_exists(&e) => {
-                tracing::info!(head, base, "pull request exists though not listed; looking again");
+                tracing::info!(
+                    head,
+                    base,
+                    "pull request exists though not listed; looking again"
+                );
                 match self.find_open(head, base).await? {
                     Some(number) => self.update(number, head, title, body).await,
                     None => Err(GitHubError::ExistsButNotListed {
@@ -263,7 +267,9 @@ impl GitHubClient {
     ) -> Result<PullRequest, GitHubError> {
         let url = self.url(&format!("repos/{}/pulls/{number}", self.repo))?;
         let patch = json!({ "title": title, "body": body });
-        let (pr, _) = self.send::<PullJson>(Method::PATCH, url, Some(patch)).await?;
+        let (pr, _) = self
+            .send::<PullJson>(Method::PATCH, url, Some(patch))
+            .await?;
         tracing::info!(number = pr.number, head, "pull request updated");
         Ok(to_pull_request(pr, false))
     }
@@ -610,8 +616,12 @@ mod tests {
     fn a_missing_or_empty_ca_file_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope.pem");
-        let err = GitHubClient::with_extra_ca("https://h/", "t", "a/b", Some(&missing)).unwrap_err();
-        assert!(matches!(err, GitHubError::Ca { .. }) && err.to_string().contains("nope.pem"), "{err}");
+        let err =
+            GitHubClient::with_extra_ca("https://h/", "t", "a/b", Some(&missing)).unwrap_err();
+        assert!(
+            matches!(err, GitHubError::Ca { .. }) && err.to_string().contains("nope.pem"),
+            "{err}"
+        );
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
         let err = GitHubClient::with_extra_ca("https://h/", "t", "a/b", Some(&empty)).unwrap_err();

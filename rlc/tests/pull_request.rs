@@ -33,7 +33,10 @@ fn write_history(dir: &Path, scale: f64) -> Result<()> {
     let mut ts = NOW - 28 * 86_400;
     while ts <= NOW {
         let phase = (ts % 86_400) as f64 / 86_400.0 * std::f64::consts::TAU;
-        csv.push_str(&format!("{ts},{:.3}\n", scale * 1000.0 * (1.0 + 0.5 * phase.sin())));
+        csv.push_str(&format!(
+            "{ts},{:.3}\n",
+            scale * 1000.0 * (1.0 + 0.5 * phase.sin())
+        ));
         ts += 300;
     }
     std::fs::write(svc.join("gateway-pay.csv"), csv)?;
@@ -159,7 +162,11 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     assert_eq!(first.code, Some(0), "{}", first.output);
     assert_eq!(
         calls(&first.requests),
-        ["200 GET pulls/list", "200 GET pulls/list", "201 POST pulls/create"],
+        [
+            "200 GET pulls/list",
+            "200 GET pulls/list",
+            "201 POST pulls/create"
+        ],
         "lookup pages through both pages, then creates"
     );
     let page2 = first.requests[1]["query"].as_str().unwrap_or("");
@@ -177,7 +184,11 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     assert_eq!(second.code, Some(0), "{}", second.output);
     assert_eq!(
         calls(&second.requests),
-        ["200 GET pulls/list", "200 GET pulls/list", "200 PATCH pulls/update"]
+        [
+            "200 GET pulls/list",
+            "200 GET pulls/list",
+            "200 PATCH pulls/update"
+        ]
     );
     assert_eq!(
         second.requests[2]["path"],
@@ -215,12 +226,20 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     // 4. Merged: the next proposal goes on a branch rebuilt from the new main, in a new PR.
     rig.gh.merge(number).await?;
     let merged_main = rig.remote.log("main");
-    assert_eq!(merged_main[0], rig.remote.log(BRANCH)[0], "fast-forward merge");
+    assert_eq!(
+        merged_main[0],
+        rig.remote.log(BRANCH)[0],
+        "fast-forward merge"
+    );
     let fourth = rig.run(3.2).await?;
     assert_eq!(fourth.code, Some(0), "{}", fourth.output);
     assert_eq!(
         calls(&fourth.requests),
-        ["200 GET pulls/list", "200 GET pulls/list", "201 POST pulls/create"]
+        [
+            "200 GET pulls/list",
+            "200 GET pulls/list",
+            "201 POST pulls/create"
+        ]
     );
     let pulls = rig.review_pulls().await?;
     let fresh = open_one(&pulls)?;
@@ -228,9 +247,15 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     assert_ne!(second_number, number, "a merged PR is not reused");
     assert_eq!(body(fresh), fourth.description);
     let old = pulls.iter().find(|p| p["number"] == number).unwrap();
-    assert!(old["state"] == "closed" && !old["merged_at"].is_null(), "{old}");
+    assert!(
+        old["state"] == "closed" && !old["merged_at"].is_null(),
+        "{old}"
+    );
     let branch = rig.remote.log(BRANCH);
-    assert_eq!(branch[1], merged_main[0], "branch rebuilt on the merged main");
+    assert_eq!(
+        branch[1], merged_main[0],
+        "branch rebuilt on the merged main"
+    );
 
     // 5. Closed without merging: again a fresh pull request for the next proposal.
     rig.gh.close(second_number).await?;
@@ -238,7 +263,11 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     assert_eq!(fifth.code, Some(0), "{}", fifth.output);
     assert_eq!(
         calls(&fifth.requests),
-        ["200 GET pulls/list", "200 GET pulls/list", "201 POST pulls/create"]
+        [
+            "200 GET pulls/list",
+            "200 GET pulls/list",
+            "201 POST pulls/create"
+        ]
     );
     let pulls = rig.review_pulls().await?;
     let third_pr = open_one(&pulls)?;

@@ -51,7 +51,13 @@ fn openssl(dir: &Path, args: &[&str]) -> Result<()> {
 
 /// Makes `ca.pem` and a server certificate `cert.pem` + `key.pem` for 127.0.0.1 in `dir`.
 fn make_certificates(dir: &Path) -> Result<()> {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
     let mut ca = vec!["req", "-x509"];
     ca.extend(ec);
     ca.extend([
@@ -114,9 +120,7 @@ impl GitHubStandIn {
         let python = env_path("GRL_TEST_GITHUB_PYTHON")?;
         let openapi = env_path("GRL_TEST_GITHUB_OPENAPI")?;
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../github-standin/standin.py");
-        let dir = tempfile::Builder::new()
-            .prefix("grl-github-")
-            .tempdir()?;
+        let dir = tempfile::Builder::new().prefix("grl-github-").tempdir()?;
         make_certificates(dir.path())?;
         let ca = reqwest::Certificate::from_pem(&std::fs::read(dir.path().join("ca.pem"))?)?;
         let http = http_client_builder()
@@ -209,7 +213,9 @@ impl GitHubStandIn {
     /// The API requests seen (method, path, query, operation, body, status) and every
     /// violation of the description found in them (or in the stand-in's own answers).
     pub async fn log(&self) -> Result<(Vec<Value>, Vec<String>)> {
-        let v = self.control(reqwest::Method::GET, "log", Value::Null).await?;
+        let v = self
+            .control(reqwest::Method::GET, "log", Value::Null)
+            .await?;
         let requests = v["requests"].as_array().cloned().unwrap_or_default();
         let violations = v["violations"]
             .as_array()
@@ -229,7 +235,9 @@ impl GitHubStandIn {
                 json!({ "head": head, "base": base, "title": title }),
             )
             .await?;
-        v["number"].as_u64().context("seeded pull request has no number")
+        v["number"]
+            .as_u64()
+            .context("seeded pull request has no number")
     }
 
     /// Merges pull request `number` by fast-forwarding its base branch to its head in the git
