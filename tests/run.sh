@@ -12,6 +12,8 @@
 #        GRL_TEST_PROMTOOL      path of promtool       (default /usr/bin/promtool)
 #        GRL_TEST_REDIS_SERVER  path of redis-server   (default /usr/bin/redis-server)
 #        GRL_TEST_PG_URL        postgres://grl:grl@127.0.0.1:<port>/grl
+#        GRL_TEST_GITHUB_PYTHON  a venv's python with jsonschema (the GitHub stand-in)
+#        GRL_TEST_GITHUB_OPENAPI GitHub's REST description (npm @octokit/openapi)
 #      Set any of them beforehand to use your own binary or server instead (with
 #      GRL_TEST_PG_URL set, the local PostgreSQL is neither installed nor started);
 #      GRL_TEST_PG_CLUSTER names the local cluster to use (default: `main`);
@@ -48,6 +50,8 @@ fi
 if ! dpkg -s libssl-dev pkg-config >/dev/null 2>&1; then
     missing+=(libssl-dev pkg-config)
 fi
+# The GitHub stand-in's test CA is made with the openssl CLI.
+command -v openssl >/dev/null || missing+=(openssl)
 if ((need_pg)) && { ! command -v pg_lsclusters >/dev/null || ! command -v psql >/dev/null ||
     ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }; then
     missing+=(postgresql)
@@ -81,6 +85,38 @@ export GRL_TEST_REDIS_SERVER="${GRL_TEST_REDIS_SERVER:-/usr/bin/redis-server}"
 for bin in "$GRL_TEST_PROMETHEUS" "$GRL_TEST_PROMTOOL" "$GRL_TEST_REDIS_SERVER"; do
     [[ -x "$bin" ]] || die "$bin is missing or not executable"
 done
+
+# ---------------------------------------------------------------------------------------
+section "GitHub stand-in (tests/github-standin): jsonschema + GitHub's OpenAPI description"
+# A venv with jsonschema (PyPI) and api.github.com.json from npm @octokit/openapi, both pinned,
+# kept in a cache directory; a second run finds them and downloads nothing.
+gh_cache="${GRL_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/grl-test}"
+gh_openapi_version=23.0.2
+gh_jsonschema_version=4.26.0
+if [[ -z "${GRL_TEST_GITHUB_PYTHON:-}" ]]; then
+    gh_venv="$gh_cache/github-venv"
+    if ! "$gh_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('jsonschema') != '$gh_jsonschema_version')" 2>/dev/null; then
+        log "creating $gh_venv with jsonschema $gh_jsonschema_version"
+        command -v python3 >/dev/null || die "python3 is needed for the GitHub stand-in"
+        python3 -m venv "$gh_venv" >&2
+        "$gh_venv/bin/pip" install -q --disable-pip-version-check "jsonschema==$gh_jsonschema_version" >&2
+    fi
+    export GRL_TEST_GITHUB_PYTHON="$gh_venv/bin/python"
+fi
+if [[ -z "${GRL_TEST_GITHUB_OPENAPI:-}" ]]; then
+    gh_pkg="$gh_cache/octokit-openapi-$gh_openapi_version"
+    if [[ ! -s "$gh_pkg/package/generated/api.github.com.json" ]]; then
+        log "fetching @octokit/openapi@$gh_openapi_version (GitHub's REST description, MIT) with npm"
+        command -v npm >/dev/null || die "npm is needed to fetch GitHub's OpenAPI description"
+        rm -rf "$gh_pkg.tmp" && mkdir -p "$gh_pkg.tmp"
+        (cd "$gh_pkg.tmp" && npm pack --silent "@octokit/openapi@$gh_openapi_version" >/dev/null &&
+            tar xzf "octokit-openapi-$gh_openapi_version.tgz" package/generated/api.github.com.json \
+                package/LICENSE package/package.json && rm "octokit-openapi-$gh_openapi_version.tgz") >&2
+        rm -rf "$gh_pkg" && mv "$gh_pkg.tmp" "$gh_pkg"
+    fi
+    export GRL_TEST_GITHUB_OPENAPI="$gh_pkg/package/generated/api.github.com.json"
+fi
+log "GRL_TEST_GITHUB_PYTHON=$GRL_TEST_GITHUB_PYTHON GRL_TEST_GITHUB_OPENAPI=$GRL_TEST_GITHUB_OPENAPI"
 
 # ---------------------------------------------------------------------------------------
 if ((need_pg)); then
@@ -148,7 +184,8 @@ fi
 log "GRL_TEST_PG_URL=$GRL_TEST_PG_URL"
 
 if [[ "${GRL_TEST_ENV_ONLY:-}" == 1 ]]; then
-    for var in GRL_TEST_PROMETHEUS GRL_TEST_PROMTOOL GRL_TEST_REDIS_SERVER GRL_TEST_PG_URL; do
+    for var in GRL_TEST_PROMETHEUS GRL_TEST_PROMTOOL GRL_TEST_REDIS_SERVER GRL_TEST_PG_URL \
+        GRL_TEST_GITHUB_PYTHON GRL_TEST_GITHUB_OPENAPI; do
         printf 'export %s=%q\n' "$var" "${!var}"
     done
     exit 0

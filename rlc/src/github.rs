@@ -2,8 +2,17 @@
 //! configurator's proposed limits.
 //!
 //! Only what the RLC needs is here: [`GitHubClient::upsert_pull_request`] finds the open pull
-//! request for a head branch and updates its title and body, or creates one. GitHub Enterprise
-//! works by passing its API base (`https://ghe.example.com/api/v3`).
+//! request for a head branch and updates its title and body, or creates one. The lookup pages
+//! through every open pull request of the head (following `Link: rel="next"`), and a `422`
+//! "already exists" on create (an open one the lookup missed) is resolved by looking again and
+//! updating it. A closed or merged pull request is never reused: the next proposal opens a new
+//! one. GitHub Enterprise works by passing its API base (`https://ghe.example.com/api/v3`);
+//! a private CA by [`GitHubClient::with_extra_ca`].
+//!
+//! Another code host (GitLab, Gitea/Forgejo) goes in a module beside this one with the same
+//! open-or-update call; the run needs nothing else from it.
+
+use std::path::{Path, PathBuf};
 
 use reqwest::{Method, StatusCode, Url};
 use serde::Deserialize;
@@ -51,6 +60,32 @@ pub enum GitHubError {
         /// The API's `message` (and detailed `errors`), or the raw body.
         message: String,
     },
+    /// The extra CA file could not be read or holds no PEM certificate.
+    #[error("GitHub CA file {path}: {reason}")]
+    Ca {
+        /// The file as given.
+        path: PathBuf,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A `Link: rel="next"` pointed away from the API base (the token is never sent there).
+    #[error("GitHub API {url} paged to {next}, outside the API base")]
+    ForeignLink {
+        /// The request whose answer held the link.
+        url: String,
+        /// Where the link pointed.
+        next: String,
+    },
+    /// Create said an open pull request exists, yet no lookup found it.
+    #[error(
+        "GitHub says an open pull request from {head} into {base} exists, but the lookup does not list it"
+    )]
+    ExistsButNotListed {
+        /// Head branch.
+        head: String,
+        /// Base branch.
+        base: String,
+    },
     /// The API answered with a success status but a body we could not understand.
     #[error("GitHub API {method} {url} returned an unexpected body: {reason}")]
     Decode {
@@ -82,7 +117,21 @@ struct PullJson {
     html_url: Option<String>,
     #[serde(default)]
     url: Option<String>,
+    #[serde(default)]
+    base: Option<RefJson>,
 }
+
+/// `head` / `base` of a pull request: only the branch name is read.
+#[derive(Debug, Deserialize)]
+struct RefJson {
+    #[serde(rename = "ref")]
+    name: String,
+}
+
+/// Page size of the pull-request lookup (GitHub's maximum).
+const PER_PAGE: &str = "100";
+/// Upper bound on pages followed, so a server that links in a circle cannot hold a run.
+const MAX_PAGES: usize = 100;
 
 /// Client for one repository on a GitHub (or GitHub Enterprise) instance.
 #[derive(Debug, Clone)]
@@ -98,6 +147,17 @@ impl GitHubClient {
     /// Creates a client for `repo` (`owner/name`) at `api_base` (e.g. `https://api.github.com`),
     /// authenticating with `token`.
     pub fn new(api_base: &str, token: &str, repo: &str) -> Result<GitHubClient, GitHubError> {
+        Self::with_extra_ca(api_base, token, repo, None)
+    }
+
+    /// Like [`GitHubClient::new`], also trusting the PEM certificates in `extra_ca` (a GitHub
+    /// Enterprise behind a private CA) beside the system's roots.
+    pub fn with_extra_ca(
+        api_base: &str,
+        token: &str,
+        repo: &str,
+        extra_ca: Option<&Path>,
+    ) -> Result<GitHubClient, GitHubError> {
         let (owner, name) = repo
             .split_once('/')
             .filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
@@ -107,14 +167,15 @@ impl GitHubClient {
             url: api_base.to_string(),
             reason: e.to_string(),
         })?;
-        let http = crate::https::client_builder()
-            .user_agent(USER_AGENT)
-            .build()
-            .map_err(|source| GitHubError::Http {
-                method: Method::GET,
-                url: api_base.to_string(),
-                source,
-            })?;
+        let mut builder = crate::https::client_builder().user_agent(USER_AGENT);
+        if let Some(path) = extra_ca {
+            builder = builder.tls_certs_merge(read_ca(path)?);
+        }
+        let http = builder.build().map_err(|source| GitHubError::Http {
+            method: Method::GET,
+            url: api_base.to_string(),
+            source,
+        })?;
         Ok(GitHubClient {
             http,
             api_base,
@@ -133,25 +194,84 @@ impl GitHubClient {
         title: &str,
         body: &str,
     ) -> Result<PullRequest, GitHubError> {
-        let mut list = self.url(&format!("repos/{}/pulls", self.repo))?;
-        list.query_pairs_mut()
-            .append_pair("head", &format!("{}:{head}", self.owner))
-            .append_pair("state", "open");
-        let open: Vec<PullJson> = self.send(Method::GET, list, None).await?;
-
-        if let Some(existing) = open.first() {
-            let url = self.url(&format!("repos/{}/pulls/{}", self.repo, existing.number))?;
-            let patch = json!({ "title": title, "body": body });
-            let pr: PullJson = self.send(Method::PATCH, url, Some(patch)).await?;
-            tracing::info!(number = pr.number, head, "pull request updated");
-            return Ok(to_pull_request(pr, false));
+        if let Some(number) = self.find_open(head, base).await? {
+            return self.update(number, head, title, body).await;
         }
-
         let url = self.url(&format!("repos/{}/pulls", self.repo))?;
         let create = json!({ "title": title, "head": head, "base": base, "body": body });
-        let pr: PullJson = self.send(Method::POST, url, Some(create)).await?;
-        tracing::info!(number = pr.number, head, base, "pull request created");
-        Ok(to_pull_request(pr, true))
+        match self.send::<PullJson>(Method::POST, url, Some(create)).await {
+            Ok((pr, _)) => {
+                tracing::info!(number = pr.number, head, base, "pull request created");
+                Ok(to_pull_request(pr, true))
+            }
+            Err(e) if is_already_exists(&e) => {
+                tracing::info!(
+                    head,
+                    base,
+                    "pull request exists though not listed; looking again"
+                );
+                match self.find_open(head, base).await? {
+                    Some(number) => self.update(number, head, title, body).await,
+                    None => Err(GitHubError::ExistsButNotListed {
+                        head: head.to_string(),
+                        base: base.to_string(),
+                    }),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The number of the open pull request from `head` into `base`, paging through every
+    /// open pull request of `head` (a head may be open against several bases).
+    async fn find_open(&self, head: &str, base: &str) -> Result<Option<u64>, GitHubError> {
+        let mut first = self.url(&format!("repos/{}/pulls", self.repo))?;
+        first
+            .query_pairs_mut()
+            .append_pair("head", &format!("{}:{head}", self.owner))
+            .append_pair("state", "open")
+            .append_pair("per_page", PER_PAGE);
+        let mut next = Some(first);
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            pages += 1;
+            let shown = url.to_string();
+            let (open, link) = self.send::<Vec<PullJson>>(Method::GET, url, None).await?;
+            if let Some(pr) = open
+                .iter()
+                .find(|pr| pr.base.as_ref().is_none_or(|b| b.name == base))
+            {
+                return Ok(Some(pr.number));
+            }
+            if let Some(n) = link.as_deref().and_then(next_link) {
+                if !n.starts_with(self.api_base.as_str()) {
+                    return Err(GitHubError::ForeignLink {
+                        url: shown,
+                        next: n.to_string(),
+                    });
+                }
+                if pages < MAX_PAGES {
+                    next = Some(self.url(n)?);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn update(
+        &self,
+        number: u64,
+        head: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<PullRequest, GitHubError> {
+        let url = self.url(&format!("repos/{}/pulls/{number}", self.repo))?;
+        let patch = json!({ "title": title, "body": body });
+        let (pr, _) = self
+            .send::<PullJson>(Method::PATCH, url, Some(patch))
+            .await?;
+        tracing::info!(number = pr.number, head, "pull request updated");
+        Ok(to_pull_request(pr, false))
     }
 
     fn url(&self, path: &str) -> Result<Url, GitHubError> {
@@ -168,7 +288,7 @@ impl GitHubClient {
         method: Method,
         url: Url,
         body: Option<serde_json::Value>,
-    ) -> Result<T, GitHubError> {
+    ) -> Result<(T, Option<String>), GitHubError> {
         let shown = url.to_string();
         let mut req = self
             .http
@@ -186,6 +306,11 @@ impl GitHubClient {
         };
         let resp = req.send().await.map_err(http_err)?;
         let status = resp.status();
+        let link = resp
+            .headers()
+            .get(reqwest::header::LINK)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let text = resp.text().await.map_err(http_err)?;
         if !status.is_success() {
             return Err(GitHubError::Api {
@@ -195,11 +320,12 @@ impl GitHubClient {
                 message: api_message(&text),
             });
         }
-        serde_json::from_str(&text).map_err(|e| GitHubError::Decode {
+        let value = serde_json::from_str(&text).map_err(|e| GitHubError::Decode {
             method,
             url: shown,
             reason: e.to_string(),
-        })
+        })?;
+        Ok((value, link))
     }
 }
 
@@ -209,6 +335,41 @@ fn to_pull_request(pr: PullJson, created: bool) -> PullRequest {
         url: pr.html_url.or(pr.url).unwrap_or_default(),
         created,
     }
+}
+
+/// Reads PEM certificates from `path`.
+fn read_ca(path: &Path) -> Result<Vec<reqwest::Certificate>, GitHubError> {
+    let err = |reason: String| GitHubError::Ca {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let pem = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(err("no PEM certificate in it".into()));
+    }
+    Ok(certs)
+}
+
+/// The `rel="next"` target of a `Link` header (RFC 8288), if any.
+fn next_link(header: &str) -> Option<&str> {
+    header.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        let is_next = params.split(';').any(|p| {
+            p.trim()
+                .strip_prefix("rel=")
+                .map(|r| r.trim_matches('"').split_whitespace().any(|r| r == "next"))
+                .unwrap_or(false)
+        });
+        is_next.then(|| target.trim().trim_start_matches('<').trim_end_matches('>'))
+    })
+}
+
+/// Whether `e` is GitHub's `422` for a pull request that already exists for the head.
+fn is_already_exists(e: &GitHubError) -> bool {
+    matches!(e, GitHubError::Api { status, message, .. }
+        if *status == StatusCode::UNPROCESSABLE_ENTITY
+            && message.to_ascii_lowercase().contains("already exists"))
 }
 
 /// Extracts GitHub's `message` and any `errors[].message`/`code` from an error body.
@@ -364,12 +525,12 @@ mod tests {
             vec![
                 (
                     "GET",
-                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"
+                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open&per_page=100"
                 ),
                 ("POST", "/repos/acme/config/pulls"),
                 (
                     "GET",
-                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open"
+                    "/repos/acme/config/pulls?head=acme%3Arlc%2Flimits&state=open&per_page=100"
                 ),
                 ("PATCH", "/repos/acme/config/pulls/42"),
             ]
@@ -438,6 +599,33 @@ mod tests {
             msg.contains("Validation Failed (No commits between main and rlc/limits)"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn next_link_is_read_from_any_position() {
+        let h = r#"<https://api.github.com/repositories/1/pulls?page=1>; rel="prev", <https://api.github.com/repositories/1/pulls?page=3>; rel="next", <https://api.github.com/repositories/1/pulls?page=9>; rel="last""#;
+        assert_eq!(
+            next_link(h),
+            Some("https://api.github.com/repositories/1/pulls?page=3")
+        );
+        assert_eq!(next_link(r#"<https://x/a?page=1>; rel="first""#), None);
+        assert_eq!(next_link(""), None);
+    }
+
+    #[test]
+    fn a_missing_or_empty_ca_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.pem");
+        let err =
+            GitHubClient::with_extra_ca("https://h/", "t", "a/b", Some(&missing)).unwrap_err();
+        assert!(
+            matches!(err, GitHubError::Ca { .. }) && err.to_string().contains("nope.pem"),
+            "{err}"
+        );
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let err = GitHubClient::with_extra_ca("https://h/", "t", "a/b", Some(&empty)).unwrap_err();
+        assert!(err.to_string().contains("no PEM certificate"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Integration tests of the configurator with real parts: a real Prometheus backfilled with
 //! weeks of history, bare git remotes on disk, SQLite and PostgreSQL, a real controller,
-//! and the `rlc` binary as a process.
+//! a GitHub stand-in checked against GitHub's REST description, and the `rlc` binary as a
+//! process.
 
 mod demo;
+mod exit_codes;
+mod pull_request;
 mod run;
 mod schedule;

@@ -10,6 +10,8 @@ use grl_core::proto::control_client::ControlClient;
 use test_support::git_remote::BareRemote;
 
 const IV: Duration = Duration::from_millis(200);
+/// Intervals from `SetOverride` to a throttling client, as the README states it.
+const OVERRIDE_INTERVALS: u32 = 3;
 
 fn file(path: &str, content: String) -> proto::ConfigFile {
     proto::ConfigFile {
@@ -114,7 +116,7 @@ async fn controller_refuses_to_start_on_an_invalid_dir() {
 async fn controller_follows_a_changed_dir_and_keeps_the_old_snapshot_on_error() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), 100.0);
-    let (_ctl, c) = controller_on(listener().await, dir.path(), IV).await;
+    let (ctl, c) = controller_on(listener().await, dir.path(), IV).await;
     let v0 = c.snapshot().version.clone();
     write_config(dir.path(), 400.0);
     let changed = until(Duration::from_secs(5), || c.snapshot().version != v0).await;
@@ -130,12 +132,30 @@ async fn controller_follows_a_changed_dir_and_keeps_the_old_snapshot_on_error() 
     assert_eq!(limit(&c), Some(400.0));
     let v1 = c.snapshot().version.clone();
     std::fs::write(dir.path().join("services/payments.yaml"), "service: [").unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let refused = refused_count(ctl.metrics_addr.unwrap(), 1.0).await;
+    assert_eq!(refused, 1.0, "the invalid change was never read");
     assert_eq!(
         c.snapshot().version,
         v1,
         "an invalid change replaced the snapshot"
     );
+}
+
+/// Polls the controller's `grl_controller_config_refused_total` until it reaches `want`
+/// (at most 10 s); returns the last value seen.
+async fn refused_count(metrics: std::net::SocketAddr, want: f64) -> f64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = scrape(metrics)
+            .await
+            .get("grl_controller_config_refused_total")
+            .copied()
+            .unwrap_or(0.0);
+        if seen >= want || tokio::time::Instant::now() >= deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Commits `files` on `refs/heads/main` of a bare repo.
@@ -151,7 +171,7 @@ async fn controller_picks_up_a_commit_to_the_config_git_repo() {
         config: ConfigSource::Git(remote.path().display().to_string()),
         poll: Duration::from_millis(200),
     };
-    let (_ctl, c) = controller::start(opts, listener().await, None)
+    let (ctl, c) = controller::start(opts, listener().await, Some(listener().await))
         .await
         .unwrap();
     assert_eq!(c.snapshot().version, first);
@@ -172,6 +192,20 @@ async fn controller_picks_up_a_commit_to_the_config_git_repo() {
             .unwrap()
             .limit,
         Some(700.0)
+    );
+    remote
+        .commit_files(
+            "main",
+            &[("services/payments.yaml", "service: [")],
+            "broken",
+        )
+        .unwrap();
+    let refused = refused_count(ctl.metrics_addr.unwrap(), 1.0).await;
+    assert_eq!(refused, 1.0, "the invalid commit was never read");
+    assert_eq!(
+        c.snapshot().version,
+        second,
+        "an invalid commit replaced the snapshot"
     );
 }
 
@@ -228,6 +262,7 @@ async fn metrics_of_aggregator_and_controller_follow_the_contract() {
     }
     assert_eq!(get(&a, "grl_tier_parent_connected"), 1.0);
     assert_eq!(get(&m, r#"grl_controller_apply_total{result="ok"}"#), 0.0);
+    assert_eq!(get(&m, "grl_controller_config_refused_total"), 0.0);
     assert_eq!(
         get(&m, r#"grl_controller_apply_total{result="invalid"}"#),
         0.0
@@ -259,7 +294,30 @@ async fn an_override_throttles_a_caller_then_is_cleared() {
         .unwrap()
         .into_inner();
     let bucket = format!("override-{}", o.id);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The README's figure: the override throttles within OVERRIDE_INTERVALS intervals of
+    // being set (rules down to the client, one report up, the ratio down).
+    let took = until(IV * 50, || {
+        cl.status().ratios.get(&bucket).is_some_and(|r| *r > 0.5)
+    })
+    .await
+    .expect("the override never throttled");
+    eprintln!(
+        "override throttling after {took:?} = {:.2} intervals",
+        took.as_secs_f64() / IV.as_secs_f64()
+    );
+    assert!(
+        took <= IV * OVERRIDE_INTERVALS,
+        "override throttled after {took:?}, more than {OVERRIDE_INTERVALS} intervals of {IV:?}"
+    );
+    // The first ratio may come from a partial report; wait for the full one, then measure.
+    let steady = until(IV * 50, || {
+        cl.status()
+            .ratios
+            .get(&bucket)
+            .is_some_and(|r| (r - 0.75).abs() < 0.03)
+    })
+    .await;
+    assert!(steady.is_some(), "the override ratio never reached 0.75");
     let w = window(std::slice::from_ref(&cl), &bucket, Duration::from_secs(1)).await;
     assert!(
         (w[0][1] as f64 - 500.0).abs() < 60.0,
@@ -285,7 +343,8 @@ async fn an_override_throttles_a_caller_then_is_cleared() {
         .unwrap()
         .into_inner();
     assert_eq!(cleared.cleared, 1);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let gone = until(IV * 50, || !cl.status().ratios.contains_key(&bucket)).await;
+    assert!(gone.is_some(), "the cleared override never left the client");
     let w = window(std::slice::from_ref(&cl), "", Duration::from_millis(500)).await;
     assert!(
         w[0][0] > 0 && w[0][2] == 0,

@@ -250,3 +250,65 @@ async fn killed_aggregator_fails_its_clients_open_then_recovers() {
     .await;
     resumes_without_over_dropping(&cs).await;
 }
+
+/// Intervals from a 15x step to the clients applying the ratio that holds the limit (±5 %
+/// of the admitted share), as the README states it: the first report after the step may
+/// carry only part of the surge, the next one carries all of it, and the aggregator and the
+/// controller each add up to a quarter interval.
+const SETTLE_INTERVALS: f64 = 3.0;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_15x_surge_is_held_within_three_intervals() {
+    let _g = SERIAL.lock().await;
+    // The default 1 s interval: the README's figure is in seconds at that interval.
+    const SIV: Duration = Duration::from_secs(1);
+    let limit = 2000.0;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), limit);
+    let (ctl, _c) = controller_on(listener().await, dir.path(), SIV).await;
+    let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), SIV).await;
+    let cs: Vec<Client> = (0..4)
+        .map(|i| client(&agg, "a", "eu", &format!("a{i}"), SIV))
+        .collect();
+    let load = |total: f64| {
+        cs.iter()
+            .map(|c| (c.clone(), "gateway".to_string(), total / cs.len() as f64))
+            .collect::<Vec<_>>()
+    };
+    let ratio = |c: &Client| c.status().ratios.get("gateway-pay").copied();
+
+    // At the limit: the clients hold the config and drop (almost) nothing.
+    let before = Traffic::start(load(limit));
+    let ready = until(Duration::from_secs(20), || {
+        cs.iter().all(|c| ratio(c).is_some_and(|r| r < 0.05))
+    })
+    .await;
+    assert!(ready.is_some(), "clients never got the bucket at the limit");
+    tokio::time::sleep(SIV * 2).await;
+    assert!(cs.iter().all(|c| ratio(c).is_some_and(|r| r < 0.05)));
+
+    // The step: 15x. Held = every client admits 1/15 of its offer, ±5 % of that share.
+    drop(before);
+    let _surge = Traffic::start(load(limit * 15.0));
+    let held = |c: &Client| ratio(c).is_some_and(|r| ((1.0 - r) * 15.0 - 1.0).abs() <= 0.05);
+    let took = until(SIV * 10, || cs.iter().all(&held))
+        .await
+        .expect("the surge was never held");
+    eprintln!(
+        "15x surge held after {took:?} ({:.2} intervals)",
+        took.as_secs_f64() / SIV.as_secs_f64()
+    );
+    assert!(
+        took.as_secs_f64() <= SETTLE_INTERVALS * SIV.as_secs_f64(),
+        "held only after {took:?}, more than {SETTLE_INTERVALS} intervals"
+    );
+    // And it stays held: a 1 s window of real decisions admits the limit ±5 %.
+    let w = sum(&window(&cs, "gateway-pay", SIV).await);
+    let admitted = w[1] as f64 / SIV.as_secs_f64();
+    let nominal = w[0] as f64 / 15.0;
+    assert!(
+        (admitted - nominal).abs() <= 0.05 * nominal,
+        "admitted {admitted}/s of {} offered (nominal {nominal})",
+        w[0]
+    );
+}

@@ -87,6 +87,10 @@ pub struct RunArgs {
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
     #[arg(long, env = "RLC_GITHUB_API", default_value = "https://api.github.com")]
     pub github_api: String,
+    /// Extra CA certificates (PEM) to trust for `--github-api`, e.g. a GitHub Enterprise
+    /// behind a private CA.
+    #[arg(long, env = "RLC_GITHUB_CA")]
+    pub github_ca: Option<PathBuf>,
 }
 
 /// `rlc run`.
@@ -132,6 +136,7 @@ impl RunArgs {
                     api_base: self.github_api.clone(),
                     token: token.clone(),
                     repo: repo.clone(),
+                    ca_file: self.github_ca.clone(),
                 }),
                 _ => None,
             },

@@ -54,7 +54,7 @@ pub(super) async fn open_pull_request(gh: &GitHubTarget, body: &str) -> Result<(
 }
 
 async fn upsert(gh: &GitHubTarget, body: &str) -> Result<PullRequest, GitHubError> {
-    GitHubClient::new(&gh.api_base, &gh.token, &gh.repo)?
+    GitHubClient::with_extra_ca(&gh.api_base, &gh.token, &gh.repo, gh.ca_file.as_deref())?
         .upsert_pull_request(PR_BRANCH, MAIN_BRANCH, "rlc: rate limit changes", body)
         .await
 }

@@ -66,6 +66,8 @@ pub struct GitHubTarget {
     pub token: String,
     /// `owner/name`.
     pub repo: String,
+    /// Extra PEM CA certificates to trust for the API (a private CA), beside the system's.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// What a successful run did.

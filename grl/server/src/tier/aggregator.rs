@@ -71,6 +71,7 @@ pub(crate) fn counters(n: &Node) -> Counters {
     Counters {
         apply_ok: None,
         apply_invalid: 0,
+        config_refused: 0,
         reports_in: n.bytes.reports_in.load(Relaxed),
         instructions_out: n.bytes.instructions_out.load(Relaxed),
     }

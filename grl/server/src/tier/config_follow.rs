@@ -13,6 +13,8 @@ use grl_config::{self as config, ConfigErrors, Snapshot};
 
 /// Takes a new valid snapshot.
 pub type Apply = Arc<dyn Fn(Snapshot) + Send + Sync>;
+/// Told of every followed change refused as invalid (the old snapshot stays).
+pub type Refused = Arc<dyn Fn() + Send + Sync>;
 
 /// Why config could not be followed.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,7 @@ pub async fn follow_dir(
     period: Duration,
     mut last: String,
     apply: Apply,
+    refused: Refused,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -59,7 +62,8 @@ pub async fn follow_dir(
                 apply(s);
             }
             Err(e) => {
-                warn!(dir = %root.display(), error = %e, "config change refused, old snapshot kept")
+                warn!(dir = %root.display(), error = %e, "config change refused, old snapshot kept");
+                refused();
             }
         }
     }
@@ -128,7 +132,13 @@ impl GitFollower {
     }
 
     /// Fetches every `period` on a blocking thread; applies each valid new commit.
-    pub fn follow(self, period: Duration, apply: Apply, shutdown: watch::Receiver<bool>) {
+    pub fn follow(
+        self,
+        period: Duration,
+        apply: Apply,
+        refused: Refused,
+        shutdown: watch::Receiver<bool>,
+    ) {
         let mut last = self.read_main().map(|(id, _)| id).unwrap_or_default();
         while !*shutdown.borrow() {
             std::thread::sleep(period);
@@ -142,7 +152,8 @@ impl GitFollower {
                             apply(s);
                         }
                         Err(e) => {
-                            warn!(url = %self.url, commit = %id, error = %e, "config commit refused, old snapshot kept")
+                            warn!(url = %self.url, commit = %id, error = %e, "config commit refused, old snapshot kept");
+                            refused();
                         }
                     }
                 }

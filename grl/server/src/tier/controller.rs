@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::info;
 
-use super::config_follow::{self, Apply, FollowError, GitFollower};
+use super::config_follow::{self, Apply, FollowError, GitFollower, Refused};
 use super::metrics::{self, Counters};
 use super::node::{Node, NodeConfig};
 use super::overrides::Overrides;
@@ -57,6 +57,7 @@ pub struct Controller {
     overrides: Mutex<Overrides>,
     apply_ok: AtomicU64,
     apply_invalid: AtomicU64,
+    config_refused: AtomicU64,
 }
 
 /// Seconds since the epoch.
@@ -135,6 +136,7 @@ impl Controller {
         Counters {
             apply_ok: Some(self.apply_ok.load(Ordering::Relaxed)),
             apply_invalid: self.apply_invalid.load(Ordering::Relaxed),
+            config_refused: self.config_refused.load(Ordering::Relaxed),
             ..super::aggregator::counters(&self.node)
         }
     }
@@ -191,6 +193,7 @@ pub async fn start(
         overrides: Mutex::new(Overrides::default()),
         apply_ok: AtomicU64::new(0),
         apply_invalid: AtomicU64::new(0),
+        config_refused: AtomicU64::new(0),
     });
     let initial_version = initial.version.clone();
     ctl.set_snapshot(initial);
@@ -200,18 +203,25 @@ pub async fn start(
         let c = ctl.clone();
         Arc::new(move |s| c.set_snapshot(s))
     };
+    let refused: Refused = {
+        let c = ctl.clone();
+        Arc::new(move || {
+            c.config_refused.fetch_add(1, Ordering::Relaxed);
+        })
+    };
     match (&opts.config, git) {
         (ConfigSource::Dir(d), _) => tasks.push(tokio::spawn(config_follow::follow_dir(
             d.clone(),
             opts.poll,
             initial_version.clone(),
             apply,
+            refused,
             rx.clone(),
         ))),
         (_, Some(g)) => {
             let (poll, rx) = (opts.poll, rx.clone());
             tasks.push(tokio::task::spawn_blocking(move || {
-                g.follow(poll, apply, rx)
+                g.follow(poll, apply, refused, rx)
             }));
         }
         _ => {}

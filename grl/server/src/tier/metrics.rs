@@ -38,6 +38,9 @@ pub const CONTROL_BYTES: &str = "grl_tier_control_bytes";
 /// `ApplyConfig` calls by `{result}` (`ok`, `invalid`). Exposed as `<name>_total`, i.e.
 /// `grl_controller_apply_total`.
 pub const APPLY: &str = "grl_controller_apply";
+/// Followed config changes (config dir or git commit) refused as invalid; the snapshot in
+/// force stays. Exposed as `grl_controller_config_refused_total`.
+pub const CONFIG_REFUSED: &str = "grl_controller_config_refused";
 
 type Labels = Vec<(String, String)>;
 type G = Gauge<f64, AtomicU64>;
@@ -49,6 +52,8 @@ pub struct Counters {
     pub apply_ok: Option<u64>,
     /// `ApplyConfig` refused.
     pub apply_invalid: u64,
+    /// Followed config changes refused (controllers).
+    pub config_refused: u64,
     /// Report bytes received.
     pub reports_in: u64,
     /// Instruction bytes sent.
@@ -167,6 +172,13 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
             .get_or_create(&labels(&[("result", "invalid")]))
             .inc_by(c.apply_invalid);
         reg.register(APPLY, "ApplyConfig calls by result", apply);
+        let refused = Counter::<u64>::default();
+        refused.inc_by(c.config_refused);
+        reg.register(
+            CONFIG_REFUSED,
+            "Followed config changes refused as invalid (the snapshot in force stays)",
+            refused,
+        );
     }
     let mut out = String::new();
     // Writing into a String cannot fail.
