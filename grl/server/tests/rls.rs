@@ -76,23 +76,6 @@ async fn over_limit_per_descriptor_with_hits_addend_and_metrics_adding_up() {
     let rls = |code| sum(&m, "grl_sidecar_rls_requests_total", &[("code", code)]) as u64;
     assert_eq!(rls("over_limit"), over);
     assert_eq!(rls("ok"), calls - over);
-
-    // Negative hits are answered OK and offer nothing.
-    let (s, _) = rls_call(args(
-        &sc.rls,
-        &[
-            "--descriptor",
-            r#"{"entries": [["source_cluster", "limited"], ["path", "/pay.Pay/Card"]], "hits": 10, "negative": true}"#,
-        ],
-    ))
-    .await;
-    assert_eq!(n(&s["overall"], "OK"), 1, "{s}");
-    let m2 = sc.scrape().await;
-    let offered2: u64 = ["allowed", "dropped", "shadow_dropped"]
-        .iter()
-        .map(|d| requests(&m2, "limited", PROCEDURE, d))
-        .sum();
-    assert_eq!(offered2, 10 * calls);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

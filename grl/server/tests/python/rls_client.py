@@ -5,8 +5,7 @@ It calls envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on --target
 sidecar's rate limit service or, through the sidecar's proxy, an upstream serving it, and
 prints one JSON summary of what it saw on stdout.
 
-Descriptors are JSON: {"entries": [["key", "value"], ...], "hits": N or absent,
-"negative": true or absent}.
+Descriptors are JSON: {"entries": [["key", "value"], ...], "hits": N or absent}.
 """
 
 import argparse
@@ -31,8 +30,6 @@ def descriptor(spec):
     )
     if spec.get("hits") is not None:
         d.hits_addend.CopyFrom(wrappers_pb2.UInt64Value(value=spec["hits"]))
-    if spec.get("negative"):
-        d.is_negative_hits = True
     return d
 
 
@@ -82,9 +79,8 @@ def main():
                         c = CODES[st.code]
                         summary["statuses"][i][c] = summary["statuses"][i].get(c, 0) + 1
                 for i, s in enumerate(specs):
-                    if not s.get("negative"):
-                        h = s.get("hits")
-                        summary["hits_sent"][i] += h if h is not None else max(a.hits, 1)
+                    h = s.get("hits")
+                    summary["hits_sent"][i] += h if h is not None else max(a.hits, 1)
             except grpc.RpcError as e:
                 code, overall = e.code().name, None
                 summary["details"].setdefault(code, e.details())
