@@ -147,7 +147,8 @@ async fn saturate(client: &Http, uri: &http::Uri, conc: u64, secs: u64) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..conc)
         .map(|_| {
-            let (client, uri, stop, done) = (client.clone(), uri.clone(), stop.clone(), done.clone());
+            let (client, uri, stop, done) =
+                (client.clone(), uri.clone(), stop.clone(), done.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     if get(&client, &uri).await {
@@ -247,11 +248,16 @@ async fn run() {
     while std::net::TcpStream::connect(("127.0.0.1", sp)).is_err()
         || std::net::TcpStream::connect(("127.0.0.1", rp)).is_err()
     {
-        assert!(start.elapsed() < Duration::from_secs(20), "sidecar did not start");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "sidecar did not start"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let direct: http::Uri = format!("http://{up}/pay.Pay/Card").parse().unwrap();
-    let via: http::Uri = format!("http://127.0.0.1:{sp}/pay.Pay/Card").parse().unwrap();
+    let via: http::Uri = format!("http://127.0.0.1:{sp}/pay.Pay/Card")
+        .parse()
+        .unwrap();
     let client = http_client();
     // Warm up both paths (connections, the sidecar's pool, the client's pair table).
     for uri in [&direct, &via] {
@@ -268,7 +274,10 @@ async fn run() {
     println!("round  path     p50     p99   p99.9  failed");
     let mut results: [Vec<[f64; 3]>; 2] = [Vec::new(), Vec::new()];
     for round in 1..=rounds {
-        for (i, (name, uri)) in [("direct", &direct), ("sidecar", &via)].into_iter().enumerate() {
+        for (i, (name, uri)) in [("direct", &direct), ("sidecar", &via)]
+            .into_iter()
+            .enumerate()
+        {
             let c = client.clone();
             let u = uri.clone();
             let (lat, failed) = fixed_rate(rate, secs, move || {

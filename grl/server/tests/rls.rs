@@ -97,13 +97,20 @@ async fn shadow_descriptors_answer_ok_and_count_virtual_drops() {
         ))
         .await;
         let calls = n(&s, "calls");
-        assert_eq!(n(&s["overall"], "OK"), calls, "a shadow bucket refused: {s}");
+        assert_eq!(
+            n(&s["overall"], "OK"),
+            calls,
+            "a shadow bucket refused: {s}"
+        );
         sent += 10 * calls;
         let m = sc.scrape().await;
         let shadow = requests(&m, "shadowed", PROCEDURE, "shadow_dropped");
         if shadow > 0 {
             assert_eq!(requests(&m, "shadowed", PROCEDURE, "dropped"), 0);
-            assert_eq!(requests(&m, "shadowed", PROCEDURE, "allowed") + shadow, sent);
+            assert_eq!(
+                requests(&m, "shadowed", PROCEDURE, "allowed") + shadow,
+                sent
+            );
             break;
         }
         assert!(
@@ -116,24 +123,40 @@ async fn shadow_descriptors_answer_ok_and_count_virtual_drops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_domain_foreign_domain_and_no_descriptors_are_invalid_argument() {
     let up = Upstream::start().await;
-    let agg = format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let agg = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
     let sc = Sidecar::start(&up.url(), &agg, &[]);
     let d = r#"{"entries": [["source_cluster", "a"]]}"#;
     for (rest, want) in [
         (vec!["--domain", "", "--descriptor", d], "domain is empty"),
-        (vec!["--domain", "orders", "--descriptor", d], "\"payments\""),
+        (
+            vec!["--domain", "orders", "--descriptor", d],
+            "\"payments\"",
+        ),
         (vec![], "no descriptors"),
     ] {
         let mut a = rest.clone();
         a.extend(["--until", "INVALID_ARGUMENT"]);
         let (s, seen) = rls_call(args(&sc.rls, &a)).await;
         assert!(seen, "{rest:?}: {s}");
-        let detail = s["details"]["INVALID_ARGUMENT"].as_str().unwrap_or_default();
+        let detail = s["details"]["INVALID_ARGUMENT"]
+            .as_str()
+            .unwrap_or_default();
         assert!(detail.contains(want), "{rest:?}: {detail}");
     }
     let m = sc.scrape().await;
     assert_eq!(
-        sum(&m, "grl_sidecar_rls_requests_total", &[("code", "invalid_argument")]),
+        sum(
+            &m,
+            "grl_sidecar_rls_requests_total",
+            &[("code", "invalid_argument")]
+        ),
         3.0
     );
     assert_eq!(sum(&m, "grl_requests_total", &[]), 0.0);

@@ -17,9 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use grl::sidecar::envoy::rate_limit_response::{Code, DescriptorStatus};
-use grl::sidecar::envoy::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
+use grl::sidecar::envoy::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use grl::sidecar::envoy::{RateLimitRequest, RateLimitResponse};
 use grl::tier::Running;
 use http::{Request, Response};
@@ -64,7 +62,8 @@ impl ControlPlane {
         std::fs::create_dir_all(dir.path().join("services")).unwrap();
         std::fs::write(dir.path().join("services/payments.yaml"), SERVICE_YAML).unwrap();
         let interval = Duration::from_millis(200);
-        let (ctl, _) = support::controller_on(support::listener().await, dir.path(), interval).await;
+        let (ctl, _) =
+            support::controller_on(support::listener().await, dir.path(), interval).await;
         let agg = support::aggregator_on(
             support::listener().await,
             "a",
@@ -336,7 +335,8 @@ impl Sidecar {
 pub fn sum(m: &BTreeMap<String, f64>, name: &str, labels: &[(&str, &str)]) -> f64 {
     m.iter()
         .filter(|(k, _)| {
-            k.strip_prefix(name).is_some_and(|rest| rest.starts_with('{'))
+            k.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{'))
                 && labels
                     .iter()
                     .all(|(l, v)| k.contains(&format!("{l}=\"{v}\"")))
@@ -452,7 +452,17 @@ fn batch(addr: &str, caller: &str, count: u32, h2: bool, dir: &Path) -> Vec<Answ
     } else {
         let url = format!("http://{addr}/pay.Pay/Card?n=[1-{count}]");
         let out_pattern = dir.join("body_#1").display().to_string();
-        curl(&["-w", w, "-H", &header, "-o", &out_pattern, "--max-time", "60", &url])
+        curl(&[
+            "-w",
+            w,
+            "-H",
+            &header,
+            "-o",
+            &out_pattern,
+            "--max-time",
+            "60",
+            &url,
+        ])
     };
     out.lines()
         .map(|l| {
@@ -506,7 +516,10 @@ async fn curl_http1_and_h2c_are_forwarded_with_streamed_bodies_both_ways() {
         args.push(&url);
         let w = curl(&args);
         assert_eq!(w, if h2 { "200 2" } else { "200 1.1" });
-        assert!(std::fs::read(&body).unwrap() == payload, "echoed body differs");
+        assert!(
+            std::fs::read(&body).unwrap() == payload,
+            "echoed body differs"
+        );
         let headers = std::fs::read_to_string(&headers).unwrap().to_lowercase();
         let want_version = if h2 { "http/2.0" } else { "http/1.1" };
         assert!(
@@ -584,7 +597,11 @@ async fn curl_gets_429_with_retry_after_under_a_pushed_drop_ratio_and_metrics_ad
         };
         assert_eq!(delta("allowed"), ok);
         assert_eq!(delta("dropped"), refused.len() as u64);
-        assert_eq!(up.http_requests() - up_before, ok, "a refused request reached the upstream");
+        assert_eq!(
+            up.http_requests() - up_before,
+            ok,
+            "a refused request reached the upstream"
+        );
     }
     let bodies: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -631,7 +648,10 @@ async fn upstream_down_gives_502_or_unavailable_and_a_hanging_one_504_within_the
     let url = format!("http://{}/pay.Pay/Card", sc.addr);
     let out = curl(&["-w", "\\n%{http_code}", &url]);
     assert!(out.ends_with("\n502"), "{out}");
-    assert!(out.contains(&format!("upstream {down} unavailable")), "{out}");
+    assert!(
+        out.contains(&format!("upstream {down} unavailable")),
+        "{out}"
+    );
     let (s, _) = rls_client(&[
         "--target",
         &sc.addr,
@@ -657,12 +677,26 @@ async fn upstream_down_gives_502_or_unavailable_and_a_hanging_one_504_within_the
     ]);
     assert!(out.ends_with("\n504"), "{out}");
     assert!(out.contains("did not answer within 500 ms"), "{out}");
-    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
     let m = sc.scrape().await;
-    assert!(sum(&m, "grl_sidecar_upstream_errors_total", &[("kind", "connect")]) >= 2.0);
+    assert!(
+        sum(
+            &m,
+            "grl_sidecar_upstream_errors_total",
+            &[("kind", "connect")]
+        ) >= 2.0
+    );
     let m2 = sc2.scrape().await;
     assert_eq!(
-        sum(&m2, "grl_sidecar_upstream_errors_total", &[("kind", "timeout")]),
+        sum(
+            &m2,
+            "grl_sidecar_upstream_errors_total",
+            &[("kind", "timeout")]
+        ),
         1.0
     );
 }

@@ -105,7 +105,9 @@ impl Proxy {
         };
         let uri: Uri = opts.upstream.parse().map_err(|_| bad("not a URL"))?;
         if uri.scheme() != Some(&Scheme::HTTP) {
-            return Err(bad("only http:// is supported (plain text to a local service)"));
+            return Err(bad(
+                "only http:// is supported (plain text to a local service)",
+            ));
         }
         let authority = uri.authority().cloned().ok_or(bad("no host:port"))?;
         if uri.path() != "/" && !uri.path().is_empty() {
@@ -200,7 +202,11 @@ impl Proxy {
                 };
                 self.metrics.upstream_error(kind);
                 debug!(error = %e, upstream = %self.upstream, "upstream request failed");
-                let msg = format!("upstream {} unavailable: {}", self.upstream, error_chain(&e));
+                let msg = format!(
+                    "upstream {} unavailable: {}",
+                    self.upstream,
+                    error_chain(&e)
+                );
                 Ok(failure(grpc, StatusCode::BAD_GATEWAY, &msg))
             }
             Err(_) => {
@@ -221,8 +227,10 @@ impl Proxy {
             grpc_status(GRPC_RESOURCE_EXHAUSTED, "rate limited by GRL")
         } else {
             let mut r = plain(StatusCode::TOO_MANY_REQUESTS, "rate limited by GRL\n");
-            r.headers_mut()
-                .insert("x-grl-reason", HeaderValue::from_static("rate limited by GRL"));
+            r.headers_mut().insert(
+                "x-grl-reason",
+                HeaderValue::from_static("rate limited by GRL"),
+            );
             r
         };
         res.headers_mut()
@@ -326,8 +334,7 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
     }
     h.remove("keep-alive");
     h.remove("proxy-connection");
-    if h
-        .get(header::TE)
+    if h.get(header::TE)
         .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
     {
         h.remove(header::TE);
@@ -358,10 +365,7 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, mut shutdown: watch
                 let proxy = proxy.clone();
                 async move { proxy.handle(req).await }
             });
-            if let Err(e) = builder
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
                 debug!(%peer, error = %e, "connection ended with an error");
             }
         });

@@ -154,11 +154,12 @@ impl RateLimitService for Rls {
     ) -> Result<Response<RateLimitResponse>, Status> {
         match self.decide(request.get_ref()) {
             Ok(res) => {
-                self.metrics.rls_answer(if res.overall_code == Code::OverLimit as i32 {
-                    RlsAnswer::OverLimit
-                } else {
-                    RlsAnswer::Ok
-                });
+                self.metrics
+                    .rls_answer(if res.overall_code == Code::OverLimit as i32 {
+                        RlsAnswer::OverLimit
+                    } else {
+                        RlsAnswer::Ok
+                    });
                 Ok(Response::new(res))
             }
             Err(status) => {
@@ -175,7 +176,10 @@ mod tests {
     use super::*;
 
     fn rls() -> Rls {
-        let client = Client::new(grl_client::ClientConfig::new("payments", "http://127.0.0.1:1"));
+        let client = Client::new(grl_client::ClientConfig::new(
+            "payments",
+            "http://127.0.0.1:1",
+        ));
         Rls::new(client, "source_cluster", "path", Arc::default())
     }
 
@@ -215,7 +219,12 @@ mod tests {
         let code = |req: &RateLimitRequest| r.decide(req).unwrap_err().code();
         assert_eq!(code(&req), tonic::Code::InvalidArgument);
         req.domain = "orders".into();
-        assert!(r.decide(&req).unwrap_err().message().contains("\"payments\""));
+        assert!(
+            r.decide(&req)
+                .unwrap_err()
+                .message()
+                .contains("\"payments\"")
+        );
         req.domain = "payments".into();
         req.descriptors[0].hits_addend = Some(MAX_HITS + 1);
         assert_eq!(code(&req), tonic::Code::InvalidArgument);
