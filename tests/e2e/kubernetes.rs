@@ -496,6 +496,32 @@ fn every_container_command_matches_the_binaries_help_and_the_objects_agree() -> 
     Ok(())
 }
 
+/// The first mapping under `v` whose `name` is `name`.
+fn find_named<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    match v {
+        Value::Mapping(m) => {
+            if m.get("name").and_then(Value::as_str) == Some(name) {
+                return Some(v);
+            }
+            m.values().find_map(|x| find_named(x, name))
+        }
+        Value::Sequence(s) => s.iter().find_map(|x| find_named(x, name)),
+        _ => None,
+    }
+}
+
+/// The first `port_value` under `v`.
+fn port_value(v: &Value) -> Option<u64> {
+    match v {
+        Value::Mapping(m) => m
+            .get("port_value")
+            .and_then(Value::as_u64)
+            .or_else(|| m.values().find_map(port_value)),
+        Value::Sequence(s) => s.iter().find_map(port_value),
+        _ => None,
+    }
+}
+
 /// The rate limit filter's domain and the port of its `grl_rls` cluster in an Envoy config.
 fn envoy_rls(config: &Value) -> Result<(String, u64)> {
     let text = serde_yaml::to_string(config)?;
@@ -508,16 +534,7 @@ fn envoy_rls(config: &Value) -> Result<(String, u64)> {
         text.contains("cluster_name: grl_rls"),
         "the filter does not use cluster grl_rls"
     );
-    let mut port = None;
-    let clusters = text.split("- name: ").skip(1);
-    for c in clusters {
-        if c.starts_with("grl_rls") {
-            port = c
-                .lines()
-                .find_map(|l| l.split("port_value: ").nth(1))
-                .and_then(|p| p.trim_end_matches(['}', ' ']).trim().parse().ok());
-        }
-    }
+    let port = find_named(config, "grl_rls").and_then(port_value);
     Ok((
         domain,
         port.ok_or_else(|| anyhow!("no grl_rls cluster port"))?,
