@@ -14,6 +14,9 @@
 #        GRL_TEST_PG_URL        postgres://grl:grl@127.0.0.1:<port>/grl
 #        GRL_TEST_GITHUB_PYTHON  a venv's python with jsonschema (the GitHub stand-in)
 #        GRL_TEST_GITHUB_OPENAPI GitHub's REST description (npm @octokit/openapi)
+#        GRL_TEST_PYTHON        a venv's python with grpcio, xds-protos and kubernetes-validate
+#                               (created at target/pyvenv, or GRL_TEST_PYVENV)
+#        GRL_TEST_KUBECTL       path of kubectl (installed as Debian's kubernetes-client)
 #      Set any of them beforehand to use your own binary or server instead (with
 #      GRL_TEST_PG_URL set, the local PostgreSQL is neither installed nor started);
 #      GRL_TEST_PG_CLUSTER names the local cluster to use (default: `main`);
@@ -183,9 +186,48 @@ SQL
 fi
 log "GRL_TEST_PG_URL=$GRL_TEST_PG_URL"
 
+# ---------------------------------------------------------------------------------------
+section "Python venv, curl and kubectl (sidecar, Envoy rate limit service, Kubernetes tests)"
+# The sidecar tests use clients nobody here wrote: curl, and Python grpcio with xds-protos
+# (the gRPC project's stubs of Envoy's API); the Kubernetes manifests are rendered by kubectl
+# and validated offline by kubernetes-validate.
+need_apt=()
+command -v curl >/dev/null || need_apt+=(curl)
+if [[ -z "${GRL_TEST_KUBECTL:-}" ]] && ! command -v kubectl >/dev/null; then
+    need_apt+=(kubernetes-client)
+fi
+pyvenv="${GRL_TEST_PYVENV:-$PWD/target/pyvenv}"
+py_pkgs=(grpcio==1.85.* xds-protos==1.85.* kubernetes-validate==1.37.*)
+py_ok() {
+    [[ -x "$pyvenv/bin/python" ]] &&
+        "$pyvenv/bin/python" -c 'import grpc, envoy.service.ratelimit.v3.rls_pb2_grpc, kubernetes_validate' 2>/dev/null
+}
+if ! py_ok && ! { command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; }; then
+    need_apt+=(python3 python3-venv)
+fi
+if ((${#need_apt[@]})); then
+    [[ $(id -u) -eq 0 ]] || die "missing packages ${need_apt[*]}; run as root to install them"
+    log "installing: ${need_apt[*]}"
+    apt_opts=(-o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
+    apt-get "${apt_opts[@]}" update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y -q \
+        --no-install-recommends "${need_apt[@]}" >&2
+fi
+if ! py_ok; then
+    log "creating $pyvenv with ${py_pkgs[*]}"
+    python3 -m venv "$pyvenv" >&2
+    "$pyvenv/bin/python" -m pip install -q --disable-pip-version-check "${py_pkgs[@]}" >&2
+    py_ok || die "$pyvenv lacks grpcio, xds-protos or kubernetes-validate"
+else
+    log "$pyvenv has grpcio, xds-protos and kubernetes-validate"
+fi
+export GRL_TEST_PYTHON="$pyvenv/bin/python"
+export GRL_TEST_KUBECTL="${GRL_TEST_KUBECTL:-$(command -v kubectl)}"
+[[ -x "$GRL_TEST_KUBECTL" ]] || die "$GRL_TEST_KUBECTL is missing or not executable"
+
 if [[ "${GRL_TEST_ENV_ONLY:-}" == 1 ]]; then
     for var in GRL_TEST_PROMETHEUS GRL_TEST_PROMTOOL GRL_TEST_REDIS_SERVER GRL_TEST_PG_URL \
-        GRL_TEST_GITHUB_PYTHON GRL_TEST_GITHUB_OPENAPI; do
+        GRL_TEST_GITHUB_PYTHON GRL_TEST_GITHUB_OPENAPI GRL_TEST_PYTHON GRL_TEST_KUBECTL; do
         printf 'export %s=%q\n' "$var" "${!var}"
     done
     exit 0

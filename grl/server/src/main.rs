@@ -1,5 +1,5 @@
-//! `grl`: run a zone aggregator or a controller, generate load through real clients, or
-//! manage incident overrides.
+//! `grl`: run a zone aggregator, a controller or a sidecar, generate load through real
+//! clients, or manage incident overrides.
 #![forbid(unsafe_code)]
 
 mod cmd;
@@ -25,6 +25,9 @@ enum Command {
     Loadgen(cmd::loadgen::Args),
     /// Manage incident overrides on a controller.
     Override(cmd::overrides::Args),
+    /// Enforce in front of one local service in any language: a reverse proxy (HTTP/1.1,
+    /// h2c, gRPC) and Envoy's rate limit service.
+    Sidecar(cmd::sidecar::Args),
 }
 
 #[tokio::main]
@@ -38,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Controller(a) => cmd::controller::run(a).await,
         Command::Loadgen(a) => cmd::loadgen::run(a).await,
         Command::Override(a) => cmd::overrides::run(a).await,
+        Command::Sidecar(a) => cmd::sidecar::run(a).await,
     }
 }
 

@@ -1,8 +1,10 @@
 //! Integration tests of the tiers: aggregators, controllers and real clients on 127.0.0.1
 //! in one process ([`enforce`], [`config`]), and the `grl` binary as real processes
-//! ([`binary`]).
+//! ([`binary`], and the sidecar with clients from other ecosystems: [`sidecar`], [`rls`]).
 
 mod binary;
 mod config;
 mod enforce;
+mod rls;
+mod sidecar;
 mod support;

@@ -28,3 +28,11 @@ pub use service::GrlService;
 
 /// The default header naming the caller.
 pub const DEFAULT_CALLER_HEADER: &str = "rpc-caller";
+
+/// The procedure a request path names: the path without its query and its leading `/`
+/// (`/pkg.Service/Method?x=1` → `pkg.Service/Method`). The layer, `grl sidecar` and its Envoy
+/// rate limit service all name procedures this way, so one config serves all three.
+pub fn procedure_of(path: &str) -> &str {
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    path.strip_prefix('/').unwrap_or(path)
+}

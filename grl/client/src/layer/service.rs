@@ -77,7 +77,7 @@ where
             .get(&self.caller_header)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        let procedure = req.uri().path().strip_prefix('/').unwrap_or("");
+        let procedure = super::procedure_of(req.uri().path());
         match self.client.decide(caller, procedure) {
             Decision::Allow | Decision::ShadowDrop => ResponseFuture::inner(self.inner.call(req)),
             Decision::Drop => {

@@ -4,6 +4,7 @@ pub mod aggregator;
 pub mod controller;
 pub mod loadgen;
 pub mod overrides;
+pub mod sidecar;
 
 use std::time::Duration;
 

@@ -1,0 +1,366 @@
+//! The sidecar's cost, measured against a direct call to the same upstream on this machine:
+//! a real hyper upstream (HTTP/1.1), a real controller and aggregator in this process, and the
+//! `grl sidecar` binary as its own process.
+//!
+//! 1. Added latency at a fixed rate: an open-loop generator sends `RATE` requests/s (default
+//!    2,000) over a pool of keep-alive connections, timing each from its *scheduled* send
+//!    time (no coordinated omission), in `ROUNDS` rounds alternating direct and sidecar
+//!    (`SECONDS` each); prints p50/p99/p99.9 per round and the median over rounds.
+//! 2. Saturation: `CONCURRENCY` (32) closed-loop workers for `SECONDS`, direct then sidecar,
+//!    alternating `ROUNDS` times; prints requests/s and the ratio sidecar/direct.
+//! 3. The Envoy rate limit service: `ShouldRateLimit` at `RATE`/s, open loop, one descriptor
+//!    per call, over one HTTP/2 connection; prints p50/p99/p99.9.
+//!
+//! `cargo bench -p grl --bench sidecar` (release build). Env: RATE, SECONDS, ROUNDS,
+//! CONCURRENCY.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use grl::sidecar::envoy::rate_limit_descriptor::Entry;
+use grl::sidecar::envoy::rate_limit_service_client::RateLimitServiceClient;
+use grl::sidecar::envoy::{RateLimitDescriptor, RateLimitRequest};
+use grl::tier::aggregator::{self, AggregatorOptions};
+use grl::tier::controller::{self, ConfigSource, ControllerOptions};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+const CONFIG: &str = "service: payments
+buckets:
+  - name: gateway-pay
+    match: { caller: gateway }
+    scope: global
+    mode: deny
+    policy: { kind: fixed, rps: 1000000 }
+";
+
+fn env(name: &str, dflt: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(dflt)
+}
+
+/// p50, p99, p99.9 in microseconds.
+fn percentiles(mut ns: Vec<u64>) -> [f64; 3] {
+    ns.sort_unstable();
+    let at = |q: f64| ns[((ns.len() as f64 * q) as usize).min(ns.len() - 1)] as f64 / 1000.0;
+    [at(0.50), at(0.99), at(0.999)]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The upstream: HTTP/1.1, answers every request with a 2-byte body, on its own thread.
+fn upstream() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                let _ = s.set_nodelay(true);
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(|_req| async {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from_static(b"ok"),
+                        )))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+type Http = HttpClient<HttpConnector, Empty<Bytes>>;
+
+fn http_client() -> Http {
+    let mut c = HttpConnector::new();
+    c.set_nodelay(true);
+    HttpClient::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(256)
+        .build(c)
+}
+
+async fn get(client: &Http, uri: &http::Uri) -> bool {
+    let req = http::Request::get(uri.clone())
+        .header("rpc-caller", "gateway")
+        .body(Empty::new())
+        .unwrap();
+    match client.request(req).await {
+        Ok(res) => {
+            let ok = res.status().is_success();
+            ok && res.into_body().collect().await.is_ok()
+        }
+        Err(_) => false,
+    }
+}
+
+/// Open loop: `rate` requests/s for `secs`; latencies from the scheduled send time.
+async fn fixed_rate<F, Fut>(rate: u64, secs: u64, call: F) -> (Vec<u64>, u64)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    let n = rate * secs;
+    let gap = Duration::from_nanos(1_000_000_000 / rate);
+    let start = tokio::time::Instant::now() + Duration::from_millis(10);
+    let mut handles = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let due = start + gap * i as u32;
+        tokio::time::sleep_until(due).await;
+        let fut = call();
+        handles.push(tokio::spawn(async move {
+            let ok = fut.await;
+            (due.elapsed().as_nanos() as u64, ok)
+        }));
+    }
+    let mut lat = Vec::with_capacity(n as usize);
+    let mut failed = 0;
+    for h in handles {
+        let (ns, ok) = h.await.unwrap();
+        lat.push(ns);
+        failed += u64::from(!ok);
+    }
+    (lat, failed)
+}
+
+/// Closed loop: `conc` workers as fast as they can for `secs`; requests/s.
+async fn saturate(client: &Http, uri: &http::Uri, conc: u64, secs: u64) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..conc)
+        .map(|_| {
+            let (client, uri, stop, done) =
+                (client.clone(), uri.clone(), stop.clone(), done.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if get(&client, &uri).await {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (t0, n0) = (Instant::now(), done.load(Ordering::Relaxed));
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let rps = (done.load(Ordering::Relaxed) - n0) as f64 / t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = w.await;
+    }
+    rps
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let rate = env("RATE", 2000);
+    let secs = env("SECONDS", 5);
+    let rounds = env("ROUNDS", 3);
+    let conc = env("CONCURRENCY", 32);
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("services")).unwrap();
+    std::fs::write(dir.path().join("services/payments.yaml"), CONFIG).unwrap();
+    let interval = Duration::from_millis(1000);
+    let (ctl, _) = controller::start(
+        ControllerOptions {
+            region: "eu".into(),
+            parent: None,
+            interval,
+            config: ConfigSource::Dir(dir.path().to_path_buf()),
+            poll: Duration::from_secs(5),
+        },
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        None,
+    )
+    .await
+    .unwrap();
+    let agg = aggregator::start(
+        AggregatorOptions {
+            zone: "a".into(),
+            region: "eu".into(),
+            controller: ctl.addr.to_string(),
+            interval,
+        },
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        None,
+    )
+    .unwrap();
+
+    let up = upstream();
+    let (sp, rp) = (free_port(), free_port());
+    let _sidecar = Proc(
+        std::process::Command::new(env!("CARGO_BIN_EXE_grl"))
+            .args(["sidecar", "--listen", &format!("127.0.0.1:{sp}")])
+            .args(["--upstream", &format!("http://{up}")])
+            .args(["--service", "payments", "--zone", "a", "--region", "eu"])
+            .args(["--aggregator", &agg.addr.to_string()])
+            .args(["--rls-listen", &format!("127.0.0.1:{rp}")])
+            .env("RUST_LOG", "warn")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the grl binary"),
+    );
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", sp)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", rp)).is_err()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "sidecar did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let direct: http::Uri = format!("http://{up}/pay.Pay/Card").parse().unwrap();
+    let via: http::Uri = format!("http://127.0.0.1:{sp}/pay.Pay/Card")
+        .parse()
+        .unwrap();
+    let client = http_client();
+    // Warm up both paths (connections, the sidecar's pool, the client's pair table).
+    for uri in [&direct, &via] {
+        let c = client.clone();
+        let u = uri.clone();
+        fixed_rate(rate, 1, move || {
+            let (c, u) = (c.clone(), u.clone());
+            async move { get(&c, &u).await }
+        })
+        .await;
+    }
+
+    println!("== added latency at {rate} rps, {rounds} rounds x {secs} s per path (µs) ==");
+    println!("round  path     p50     p99   p99.9  failed");
+    let mut results: [Vec<[f64; 3]>; 2] = [Vec::new(), Vec::new()];
+    for round in 1..=rounds {
+        for (i, (name, uri)) in [("direct", &direct), ("sidecar", &via)]
+            .into_iter()
+            .enumerate()
+        {
+            let c = client.clone();
+            let u = uri.clone();
+            let (lat, failed) = fixed_rate(rate, secs, move || {
+                let (c, u) = (c.clone(), u.clone());
+                async move { get(&c, &u).await }
+            })
+            .await;
+            let p = percentiles(lat);
+            println!(
+                "{round:>5}  {name:<7} {:>6.0} {:>7.0} {:>7.0}  {failed}",
+                p[0], p[1], p[2]
+            );
+            results[i].push(p);
+        }
+    }
+    let med = |i: usize, k: usize| median(results[i].iter().map(|p| p[k]).collect());
+    println!(
+        "median over rounds: direct p50 {:.0} p99 {:.0}; sidecar p50 {:.0} p99 {:.0}; added p50 {:.0} µs, p99 {:.0} µs",
+        med(0, 0),
+        med(0, 1),
+        med(1, 0),
+        med(1, 1),
+        med(1, 0) - med(0, 0),
+        med(1, 1) - med(0, 1)
+    );
+
+    println!("\n== saturation, {conc} closed-loop workers, {rounds} rounds x {secs} s per path ==");
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        let d = saturate(&client, &direct, conc, secs).await;
+        let s = saturate(&client, &via, conc, secs).await;
+        println!(
+            "round {round}: direct {d:.0} rps, sidecar {s:.0} rps, ratio {:.2}",
+            s / d
+        );
+        ratios.push(s / d);
+    }
+    println!("median ratio sidecar/direct: {:.2}", median(ratios));
+
+    println!("\n== ShouldRateLimit at {rate} rps, {rounds} rounds x {secs} s (µs) ==");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{rp}"))
+        .unwrap()
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .unwrap();
+    let rls = RateLimitServiceClient::new(channel);
+    let request = RateLimitRequest {
+        domain: "payments".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![
+                Entry {
+                    key: "source_cluster".into(),
+                    value: "gateway".into(),
+                },
+                Entry {
+                    key: "path".into(),
+                    value: "/pay.Pay/Card".into(),
+                },
+            ],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    };
+    let call = {
+        let (rls, request) = (rls.clone(), request.clone());
+        move || {
+            let (mut rls, request) = (rls.clone(), request.clone());
+            async move { rls.should_rate_limit(request).await.is_ok() }
+        }
+    };
+    fixed_rate(rate, 1, call.clone()).await;
+    let mut p99s = Vec::new();
+    for round in 1..=rounds {
+        let (lat, failed) = fixed_rate(rate, secs, call.clone()).await;
+        let p = percentiles(lat);
+        println!(
+            "round {round}: p50 {:.0} p99 {:.0} p99.9 {:.0} failed {failed}",
+            p[0], p[1], p[2]
+        );
+        p99s.push(p[1]);
+    }
+    println!("median p99: {:.0} µs", median(p99s));
+    drop(agg);
+    drop(ctl);
+}

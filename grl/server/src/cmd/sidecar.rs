@@ -1,0 +1,109 @@
+//! `grl sidecar`: a reverse proxy and Envoy's rate limit service in front of one local
+//! service, deciding with a client of the zone aggregator.
+
+use std::time::Duration;
+
+use grl::sidecar::proxy::{ProxyOptions, UpstreamProtocol};
+use grl::sidecar::{self, Listeners, SidecarOptions};
+use grl_client::{Client, ClientConfig};
+use tracing::info;
+
+/// Flags of `grl sidecar`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address the proxy listens on (HTTP/1.1 and h2c).
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: String,
+    /// The local service, `http://host:port`.
+    #[arg(long)]
+    upstream: String,
+    /// The service the sidecar protects (its config in the config repo).
+    #[arg(long)]
+    service: String,
+    /// The zone aggregator's address.
+    #[arg(long)]
+    aggregator: String,
+    /// This instance's zone.
+    #[arg(long)]
+    zone: String,
+    /// This instance's region.
+    #[arg(long)]
+    region: String,
+    /// The request header naming the caller (absent: caller "").
+    #[arg(long, default_value = grl_client::layer::DEFAULT_CALLER_HEADER)]
+    caller_header: String,
+    /// Address for `/metrics`.
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Address for Envoy's rate limit service (gRPC), for an Envoy or Istio proxy.
+    #[arg(long)]
+    rls_listen: Option<String>,
+    /// Descriptor entry key whose value is the caller, in rate limit service requests.
+    #[arg(long, default_value = "source_cluster")]
+    rls_caller_key: String,
+    /// Descriptor entry key whose value is the procedure (a path), in rate limit service
+    /// requests.
+    #[arg(long, default_value = "path")]
+    rls_procedure_key: String,
+    /// Longest wait for the upstream's response head, connecting included, in milliseconds.
+    #[arg(long, default_value_t = 15_000)]
+    upstream_timeout_ms: u64,
+    /// HTTP version of forwarded requests: the caller's (`auto`), or always one.
+    #[arg(long, value_enum, default_value_t = UpstreamProtocol::Auto)]
+    upstream_protocol: UpstreamProtocol,
+    /// Reporting interval in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// This instance's id at the aggregator (default: `$HOSTNAME` and the process id).
+    #[arg(long, env = "GRL_INSTANCE_ID")]
+    id: Option<String>,
+}
+
+/// Runs until SIGTERM or Ctrl-C.
+pub async fn run(a: Args) -> anyhow::Result<()> {
+    let mut cfg = ClientConfig::new(a.service, grl::tier::uplink::url(&a.aggregator));
+    cfg.zone = a.zone;
+    cfg.region = a.region;
+    cfg.interval = Duration::from_millis(a.interval_ms);
+    cfg.id = a.id.unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "sidecar".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let client = Client::new(cfg);
+    let listeners = Listeners {
+        proxy: super::bind(&a.listen).await?,
+        metrics: match &a.metrics_listen {
+            Some(m) => Some(super::bind(m).await?),
+            None => None,
+        },
+        rls: match &a.rls_listen {
+            Some(m) => Some(super::bind(m).await?),
+            None => None,
+        },
+    };
+    let opts = SidecarOptions {
+        proxy: ProxyOptions {
+            upstream: a.upstream,
+            caller_header: a.caller_header,
+            timeout: Duration::from_millis(a.upstream_timeout_ms),
+            protocol: a.upstream_protocol,
+        },
+        rls_caller_key: a.rls_caller_key,
+        rls_procedure_key: a.rls_procedure_key,
+    };
+    let running = sidecar::start(client.clone(), &opts, listeners)?;
+    let control = client.spawn();
+    info!(
+        addr = %running.addr,
+        rls = ?running.rls_addr,
+        metrics = ?running.metrics_addr,
+        upstream = %opts.proxy.upstream,
+        "sidecar serving"
+    );
+    tokio::select! {
+        () = running.wait() => {}
+        () = super::terminated() => info!("terminated"),
+    }
+    control.abort();
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! The sidecar's own counters (upstream failures, rate limit service answers) and the
+//! `/metrics` exposition that puts them after the client's (`grl_requests_total` and the
+//! client gauges).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use grl_client::Client;
+
+/// Requests the proxy could not forward, by `kind` (`connect`, `timeout`, `other`).
+pub const UPSTREAM_ERRORS_TOTAL: &str = "grl_sidecar_upstream_errors_total";
+/// `ShouldRateLimit` answers of the rate limit service, by `code` (`ok`, `over_limit`,
+/// `invalid_argument`).
+pub const RLS_REQUESTS_TOTAL: &str = "grl_sidecar_rls_requests_total";
+
+/// Why a request could not be forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamError {
+    /// The upstream refused or did not accept the connection.
+    Connect = 0,
+    /// No response head within the timeout.
+    Timeout = 1,
+    /// The connection failed after it was made.
+    Other = 2,
+}
+
+/// A `ShouldRateLimit` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RlsAnswer {
+    /// Every descriptor is under its limit.
+    Ok = 0,
+    /// At least one descriptor is over its limit.
+    OverLimit = 1,
+    /// The request was refused as malformed.
+    InvalidArgument = 2,
+}
+
+/// Counters shared by the proxy and the rate limit service.
+#[derive(Debug, Default)]
+pub struct SidecarMetrics {
+    upstream: [AtomicU64; 3],
+    rls: [AtomicU64; 3],
+}
+
+impl SidecarMetrics {
+    /// Counts one request that could not be forwarded.
+    pub fn upstream_error(&self, kind: UpstreamError) {
+        self.upstream[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one `ShouldRateLimit` answer.
+    pub fn rls_answer(&self, answer: RlsAnswer) {
+        self.rls[answer as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The client's exposition followed by the sidecar's counters.
+    pub fn render(&self, client: &Client) -> String {
+        let mut out = String::with_capacity(4096);
+        client.encode_metrics(&mut out);
+        let service = client.config().service.replace(['\\', '"', '\n'], "_");
+        let _ = writeln!(
+            out,
+            "# HELP {UPSTREAM_ERRORS_TOTAL} Requests the sidecar could not forward to its upstream.\n# TYPE {UPSTREAM_ERRORS_TOTAL} counter"
+        );
+        for (i, kind) in ["connect", "timeout", "other"].iter().enumerate() {
+            let n = self.upstream[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{UPSTREAM_ERRORS_TOTAL}{{service=\"{service}\",kind=\"{kind}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP {RLS_REQUESTS_TOTAL} ShouldRateLimit calls answered by the sidecar's rate limit service.\n# TYPE {RLS_REQUESTS_TOTAL} counter"
+        );
+        for (i, code) in ["ok", "over_limit", "invalid_argument"].iter().enumerate() {
+            let n = self.rls[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{RLS_REQUESTS_TOTAL}{{service=\"{service}\",code=\"{code}\"}} {n}"
+            );
+        }
+        out
+    }
+}

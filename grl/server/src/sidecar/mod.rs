@@ -1,0 +1,163 @@
+//! `grl sidecar`: enforcement for a service in any language. One process next to the
+//! service holds a [`grl_client::Client`] (the same local decisions, control stream and
+//! metrics as a Rust service linking the client) and offers it two ways:
+//!
+//! * [`proxy`]: a reverse proxy (HTTP/1.1 and h2c, so gRPC) in front of the service;
+//! * [`rls`]: Envoy's rate limit service v3, for an Envoy or Istio proxy in the same pod.
+//!
+//! [`start`] binds nothing itself: it serves on listeners the caller made (port 0 in tests)
+//! and returns a [`RunningSidecar`]. [`metrics`] renders `/metrics`; [`envoy`] is the
+//! generated API.
+
+pub mod envoy;
+pub mod metrics;
+pub mod proxy;
+pub mod rls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use grl_client::Client;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
+use tracing::error;
+
+use metrics::SidecarMetrics;
+use proxy::{Proxy, ProxyError, ProxyOptions};
+use rls::Rls;
+
+/// How the sidecar is set up (the client's own settings are in its `ClientConfig`).
+#[derive(Debug, Clone)]
+pub struct SidecarOptions {
+    /// The proxy's settings.
+    pub proxy: ProxyOptions,
+    /// The descriptor entry key naming the caller in rate limit service requests.
+    pub rls_caller_key: String,
+    /// The descriptor entry key naming the procedure in rate limit service requests.
+    pub rls_procedure_key: String,
+}
+
+/// The listeners the sidecar serves on.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The proxy.
+    pub proxy: TcpListener,
+    /// `/metrics`, if served.
+    pub metrics: Option<TcpListener>,
+    /// The rate limit service (gRPC), if served.
+    pub rls: Option<TcpListener>,
+}
+
+/// A started sidecar: its addresses and its tasks; dropping it stops them.
+#[derive(Debug)]
+pub struct RunningSidecar {
+    /// The proxy's address.
+    pub addr: SocketAddr,
+    /// The `/metrics` address, if served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The rate limit service's address, if served.
+    pub rls_addr: Option<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningSidecar {
+    /// Waits until the proxy stops accepting.
+    pub async fn wait(mut self) {
+        if let Some(first) = self.tasks.first_mut() {
+            let _ = first.await;
+        }
+    }
+}
+
+impl Drop for RunningSidecar {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Serves the proxy, and the rate limit service and `/metrics` when given listeners, all
+/// deciding with `client` (whose control-plane task the caller spawns).
+pub fn start(
+    client: Client,
+    opts: &SidecarOptions,
+    listeners: Listeners,
+) -> Result<RunningSidecar, StartError> {
+    let metrics = Arc::new(SidecarMetrics::default());
+    let proxy = Arc::new(Proxy::new(client.clone(), &opts.proxy, metrics.clone())?);
+    let (tx, rx) = watch::channel(false);
+    let addr = listeners.proxy.local_addr()?;
+    let mut tasks = vec![tokio::spawn(proxy::serve(
+        listeners.proxy,
+        proxy,
+        rx.clone(),
+    ))];
+    let rls_addr = match listeners.rls {
+        Some(l) => {
+            let a = l.local_addr()?;
+            let svc = Rls::new(
+                client.clone(),
+                opts.rls_caller_key.clone(),
+                opts.rls_procedure_key.clone(),
+                metrics.clone(),
+            )
+            .into_server();
+            let mut rx = rx.clone();
+            tasks.push(tokio::spawn(async move {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(l).map(|s| {
+                    s.inspect(|s| {
+                        let _ = s.set_nodelay(true);
+                    })
+                });
+                if let Err(e) = tonic::transport::Server::builder()
+                    .add_service(svc)
+                    .serve_with_incoming_shutdown(incoming, async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    })
+                    .await
+                {
+                    error!(error = %e, "rate limit service failed");
+                }
+            }));
+            Some(a)
+        }
+        None => None,
+    };
+    let metrics_addr = match listeners.metrics {
+        Some(l) => {
+            let a = l.local_addr()?;
+            let render: crate::tier::admin::Render = Arc::new(move || metrics.render(&client));
+            let rx = rx.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = crate::tier::admin::serve(l, render, rx).await {
+                    error!(error = %e, "metrics server failed");
+                }
+            }));
+            Some(a)
+        }
+        None => None,
+    };
+    Ok(RunningSidecar {
+        addr,
+        metrics_addr,
+        rls_addr,
+        shutdown: tx,
+        tasks,
+    })
+}
+
+/// Why the sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A flag of the proxy is invalid.
+    #[error(transparent)]
+    Proxy(#[from] ProxyError),
+    /// A listener could not be used.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+}

@@ -1,0 +1,257 @@
+//! Envoy's rate limit service, v3 (`envoy.service.ratelimit.v3.RateLimitService`), answered
+//! from the sidecar's client, so an Envoy or Istio proxy in the same pod delegates to
+//! localhost and every decision stays local.
+//!
+//! `domain` names the service (it must be the sidecar's `--service`). Each descriptor is one
+//! request of a (caller, procedure) pair: the caller is the value of the entry keyed
+//! `caller_key` (Envoy's `source_cluster` by default), the procedure the value keyed
+//! `procedure_key` (`path` by default), normalised like the proxy's and the tower layer's
+//! ([`grl_client::layer::procedure_of`]: `/pkg.Svc/Method?q` → `pkg.Svc/Method`); a missing
+//! entry is `""`.
+//!
+//! A descriptor with N hits (its own `hits_addend`, else the request's, else 1) is N
+//! decisions of its pair: N requests' worth of offered load reach the control plane and the
+//! metrics, and the first of them answers for the descriptor. The response is `OVER_LIMIT`
+//! when any descriptor drew Drop, else `OK`, with one status per descriptor in order;
+//! shadow buckets answer `OK` and count their virtual drops. Negative hits (a refund) are
+//! answered `OK` and decide nothing: offered load is never taken back. An empty domain, a
+//! foreign domain, no descriptors or more than [`MAX_HITS`] hits is `INVALID_ARGUMENT`, and
+//! then nothing is counted.
+
+use std::sync::Arc;
+
+use grl_client::{Client, Decision};
+use tonic::{Request, Response, Status};
+
+use super::envoy::{
+    RateLimitDescriptor, RateLimitRequest, RateLimitResponse,
+    rate_limit_response::{Code, DescriptorStatus},
+    rate_limit_service_server::{RateLimitService, RateLimitServiceServer},
+};
+use super::metrics::{RlsAnswer, SidecarMetrics};
+
+/// The most hits one descriptor may carry (bounds the work of one call to about 10 ms).
+pub const MAX_HITS: u64 = 1_000_000;
+
+/// The rate limit service of one sidecar.
+#[derive(Debug, Clone)]
+pub struct Rls {
+    client: Client,
+    caller_key: String,
+    procedure_key: String,
+    metrics: Arc<SidecarMetrics>,
+}
+
+impl Rls {
+    /// A service deciding with `client`; descriptor entries keyed `caller_key` and
+    /// `procedure_key` name the caller and the procedure.
+    pub fn new(
+        client: Client,
+        caller_key: impl Into<String>,
+        procedure_key: impl Into<String>,
+        metrics: Arc<SidecarMetrics>,
+    ) -> Self {
+        Self {
+            client,
+            caller_key: caller_key.into(),
+            procedure_key: procedure_key.into(),
+            metrics,
+        }
+    }
+
+    /// The tonic service to add to a server.
+    pub fn into_server(self) -> RateLimitServiceServer<Self> {
+        RateLimitServiceServer::new(self)
+    }
+
+    /// The (caller, procedure) a descriptor names.
+    fn pair<'a>(&self, d: &'a RateLimitDescriptor) -> (&'a str, &'a str) {
+        let (mut caller, mut procedure) = ("", "");
+        for e in &d.entries {
+            if e.key == self.caller_key {
+                caller = &e.value;
+            } else if e.key == self.procedure_key {
+                procedure = grl_client::layer::procedure_of(&e.value);
+            }
+        }
+        (caller, procedure)
+    }
+
+    /// Answers one request: validates it whole, then decides every descriptor.
+    pub fn decide(&self, r: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let service = &self.client.config().service;
+        if r.domain.is_empty() {
+            return Err(Status::invalid_argument(format!(
+                "domain is empty: set the rate limit filter's domain to the service name ({service:?})"
+            )));
+        }
+        if r.domain != *service {
+            return Err(Status::invalid_argument(format!(
+                "domain {:?} is not served here: this sidecar decides for service {service:?}",
+                r.domain
+            )));
+        }
+        if r.descriptors.is_empty() {
+            return Err(Status::invalid_argument("no descriptors in the request"));
+        }
+        let default_hits = u64::from(r.hits_addend.max(1));
+        let hits = |d: &RateLimitDescriptor| d.hits_addend.unwrap_or(default_hits);
+        if let Some((i, d)) = r
+            .descriptors
+            .iter()
+            .enumerate()
+            .find(|(_, d)| hits(d) > MAX_HITS)
+        {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {i}: {} hits is more than the {MAX_HITS} one call may carry",
+                hits(d)
+            )));
+        }
+        let mut over = false;
+        let statuses = r
+            .descriptors
+            .iter()
+            .map(|d| {
+                let n = if d.is_negative_hits { 0 } else { hits(d) };
+                let (caller, procedure) = self.pair(d);
+                let code = if self.decide_hits(caller, procedure, n) {
+                    over = true;
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                };
+                DescriptorStatus {
+                    code: code as i32,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        Ok(RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            ..Default::default()
+        })
+    }
+
+    /// Draws `n` decisions of the pair; whether the first one dropped.
+    fn decide_hits(&self, caller: &str, procedure: &str, n: u64) -> bool {
+        if n == 0 {
+            return false;
+        }
+        let first = self.client.decide(caller, procedure);
+        for _ in 1..n {
+            self.client.decide(caller, procedure);
+        }
+        first == Decision::Drop
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        match self.decide(request.get_ref()) {
+            Ok(res) => {
+                self.metrics
+                    .rls_answer(if res.overall_code == Code::OverLimit as i32 {
+                        RlsAnswer::OverLimit
+                    } else {
+                        RlsAnswer::Ok
+                    });
+                Ok(Response::new(res))
+            }
+            Err(status) => {
+                self.metrics.rls_answer(RlsAnswer::InvalidArgument);
+                Err(status)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::envoy::rate_limit_descriptor::Entry;
+    use super::*;
+
+    fn rls() -> Rls {
+        let client = Client::new(grl_client::ClientConfig::new(
+            "payments",
+            "http://127.0.0.1:1",
+        ));
+        Rls::new(client, "source_cluster", "path", Arc::default())
+    }
+
+    fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn entries_name_caller_and_normalised_procedure() {
+        let r = rls();
+        let d = descriptor(&[
+            ("source_cluster", "gateway"),
+            ("other", "x"),
+            ("path", "/pay.Pay/Card?x=1"),
+        ]);
+        assert_eq!(r.pair(&d), ("gateway", "pay.Pay/Card"));
+        assert_eq!(r.pair(&descriptor(&[("other", "x")])), ("", ""));
+    }
+
+    #[test]
+    fn malformed_requests_are_invalid_and_count_nothing() {
+        let r = rls();
+        let mut req = RateLimitRequest {
+            domain: String::new(),
+            descriptors: vec![descriptor(&[("source_cluster", "a")])],
+            hits_addend: 0,
+        };
+        let code = |req: &RateLimitRequest| r.decide(req).unwrap_err().code();
+        assert_eq!(code(&req), tonic::Code::InvalidArgument);
+        req.domain = "orders".into();
+        assert!(
+            r.decide(&req)
+                .unwrap_err()
+                .message()
+                .contains("\"payments\"")
+        );
+        req.domain = "payments".into();
+        req.descriptors[0].hits_addend = Some(MAX_HITS + 1);
+        assert_eq!(code(&req), tonic::Code::InvalidArgument);
+        req.descriptors.clear();
+        assert_eq!(code(&req), tonic::Code::InvalidArgument);
+        assert!(r.client.bucket_totals().iter().all(|b| b.offered == 0));
+    }
+
+    #[test]
+    fn hits_are_offered_load() {
+        let r = rls();
+        let mut d = descriptor(&[("source_cluster", "a"), ("path", "/x.Y/Z")]);
+        let req = |ds: Vec<RateLimitDescriptor>, hits| RateLimitRequest {
+            domain: "payments".into(),
+            descriptors: ds,
+            hits_addend: hits,
+        };
+        let res = r.decide(&req(vec![d.clone()], 0)).unwrap();
+        assert_eq!(res.overall_code, Code::Ok as i32);
+        assert_eq!(res.statuses.len(), 1);
+        r.decide(&req(vec![d.clone()], 5)).unwrap();
+        d.hits_addend = Some(10);
+        let res = r.decide(&req(vec![d.clone(), d.clone()], 5)).unwrap();
+        assert_eq!(res.statuses.len(), 2);
+        d.is_negative_hits = true;
+        r.decide(&req(vec![d], 5)).unwrap();
+        let offered: u64 = r.client.bucket_totals().iter().map(|b| b.offered).sum();
+        assert_eq!(offered, 1 + 5 + 10 + 10);
+    }
+}

@@ -1,0 +1,163 @@
+//! The sidecar's Envoy rate limit service (v3) called by Python `grpcio` through
+//! `xds-protos`, the stubs generated from Envoy's published API: `OK`/`OVER_LIMIT` under a
+//! ratio pushed by a real controller, request-level and per-descriptor `hits_addend`, shadow
+//! buckets, malformed requests, and `/metrics` adding up to the hits sent.
+
+use std::time::{Duration, Instant};
+
+use super::sidecar::{ControlPlane, Sidecar, Upstream, n, requests, rls_client, sum};
+
+const PROCEDURE: &str = "pay.Pay/Card";
+
+async fn rls_call(args: Vec<String>) -> (serde_json::Value, bool) {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        rls_client(&args)
+    })
+    .await
+    .unwrap()
+}
+
+fn args(target: &str, rest: &[&str]) -> Vec<String> {
+    ["--target", target]
+        .iter()
+        .chain(rest)
+        .map(|s| (*s).to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_limit_per_descriptor_with_hits_addend_and_metrics_adding_up() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    // Descriptor 0: the limited caller, 10 hits of its own; descriptor 1: a caller with no
+    // bucket, the request's 3 hits, its procedure as Envoy's `:path` with a query.
+    let (s, seen) = rls_call(args(
+        &sc.rls,
+        &[
+            "--descriptor",
+            r#"{"entries": [["source_cluster", "limited"], ["path", "/pay.Pay/Card"]], "hits": 10}"#,
+            "--descriptor",
+            r#"{"entries": [["source_cluster", "free"], ["path", "/pay.Pay/Card?q=1"], ["other", "x"]]}"#,
+            "--hits",
+            "3",
+            "--until",
+            "OVER_LIMIT",
+            "--then",
+            "100",
+            "--deadline",
+            "60",
+        ],
+    ))
+    .await;
+    assert!(seen, "never OVER_LIMIT: {s}");
+    let calls = n(&s, "calls");
+    assert_eq!(n(&s["grpc"], "OK"), calls, "{s}");
+    let over = n(&s["overall"], "OVER_LIMIT");
+    assert!(over > 0 && n(&s["overall"], "OK") > 0, "{s}");
+    // The limited descriptor alone makes the answer OVER_LIMIT; the other stays OK.
+    assert_eq!(n(&s["statuses"][0], "OVER_LIMIT"), over, "{s}");
+    assert_eq!(n(&s["statuses"][1], "OK"), calls, "{s}");
+    assert_eq!(s["hits_sent"][0], 10 * calls);
+    assert_eq!(s["hits_sent"][1], 3 * calls);
+
+    let m = sc.scrape().await;
+    let offered = |caller| {
+        ["allowed", "dropped", "shadow_dropped"]
+            .iter()
+            .map(|d| requests(&m, caller, PROCEDURE, d))
+            .sum::<u64>()
+    };
+    assert_eq!(offered("limited"), 10 * calls);
+    assert_eq!(offered("free"), 3 * calls);
+    assert!(requests(&m, "limited", PROCEDURE, "dropped") > 0);
+    assert_eq!(requests(&m, "free", PROCEDURE, "dropped"), 0);
+    let rls = |code| sum(&m, "grl_sidecar_rls_requests_total", &[("code", code)]) as u64;
+    assert_eq!(rls("over_limit"), over);
+    assert_eq!(rls("ok"), calls - over);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_descriptors_answer_ok_and_count_virtual_drops() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        let (s, _) = rls_call(args(
+            &sc.rls,
+            &[
+                "--descriptor",
+                r#"{"entries": [["source_cluster", "shadowed"], ["path", "/pay.Pay/Card"]], "hits": 10}"#,
+                "--min-seconds",
+                "1",
+            ],
+        ))
+        .await;
+        let calls = n(&s, "calls");
+        assert_eq!(
+            n(&s["overall"], "OK"),
+            calls,
+            "a shadow bucket refused: {s}"
+        );
+        sent += 10 * calls;
+        let m = sc.scrape().await;
+        let shadow = requests(&m, "shadowed", PROCEDURE, "shadow_dropped");
+        if shadow > 0 {
+            assert_eq!(requests(&m, "shadowed", PROCEDURE, "dropped"), 0);
+            assert_eq!(
+                requests(&m, "shadowed", PROCEDURE, "allowed") + shadow,
+                sent
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "no virtual drop counted"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_domain_foreign_domain_and_no_descriptors_are_invalid_argument() {
+    let up = Upstream::start().await;
+    let agg = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
+    let sc = Sidecar::start(&up.url(), &agg, &[]);
+    let d = r#"{"entries": [["source_cluster", "a"]]}"#;
+    for (rest, want) in [
+        (vec!["--domain", "", "--descriptor", d], "domain is empty"),
+        (
+            vec!["--domain", "orders", "--descriptor", d],
+            "\"payments\"",
+        ),
+        (vec![], "no descriptors"),
+    ] {
+        let mut a = rest.clone();
+        a.extend(["--until", "INVALID_ARGUMENT"]);
+        let (s, seen) = rls_call(args(&sc.rls, &a)).await;
+        assert!(seen, "{rest:?}: {s}");
+        let detail = s["details"]["INVALID_ARGUMENT"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(detail.contains(want), "{rest:?}: {detail}");
+    }
+    let m = sc.scrape().await;
+    assert_eq!(
+        sum(
+            &m,
+            "grl_sidecar_rls_requests_total",
+            &[("code", "invalid_argument")]
+        ),
+        3.0
+    );
+    assert_eq!(sum(&m, "grl_requests_total", &[]), 0.0);
+}
