@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_grl");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_grl");
 
-struct Proc(Child);
+pub(crate) struct Proc(pub(crate) Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -18,7 +18,7 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -26,7 +26,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn(args: &[&str]) -> Proc {
+pub(crate) fn spawn(args: &[&str]) -> Proc {
     Proc(
         Command::new(BIN)
             .args(args)
@@ -37,7 +37,7 @@ fn spawn(args: &[&str]) -> Proc {
     )
 }
 
-fn wait_port(port: u16) {
+pub(crate) fn wait_port(port: u16) {
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(

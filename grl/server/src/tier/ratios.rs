@@ -1,5 +1,21 @@
-//! Drop-ratio math, pure: summing reported rates by scope and turning sums and limits into
-//! `drop_ratio = max(0, (offered - limit) / offered)`.
+//! Drop-ratio and allowance math, pure: summing reported rates by scope, turning sums and
+//! limits into `drop_ratio = max(0, (offered - limit) / offered)`, and sharing a group's
+//! allowed rate over its children ([`share`]).
+//!
+//! Allowances: each tier tells each child, per bucket, the rate it may admit. A tier that
+//! owns a bucket's scope shares the bucket's limit over the children in the scope; a tier
+//! below shares the allowance it got from its parent over its own children; a client turns
+//! its allowance into a drop threshold from its own offered rate every window. Over the
+//! limit, the shares are proportional to the offered rates, so every instance of a caller,
+//! in every zone, drops the same fraction and the allowances sum to the limit.
+//!
+//! Headroom (an uneven load balancer): while the group is under its allowance, a child may
+//! admit its own rate plus the larger of its proportional part of the unused allowance and
+//! `min(its own rate, the whole unused allowance)`. So one instance can double at once,
+//! without a drop, as long as the bucket stays under its limit; a larger rise is cut only
+//! until the next instruction (at most one interval, sooner when its client sends an urgent
+//! report). The allowances then sum to less than `limit + offered < 2 × limit`, which bounds
+//! what a surge on every instance at once admits in its first window.
 
 use std::collections::BTreeMap;
 
@@ -193,6 +209,31 @@ pub fn compute(
         .collect()
 }
 
+/// The rate a child offering `child` may admit, out of a group offering `group` in total
+/// that may admit `allowed` (see the module doc for the headroom under the limit).
+pub fn share(allowed: f64, child: f64, group: f64) -> f64 {
+    if !(child > 0.0) || !allowed.is_finite() {
+        return 0.0;
+    }
+    let group = group.max(child);
+    let proportional = allowed * child / group;
+    if group >= allowed {
+        proportional
+    } else {
+        proportional.max(child + child.min(allowed - group))
+    }
+}
+
+/// Whether a child should hear about an allowance change now: present/absent changed, or
+/// the value moved by more than 4 % of the larger one.
+pub fn allowance_changed(old: Option<f64>, new: Option<f64>) -> bool {
+    match (old, new) {
+        (Some(a), Some(b)) => (a - b).abs() > 0.04 * a.max(b),
+        (None, None) => false,
+        _ => true,
+    }
+}
+
 /// Whether a child should hear about a ratio change now: the admitted fraction `1 - ratio`
 /// moved by more than 2 % of itself, or dropping started or stopped.
 pub fn changed(old: f64, new: f64) -> bool {
@@ -313,6 +354,42 @@ mod tests {
         let (k, r) = from_wire(&w, "a", "eu");
         assert_eq!((k.zone.as_str(), k.region.as_str()), ("a", "eu"));
         assert_eq!(r.clients, 1);
+    }
+
+    #[test]
+    fn over_the_limit_shares_are_proportional_and_sum_to_it() {
+        let offered = [1000.0, 300.0, 200.0];
+        let total: f64 = offered.iter().sum();
+        let shares: Vec<f64> = offered.iter().map(|o| share(100.0, *o, total)).collect();
+        assert!((shares.iter().sum::<f64>() - 100.0).abs() < 1e-9);
+        for (s, o) in shares.iter().zip(offered) {
+            assert!((1.0 - s / o - (1.0 - 100.0 / total)).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn under_the_limit_a_child_may_double_within_the_slack() {
+        // 900 of 1000 offered: 100 unused; a 50 rps child may reach 100 at once.
+        assert_eq!(share(1000.0, 50.0, 900.0), 100.0);
+        // A 300 rps child gets the whole slack on top.
+        assert_eq!(share(1000.0, 300.0, 900.0), 400.0);
+        // Far under the limit the proportional part is larger.
+        assert_eq!(share(1000.0, 50.0, 100.0), 500.0);
+        // The allowances sum to less than limit + offered.
+        let sum: f64 = [50.0, 300.0, 550.0]
+            .iter()
+            .map(|o| share(1000.0, *o, 900.0))
+            .sum();
+        assert!(sum < 1900.0, "{sum}");
+        assert_eq!(share(1000.0, 0.0, 900.0), 0.0);
+    }
+
+    #[test]
+    fn allowance_changes_are_relative() {
+        assert!(!allowance_changed(None, None));
+        assert!(allowance_changed(None, Some(1.0)));
+        assert!(!allowance_changed(Some(100.0), Some(103.0)));
+        assert!(allowance_changed(Some(100.0), Some(105.0)));
     }
 
     #[test]
