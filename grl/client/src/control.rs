@@ -39,6 +39,13 @@ struct Book {
     offered_now: f64,
     /// The offered rate last reported.
     reported_rate: f64,
+    /// After an urgent report of a fall: until when, and at least what, the allowance stays
+    /// (the tiers re-share from a mix of fresh and interval-old rates meanwhile, which would
+    /// make this client's share look too small).
+    hold: Option<(Instant, f64)>,
+    /// The last window counted nothing (one empty window is taken as a pause of the
+    /// caller, not a fall: the estimate stays).
+    idle: bool,
 }
 
 /// The control plane's state.
@@ -115,6 +122,13 @@ impl Inner {
             let book = &mut c.books[id as usize];
             book.expires = Some(now + valid);
             book.allowed = r.allowed.filter(|a| a.is_finite() && *a >= 0.0);
+            if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {
+                if now < until {
+                    book.allowed = Some(a.max(held));
+                } else {
+                    book.hold = None;
+                }
+            }
             let ratio = match book.allowed {
                 Some(a) => local_ratio(a, book.offered_now),
                 None => r.ratio,
@@ -321,10 +335,20 @@ impl Inner {
             if secs <= 0.0 {
                 continue;
             }
-            let (now_rate, jumped) = estimate(b.offered_now, delta.iter().sum(), secs);
+            let count: u64 = delta.iter().sum();
+            let pause = count == 0 && !b.idle;
+            b.idle = count == 0;
+            let (now_rate, jumped) = if pause {
+                (b.offered_now, false)
+            } else {
+                estimate(b.offered_now, count, secs)
+            };
             b.offered_now = now_rate;
-            urgent |=
-                jumped && (now_rate > 2.0 * b.reported_rate || now_rate < 0.5 * b.reported_rate);
+            let fell = jumped && now_rate < 0.5 * b.reported_rate;
+            urgent |= fell || (jumped && now_rate > 2.0 * b.reported_rate);
+            if fell && let Some(a) = b.allowed {
+                b.hold = Some((now + self.cfg.interval, a));
+            }
             rates.push(proto::BucketRate {
                 service: self.cfg.service.clone(),
                 bucket: registry.cells[id as usize].name.clone(),
