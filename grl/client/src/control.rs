@@ -46,6 +46,10 @@ struct Book {
     /// The last window counted nothing (one empty window is taken as a pause of the
     /// caller, not a fall: the estimate stays).
     idle: bool,
+    /// Consecutive windows whose rate was more than twice, or less than half, the last
+    /// reported one: an urgent report goes at the second (a lone burst, e.g. a caller
+    /// catching up after a pause, is not news).
+    far: u8,
 }
 
 /// The control plane's state.
@@ -313,7 +317,7 @@ impl Inner {
     /// Ends a window at `now`: measures each active bucket's offered rate since the last
     /// window, recomputes the threshold of every bucket that has an allowance, and returns
     /// an urgent report (the window's rates) when a bucket's rate jumped to more than twice,
-    /// or less than half, of what was last reported.
+    /// or less than half, of what was last reported, and stayed there a second window.
     pub(crate) fn window(&self, now: Instant) -> Option<proto::Report> {
         let mut c = self.lock();
         self.collect(&mut c);
@@ -344,10 +348,18 @@ impl Inner {
                 estimate(b.offered_now, count, secs)
             };
             b.offered_now = now_rate;
-            let fell = jumped && now_rate < 0.5 * b.reported_rate;
-            urgent |= fell || (jumped && now_rate > 2.0 * b.reported_rate);
-            if fell && let Some(a) = b.allowed {
-                b.hold = Some((now + self.cfg.interval, a));
+            let fell = now_rate < 0.5 * b.reported_rate;
+            let far = fell || now_rate > 2.0 * b.reported_rate;
+            b.far = if far && (jumped || b.far > 0) {
+                b.far.saturating_add(1)
+            } else {
+                0
+            };
+            if b.far == 2 {
+                urgent = true;
+                if fell && let Some(a) = b.allowed {
+                    b.hold = Some((now + self.cfg.interval, a));
+                }
             }
             rates.push(proto::BucketRate {
                 service: self.cfg.service.clone(),
@@ -377,6 +389,7 @@ impl Inner {
             let b = &mut c.books[id as usize];
             b.reported = b.totals;
             b.reported_rate = b.offered_now;
+            b.far = 0;
         }
         c.seq += 1;
         c.report_at = Some(now);
