@@ -265,7 +265,7 @@ impl Inner {
             .report_at
             .map(|t| (now - t).as_secs_f64())
             .filter(|s| *s > 0.0)
-            .unwrap_or_else(|| self.cfg.interval.as_secs_f64());
+            .unwrap_or(self.cfg.interval.as_secs_f64());
         c.report_at = Some(now);
         let mut rates = Vec::new();
         let Control {
