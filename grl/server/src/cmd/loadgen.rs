@@ -119,7 +119,7 @@ pub async fn run(a: Args) -> anyhow::Result<()> {
     if a.clients == 0 {
         bail!("--clients must be > 0");
     }
-    if a.report_ms < 10 || a.report_ms % 10 != 0 {
+    if a.report_ms < 10 || !a.report_ms.is_multiple_of(10) {
         bail!("--report-ms must be a multiple of 10 (got {})", a.report_ms);
     }
     let url = grl::tier::uplink::url(&a.aggregator);

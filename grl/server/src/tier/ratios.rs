@@ -213,7 +213,7 @@ pub fn compute(
 /// The rate a child offering `child` may admit, out of a group offering `group` in total
 /// that may admit `allowed` (see the module doc for the headroom under the limit).
 pub fn share(allowed: f64, child: f64, group: f64) -> f64 {
-    if !(child > 0.0) || !allowed.is_finite() {
+    if child.is_nan() || child <= 0.0 || !allowed.is_finite() {
         return 0.0;
     }
     let group = group.max(child);
