@@ -66,7 +66,7 @@ fn bench(c: &mut Criterion) {
             chosen.evidence["chosen"]
         );
         group.bench_function(*name, |b| {
-            b.iter(|| policy.recommend(black_box(series), &ctx).expect("auto"))
+            b.iter(|| policy.recommend(black_box(series), &ctx).expect("auto"));
         });
     }
     group.finish();

@@ -130,7 +130,7 @@ impl Policy for PeakTrend {
             Some(g) => {
                 rec = rec
                     .with("growth_estimate_per_week", raw)
-                    .with("growth_days", g.days)
+                    .with("growth_days", g.days);
             }
             None => {
                 rec = rec.with(
@@ -139,7 +139,7 @@ impl Policy for PeakTrend {
                         "fewer than {} usable days: no growth assumed",
                         trend::MIN_DAYS
                     ),
-                )
+                );
             }
         }
         if let Some(q) = self.quantile {

@@ -358,8 +358,7 @@ fn next_link(header: &str) -> Option<&str> {
         let is_next = params.split(';').any(|p| {
             p.trim()
                 .strip_prefix("rel=")
-                .map(|r| r.trim_matches('"').split_whitespace().any(|r| r == "next"))
-                .unwrap_or(false)
+                .is_some_and(|r| r.trim_matches('"').split_whitespace().any(|r| r == "next"))
         });
         is_next.then(|| target.trim().trim_start_matches('<').trim_end_matches('>'))
     })
@@ -442,7 +441,7 @@ mod tests {
         let body = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
         let pq = uri
             .path_and_query()
-            .map(|p| p.to_string())
+            .map(std::string::ToString::to_string)
             .unwrap_or_default();
         s.seen.push(Seen {
             method: method.to_string(),

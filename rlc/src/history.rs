@@ -143,7 +143,7 @@ impl History {
     /// the SQLite file and its parent directories if needed, and applies the migrations.
     pub async fn connect(url: &str) -> Result<History, HistoryError> {
         let target = DatabaseUrl::parse(url)?;
-        let db = target.display_name().to_string();
+        let db = target.display_name().clone();
         target.prepare()?;
         sqlx::any::install_default_drivers();
         let connect_err = |source| HistoryError::Connect {
@@ -373,7 +373,7 @@ fn new_run_id(now: DateTime<Utc>) -> String {
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
     e.as_database_error()
-        .is_some_and(|d| d.is_unique_violation())
+        .is_some_and(sqlx::error::DatabaseError::is_unique_violation)
 }
 
 #[cfg(test)]

@@ -344,7 +344,11 @@ fn unscored(
         service: service.to_string(),
         bucket: bucket.name.clone(),
         caller: bucket.rule.caller.clone(),
-        procedure: bucket.rule.procedure.as_ref().map(|p| p.as_written()),
+        procedure: bucket
+            .rule
+            .procedure
+            .as_ref()
+            .map(grl_config::ProcedurePattern::as_written),
         policy: bucket.policy.kind.clone(),
         mode: bucket.mode,
         previous,

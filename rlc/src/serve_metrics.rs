@@ -24,6 +24,7 @@ pub struct OutcomeLabel {
 }
 
 /// Every metric of the configurator, registered once.
+#[derive(Debug)]
 pub struct RlcMetrics {
     registry: Registry,
     /// `rlc_runs_total{status}`.

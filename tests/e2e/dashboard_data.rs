@@ -107,7 +107,7 @@ async fn core_dashboard_panels_return_data_from_a_live_stack() -> Result<()> {
     )?;
     let targets: Vec<String> = [ctl_m, agg_m, load_m]
         .iter()
-        .map(|a| a.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
     let prometheus = Prometheus::start_with(None, &targets).await?;
 

@@ -129,13 +129,13 @@ fn governor_loop(limiter: &DefaultKeyedRateLimiter<String>, keys: &[String], key
 fn bench_threads(c: &mut Criterion, name: &str, unit: &str, op: impl Fn(usize, u64) + Sync) {
     let mut g = c.benchmark_group("decide");
     g.bench_function(format!("{name}/1 thread"), |b| {
-        b.iter_custom(|iters| on_threads(1, iters, |_, n| op(0, n)))
+        b.iter_custom(|iters| on_threads(1, iters, |_, n| op(0, n)));
     });
     g.bench_function(format!("{name}/2 threads same {unit}"), |b| {
-        b.iter_custom(|iters| on_threads(2, iters, |_, n| op(0, n)))
+        b.iter_custom(|iters| on_threads(2, iters, |_, n| op(0, n)));
     });
     g.bench_function(format!("{name}/2 threads distinct {unit}s"), |b| {
-        b.iter_custom(|iters| on_threads(2, iters, &op))
+        b.iter_custom(|iters| on_threads(2, iters, &op));
     });
     g.finish();
 }
@@ -162,7 +162,7 @@ fn assert_drop_share(client: &Client) {
 fn bench_governor(c: &mut Criterion) {
     let (limiter, keys) = governor();
     bench_threads(c, "governor keyed", "key", |key, n| {
-        governor_loop(&limiter, &keys, key, n)
+        governor_loop(&limiter, &keys, key, n);
     });
 }
 
@@ -251,12 +251,12 @@ fn bench_redis(c: &mut Criterion) {
     let mut window = RedisWindow::connect(&server);
     let mut g = c.benchmark_group("decide");
     g.bench_function("redis INCR+EXPIRE/1 thread, cpus may idle", |b| {
-        b.iter(|| black_box(window.check()))
+        b.iter(|| black_box(window.check()));
     });
     match hold_zero_wake_latency() {
         Some(_held) => {
             g.bench_function("redis INCR+EXPIRE/1 thread, cpus kept awake", |b| {
-                b.iter(|| black_box(window.check()))
+                b.iter(|| black_box(window.check()));
             });
         }
         None => eprintln!("cannot write /dev/cpu_dma_latency (not root?): no cpus-awake figure"),

@@ -72,7 +72,9 @@ impl Control {
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Control> {
         // A panic while holding the lock leaves consistent-enough counters: keep going.
-        self.control.lock().unwrap_or_else(|e| e.into_inner())
+        self.control
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Applies one instruction received at `now`.

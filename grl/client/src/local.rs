@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Which owned shard indices are taken; its length is [`owned_shards`].
 static CLAIMED: LazyLock<Box<[AtomicBool]>> = LazyLock::new(|| {
-    let parallelism = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let parallelism = std::thread::available_parallelism().map_or(4, std::num::NonZero::get);
     // Twice the cores, at least 4, so that the usual runtime threads (workers plus a few
     // blocking ones) each own one.
     let n = (parallelism * 2).next_power_of_two().clamp(4, 64);

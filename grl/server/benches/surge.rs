@@ -22,7 +22,7 @@ fn env(name: &str, dflt: f64) -> f64 {
 fn admitted(clients: &[Client]) -> (u64, u64) {
     clients
         .iter()
-        .flat_map(|c| c.bucket_totals())
+        .flat_map(grl_client::Client::bucket_totals)
         .filter(|b| b.bucket == "gateway-pay")
         .fold((0, 0), |(o, a), b| (o + b.offered, a + b.allowed))
 }

@@ -49,7 +49,7 @@ buckets:
 
 /// A controller and a zone-`a` aggregator in region `eu`, in this process, at a 200 ms
 /// interval, following a config dir with [`SERVICE_YAML`].
-pub struct ControlPlane {
+pub(crate) struct ControlPlane {
     _dir: tempfile::TempDir,
     _ctl: Running,
     agg: Running,
@@ -57,7 +57,7 @@ pub struct ControlPlane {
 
 impl ControlPlane {
     /// Starts both tiers.
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("services")).unwrap();
         std::fs::write(dir.path().join("services/payments.yaml"), SERVICE_YAML).unwrap();
@@ -80,7 +80,7 @@ impl ControlPlane {
     }
 
     /// The aggregator's address.
-    pub fn aggregator(&self) -> String {
+    pub(crate) fn aggregator(&self) -> String {
         self.agg.addr.to_string()
     }
 }
@@ -122,7 +122,7 @@ type TestBody = UnsyncBoxBody<Bytes, BoxError>;
 /// A real upstream on 127.0.0.1 (HTTP/1.1 and h2c): gRPC requests go to [`AlwaysOk`];
 /// `/hang` never answers; `/slow` sends `first\n`, waits 1 s, sends `last\n`; anything else
 /// echoes its body back, streamed, with what it saw in `x-upstream-*` headers.
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// Its address.
     pub addr: SocketAddr,
     http: Arc<AtomicU64>,
@@ -138,7 +138,7 @@ impl Drop for Upstream {
 
 impl Upstream {
     /// Starts serving.
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = support::listener().await;
         let addr = listener.local_addr().unwrap();
         let http = Arc::new(AtomicU64::new(0));
@@ -170,17 +170,17 @@ impl Upstream {
     }
 
     /// Its URL.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// HTTP (non-gRPC) requests answered so far.
-    pub fn http_requests(&self) -> u64 {
+    pub(crate) fn http_requests(&self) -> u64 {
         self.http.load(Ordering::Relaxed)
     }
 
     /// gRPC calls answered so far.
-    pub fn grpc_calls(&self) -> u64 {
+    pub(crate) fn grpc_calls(&self) -> u64 {
         self.grpc.load(Ordering::Relaxed)
     }
 }
@@ -263,7 +263,7 @@ fn wait_port(port: u16) {
 
 /// `grl sidecar` as a process (zone `a`, region `eu`, service `payments`, 200 ms interval),
 /// with its proxy, rate limit service and `/metrics` on free ports.
-pub struct Sidecar {
+pub(crate) struct Sidecar {
     child: Child,
     /// The proxy, `127.0.0.1:port`.
     pub addr: String,
@@ -282,7 +282,7 @@ impl Drop for Sidecar {
 
 impl Sidecar {
     /// Starts one in front of `upstream`, reporting to `aggregator`; returns once it listens.
-    pub fn start(upstream: &str, aggregator: &str, extra: &[&str]) -> Self {
+    pub(crate) fn start(upstream: &str, aggregator: &str, extra: &[&str]) -> Self {
         let (p, r, m) = (free_port(), free_port(), free_port());
         let (addr, rls) = (format!("127.0.0.1:{p}"), format!("127.0.0.1:{r}"));
         let metrics: SocketAddr = format!("127.0.0.1:{m}").parse().unwrap();
@@ -326,13 +326,13 @@ impl Sidecar {
     }
 
     /// Its `/metrics`.
-    pub async fn scrape(&self) -> BTreeMap<String, f64> {
+    pub(crate) async fn scrape(&self) -> BTreeMap<String, f64> {
         support::scrape(self.metrics).await
     }
 }
 
 /// The sum of the samples of `name` whose labels include every pair of `labels`.
-pub fn sum(m: &BTreeMap<String, f64>, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn sum(m: &BTreeMap<String, f64>, name: &str, labels: &[(&str, &str)]) -> f64 {
     m.iter()
         .filter(|(k, _)| {
             k.strip_prefix(name)
@@ -346,7 +346,12 @@ pub fn sum(m: &BTreeMap<String, f64>, name: &str, labels: &[(&str, &str)]) -> f6
 }
 
 /// `grl_requests_total` of a caller, procedure and decision.
-pub fn requests(m: &BTreeMap<String, f64>, caller: &str, procedure: &str, decision: &str) -> u64 {
+pub(crate) fn requests(
+    m: &BTreeMap<String, f64>,
+    caller: &str,
+    procedure: &str,
+    decision: &str,
+) -> u64 {
     sum(
         m,
         "grl_requests_total",
@@ -359,7 +364,7 @@ pub fn requests(m: &BTreeMap<String, f64>, caller: &str, procedure: &str, decisi
 }
 
 /// The Python of the venv `tests/run.sh` makes (grpcio, xds-protos, kubernetes-validate).
-pub fn python() -> String {
+pub(crate) fn python() -> String {
     let py = std::env::var("GRL_TEST_PYTHON").unwrap_or_default();
     assert!(
         !py.is_empty() && Path::new(&py).is_file(),
@@ -372,7 +377,7 @@ pub fn python() -> String {
 
 /// Runs `tests/python/rls_client.py` with `args`; its JSON summary and whether it saw what
 /// it was told to wait for.
-pub fn rls_client(args: &[&str]) -> (serde_json::Value, bool) {
+pub(crate) fn rls_client(args: &[&str]) -> (serde_json::Value, bool) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/rls_client.py");
     let out = Command::new(python())
         .arg(script)
@@ -390,7 +395,7 @@ pub fn rls_client(args: &[&str]) -> (serde_json::Value, bool) {
 }
 
 /// A count from a summary map, 0 when absent.
-pub fn n(v: &serde_json::Value, key: &str) -> u64 {
+pub(crate) fn n(v: &serde_json::Value, key: &str) -> u64 {
     v.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0)
 }
 

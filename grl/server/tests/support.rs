@@ -15,12 +15,12 @@ use grl_client::{Client, ClientConfig};
 use tokio::net::TcpListener;
 
 /// The test service.
-pub const SERVICE: &str = "payments";
+pub(crate) const SERVICE: &str = "payments";
 
 /// A service file with a global deny bucket `gateway-pay` (caller `gateway`, limit
 /// `global`), a zone bucket (`zc`, 1000), a region bucket (`rc`, 2000) and a global shadow
 /// bucket (`sc`, 1000).
-pub fn service_yaml(global: f64) -> String {
+pub(crate) fn service_yaml(global: f64) -> String {
     let bucket = |name: &str, caller: &str, scope: &str, mode: &str, rps: f64| {
         format!(
             "  - name: {name}\n    match: {{ caller: {caller} }}\n    scope: {scope}\n    mode: {mode}\n    policy: {{ kind: fixed, rps: {rps} }}\n"
@@ -37,18 +37,18 @@ pub fn service_yaml(global: f64) -> String {
 }
 
 /// Writes a config dir whose global limit is `global`.
-pub fn write_config(dir: &Path, global: f64) {
+pub(crate) fn write_config(dir: &Path, global: f64) {
     std::fs::create_dir_all(dir.join("services")).unwrap();
     std::fs::write(dir.join("services/payments.yaml"), service_yaml(global)).unwrap();
 }
 
 /// A listener on a free port.
-pub async fn listener() -> TcpListener {
+pub(crate) async fn listener() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").await.unwrap()
 }
 
 /// A controller on `listener` following `dir`.
-pub async fn controller_on(
+pub(crate) async fn controller_on(
     l: TcpListener,
     dir: &Path,
     interval: Duration,
@@ -66,7 +66,7 @@ pub async fn controller_on(
 }
 
 /// An aggregator for `zone` in `region` on `l`.
-pub async fn aggregator_on(
+pub(crate) async fn aggregator_on(
     l: TcpListener,
     zone: &str,
     region: &str,
@@ -83,7 +83,13 @@ pub async fn aggregator_on(
 }
 
 /// A spawned client of `agg`.
-pub fn client(agg: &Running, zone: &str, region: &str, id: &str, interval: Duration) -> Client {
+pub(crate) fn client(
+    agg: &Running,
+    zone: &str,
+    region: &str,
+    id: &str,
+    interval: Duration,
+) -> Client {
     let mut cfg = ClientConfig::new(SERVICE, format!("http://{}", agg.addr));
     cfg.zone = zone.into();
     cfg.region = region.into();
@@ -96,13 +102,13 @@ pub fn client(agg: &Running, zone: &str, region: &str, id: &str, interval: Durat
 
 /// Offers `rps` of (caller, procedure) through each client, in 10 ms ticks, on a thread,
 /// until dropped.
-pub struct Traffic {
+pub(crate) struct Traffic {
     stop: Arc<AtomicBool>,
 }
 
 impl Traffic {
     /// Starts offering; `load[i]` is (client, caller, rps).
-    pub fn start(load: Vec<(Client, String, f64)>) -> Self {
+    pub(crate) fn start(load: Vec<(Client, String, f64)>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         std::thread::spawn(move || {
@@ -135,7 +141,7 @@ impl Drop for Traffic {
 }
 
 /// Cumulative [offered, allowed, dropped, shadow] of `bucket` in a client.
-pub fn counts(c: &Client, bucket: &str) -> [u64; 4] {
+pub(crate) fn counts(c: &Client, bucket: &str) -> [u64; 4] {
     c.bucket_totals()
         .into_iter()
         .find(|b| b.bucket == bucket)
@@ -145,7 +151,7 @@ pub fn counts(c: &Client, bucket: &str) -> [u64; 4] {
 }
 
 /// Per-client [offered, allowed, dropped, shadow] of `bucket` over the next `window`.
-pub async fn window(clients: &[Client], bucket: &str, window: Duration) -> Vec<[u64; 4]> {
+pub(crate) async fn window(clients: &[Client], bucket: &str, window: Duration) -> Vec<[u64; 4]> {
     let before: Vec<_> = clients.iter().map(|c| counts(c, bucket)).collect();
     tokio::time::sleep(window).await;
     clients
@@ -159,7 +165,7 @@ pub async fn window(clients: &[Client], bucket: &str, window: Duration) -> Vec<[
 }
 
 /// The sum of per-client windows.
-pub fn sum(w: &[[u64; 4]]) -> [u64; 4] {
+pub(crate) fn sum(w: &[[u64; 4]]) -> [u64; 4] {
     w.iter().fold([0; 4], |mut s, x| {
         for k in 0..4 {
             s[k] += x[k];
@@ -169,7 +175,7 @@ pub fn sum(w: &[[u64; 4]]) -> [u64; 4] {
 }
 
 /// Waits until `f` holds, polling every 20 ms, at most `limit`; returns the time it took.
-pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
+pub(crate) async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
     let start = tokio::time::Instant::now();
     while start.elapsed() < limit {
         if f() {
@@ -181,7 +187,7 @@ pub async fn until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Durat
 }
 
 /// Fetches `/metrics` from `addr` and parses `name{labels} value` lines.
-pub async fn scrape(addr: std::net::SocketAddr) -> BTreeMap<String, f64> {
+pub(crate) async fn scrape(addr: std::net::SocketAddr) -> BTreeMap<String, f64> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")

@@ -18,7 +18,7 @@ pub(crate) struct Candidate {
 
 impl Candidate {
     /// The spec that builds this candidate on its own (`kind` plus parameters).
-    pub fn spec(&self, window: Duration, horizon: Duration) -> Value {
+    pub(super) fn spec(&self, window: Duration, horizon: Duration) -> Value {
         let w = crate::duration::format(window);
         let h = crate::duration::format(horizon);
         match self.label {

@@ -8,7 +8,7 @@ use policies::{BacktestConfig, Series, backtest, from_spec};
 
 /// `rlc backtest`.
 #[derive(Debug, Clone, Args)]
-pub struct BacktestCmd {
+pub(crate) struct BacktestCmd {
     /// A `timestamp,value` CSV.
     #[arg(long)]
     pub series: PathBuf,
@@ -28,7 +28,7 @@ pub struct BacktestCmd {
 }
 
 /// Runs the backtest and prints the figures.
-pub fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
+pub(crate) fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&cmd.series)
         .with_context(|| format!("reading {}", cmd.series.display()))?;
     let series = Series::from_csv_str(&text)

@@ -1,8 +1,8 @@
 //! The `rlc` command line: one module per subcommand.
 
-pub mod backtest;
+pub(crate) mod backtest;
 #[cfg(feature = "demo")]
-pub mod demo;
-pub mod promote;
-pub mod run;
-pub mod serve;
+pub(crate) mod demo;
+pub(crate) mod promote;
+pub(crate) mod run;
+pub(crate) mod serve;

@@ -10,7 +10,7 @@ use super::run::ModeArg;
 
 /// `rlc promote`.
 #[derive(Debug, Clone, Args)]
-pub struct PromoteCmd {
+pub(crate) struct PromoteCmd {
     /// The service.
     pub service: String,
     /// The bucket to enforce.
@@ -27,7 +27,7 @@ pub struct PromoteCmd {
 }
 
 /// Flips the mode and publishes the commit.
-pub async fn execute(cmd: PromoteCmd) -> anyhow::Result<()> {
+pub(crate) async fn execute(cmd: PromoteCmd) -> anyhow::Result<()> {
     let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<PublishOutcome> {
         let mut store = GitStore::open(&cmd.config_repo, &cmd.workdir)?;
         let mode = match cmd.mode {

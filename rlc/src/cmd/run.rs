@@ -17,7 +17,7 @@ use rlc::source::{
 
 /// Where commits go.
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ModeArg {
+pub(crate) enum ModeArg {
     /// Straight to `main`, then pushed to the controller.
     Direct,
     /// To the review branch `rlc/limits`.
@@ -26,7 +26,7 @@ pub enum ModeArg {
 
 /// Flags shared by `run` and `serve`.
 #[derive(Debug, Clone, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The config repo: a git URL or a path to a repository.
     #[arg(long, env = "RLC_CONFIG_REPO")]
     pub config_repo: String,
@@ -95,7 +95,7 @@ pub struct RunArgs {
 
 /// `rlc run`.
 #[derive(Debug, Clone, Args)]
-pub struct RunCmd {
+pub(crate) struct RunCmd {
     /// Run once and exit (the only form; kept explicit for cron jobs).
     #[arg(long)]
     pub once: bool,
@@ -108,7 +108,7 @@ pub struct RunCmd {
 
 impl RunArgs {
     /// The run settings these flags describe.
-    pub fn settings(&self, trigger: &str) -> RunSettings {
+    pub(crate) fn settings(&self, trigger: &str) -> RunSettings {
         RunSettings {
             config_repo: self.config_repo.clone(),
             workdir: self.workdir.clone(),
@@ -144,7 +144,7 @@ impl RunArgs {
     }
 
     /// The metrics source these flags name.
-    pub fn source(&self) -> anyhow::Result<Arc<dyn MetricsSource>> {
+    pub(crate) fn source(&self) -> anyhow::Result<Arc<dyn MetricsSource>> {
         match (&self.prometheus, &self.history_dir) {
             (Some(url), _) => match &self.query_template {
                 Some(t) => {
@@ -166,7 +166,7 @@ impl RunArgs {
 }
 
 /// Runs `rlc run --once`; returns the process exit code.
-pub async fn execute(cmd: RunCmd) -> i32 {
+pub(crate) async fn execute(cmd: RunCmd) -> i32 {
     if !cmd.once {
         eprintln!("rlc run: pass --once (for a long-running scheduler use `rlc serve`)");
         return exit::USAGE;
@@ -194,7 +194,7 @@ pub async fn execute(cmd: RunCmd) -> i32 {
 }
 
 /// One line per outcome, for people and logs.
-pub fn print_summary(report: &RunReport) {
+pub(crate) fn print_summary(report: &RunReport) {
     let changed = report
         .plans
         .iter()

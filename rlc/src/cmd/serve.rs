@@ -30,7 +30,7 @@ use super::run::{RunArgs, print_summary};
     .required_unless_present("print_next")
     .default_value("")
     .hide_default_value(true)))]
-pub struct ServeCmd {
+pub(crate) struct ServeCmd {
     /// Cron schedule as crontab reads it: `minute hour day-of-month month day-of-week`
     /// (`0 6 * * 1-5`, `0 6 * * MON-FRI`, `*/30 * * * *`; 0 and 7 are Sunday) or `@hourly`,
     /// `@daily`, `@weekly`, `@monthly`, `@yearly`.
@@ -67,7 +67,7 @@ fn parse_zone(name: &str) -> Result<Tz, String> {
 }
 
 /// Runs until interrupted, or prints the next run times with `--print-next`.
-pub async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
+pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
     let schedule = cmd.schedule.clone().in_zone(cmd.schedule_tz);
     if let Some(n) = cmd.print_next {
         let from = match cmd.args.now {

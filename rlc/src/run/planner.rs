@@ -51,17 +51,17 @@ pub(super) struct Planned {
 
 impl Planned {
     /// Every bucket's plan, by service.
-    pub fn plans(&self) -> impl Iterator<Item = &BucketPlan> {
+    pub(super) fn plans(&self) -> impl Iterator<Item = &BucketPlan> {
         self.services.values().flat_map(|s| s.plans.iter())
     }
 
     /// One service's plans.
-    pub fn service_plans(&self, service: &str) -> &[BucketPlan] {
+    pub(super) fn service_plans(&self, service: &str) -> &[BucketPlan] {
         self.services.get(service).map_or(&[], |s| &s.plans)
     }
 
     /// The text of `limits/<service>.yaml`, if there is one.
-    pub fn limits_text(&self, service: &str) -> Option<&str> {
+    pub(super) fn limits_text(&self, service: &str) -> Option<&str> {
         self.files
             .get(&limits_file::path(service))
             .map(String::as_str)
@@ -87,7 +87,7 @@ pub(super) struct Planner<'a> {
 
 impl<'a> Planner<'a> {
     /// A planner for the run `run_id` at `now` (unix seconds).
-    pub fn new(
+    pub(super) fn new(
         source: &'a dyn MetricsSource,
         guards: GuardSettings,
         concurrency: usize,
@@ -107,7 +107,7 @@ impl<'a> Planner<'a> {
     /// Validates the config `files` of `commit` and plans it. With `previous` (an older
     /// checkout of the same run), services whose service file and limits file are unchanged
     /// keep their plans; the others are planned again.
-    pub async fn plan(
+    pub(super) async fn plan(
         &mut self,
         commit: &str,
         files: Vec<(String, String)>,
@@ -327,7 +327,11 @@ fn query(service: &str, b: &Bucket) -> BucketQuery {
         service: service.to_string(),
         bucket: b.name.clone(),
         caller: b.rule.caller.clone(),
-        procedure: b.rule.procedure.as_ref().map(|p| p.as_written()),
+        procedure: b
+            .rule
+            .procedure
+            .as_ref()
+            .map(grl_config::ProcedurePattern::as_written),
     }
 }
 

@@ -27,6 +27,7 @@ impl Clock for SystemClock {
         Utc::now()
     }
 
+    #[allow(clippy::manual_async_fn)] // the trait's `+ Send` bound is kept visible
     fn sleep_until(&self, at: DateTime<Utc>) -> impl Future<Output = ()> + Send {
         async move {
             while let Ok(left) = (at - Utc::now()).to_std() {

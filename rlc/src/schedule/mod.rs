@@ -303,13 +303,13 @@ mod tests {
         let t = utc(2026, 12, 1, 0, 0, 0);
         let days: Vec<u32> = next_n("0 0 13 * FRI", Tz::UTC, t, 5)
             .iter()
-            .map(|d| d.day())
+            .map(chrono::Datelike::day)
             .collect();
         assert_eq!(days, [4, 11, 13, 18, 25]);
         // A day-of-month written with `*` keeps Vixie's AND: odd days that are Fridays.
         let odd_fridays: Vec<u32> = next_n("0 0 */2 * FRI", Tz::UTC, t, 2)
             .iter()
-            .map(|d| d.day())
+            .map(chrono::Datelike::day)
             .collect();
         assert_eq!(odd_fridays, [11, 25]);
         // Only day-of-month restricted: only that day.
@@ -398,7 +398,7 @@ mod tests {
             author_name: "a".into(),
             author_email: "a@x".into(),
             message: "m".into(),
-            paths: paths.iter().map(|p| p.to_string()).collect(),
+            paths: paths.iter().map(std::string::ToString::to_string).collect(),
             by_rlc,
         }
     }

@@ -5,11 +5,11 @@
 //! so chunks start on the same grid and hold at most `max_points` points each.
 
 /// Prometheus' hard limit on points per series in one range query.
-pub const PROMETHEUS_MAX_POINTS: usize = 11_000;
+pub(super) const PROMETHEUS_MAX_POINTS: usize = 11_000;
 
 /// One range query's `[start, end]` (unix seconds, both on the step grid).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chunk {
+pub(super) struct Chunk {
     /// First evaluation timestamp.
     pub start: i64,
     /// Last evaluation timestamp.
@@ -18,12 +18,12 @@ pub struct Chunk {
 
 impl Chunk {
     /// Points this chunk returns at `step`.
-    pub fn points(&self, step: i64) -> i64 {
+    pub(super) fn points(&self, step: i64) -> i64 {
         (self.end - self.start) / step + 1
     }
 
     /// Splits into two halves on the step grid, or `None` for a single point.
-    pub fn halves(&self, step: i64) -> Option<(Chunk, Chunk)> {
+    pub(super) fn halves(&self, step: i64) -> Option<(Chunk, Chunk)> {
         let n = self.points(step);
         if n < 2 {
             return None;
@@ -45,7 +45,7 @@ impl Chunk {
 /// Plans chunks covering `[start, end]` at `step`: the first point is `start` rounded up to
 /// a multiple of `step` (so steps are aligned the same way for every bucket), each chunk
 /// holds at most `max_points` points. Empty when no grid point falls in the range.
-pub fn plan(start: i64, end: i64, step: i64, max_points: usize) -> Vec<Chunk> {
+pub(super) fn plan(start: i64, end: i64, step: i64, max_points: usize) -> Vec<Chunk> {
     assert!(step > 0, "step must be positive");
     let first = start.div_euclid(step) * step + if start.rem_euclid(step) == 0 { 0 } else { step };
     let per_chunk = max_points.max(1) as i64;

@@ -91,7 +91,7 @@ mod tests {
             .collect();
         let seen = Mutex::new(Vec::new());
         let out = fetch_all(&src, &queries, Measure::Offered, 0, 60, 3, |d, t| {
-            seen.lock().unwrap().push((d, t))
+            seen.lock().unwrap().push((d, t));
         })
         .await;
         assert_eq!(out.len(), 10);

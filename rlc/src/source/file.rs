@@ -134,7 +134,7 @@ impl FileSource {
                 line: Some(line),
                 message,
             },
-            other => SourceError::File {
+            other @ SeriesError::TooShort(_) => SourceError::File {
                 path,
                 line: None,
                 message: other.to_string(),

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// One counter series: its labels and `(unix seconds, value)` samples in time order.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CounterSeries {
+pub(super) struct CounterSeries {
     /// Label name → value.
     pub labels: BTreeMap<String, String>,
     /// Samples sorted by time.
@@ -21,7 +21,7 @@ pub struct CounterSeries {
 }
 
 /// Parses the `grl_requests_total` samples of a text file. Errors carry the 1-based line.
-pub fn parse(text: &str) -> Result<Vec<CounterSeries>, (usize, String)> {
+pub(super) fn parse(text: &str) -> Result<Vec<CounterSeries>, (usize, String)> {
     let mut by_labels: HashMap<BTreeMap<String, String>, Vec<(i64, f64)>> = HashMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -106,7 +106,7 @@ fn parse_labels(s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
 
 /// The rate series of a bucket: per-series rates by differencing, summed on a grid of
 /// `resolution` seconds, then the peak per `step`, restricted to `[start, end]`.
-pub fn bucket_rate(
+pub(super) fn bucket_rate(
     series: &[CounterSeries],
     q: &BucketQuery,
     measure: Measure,
@@ -116,7 +116,7 @@ pub fn bucket_rate(
     step: i64,
 ) -> RangeSeries {
     fn label<'s>(s: &'s CounterSeries, k: &str) -> &'s str {
-        s.labels.get(k).map(String::as_str).unwrap_or("")
+        s.labels.get(k).map_or("", String::as_str)
     }
     let mut grid: BTreeMap<i64, f64> = BTreeMap::new();
     for s in series.iter().filter(|s| {

@@ -15,7 +15,7 @@ use super::{BucketQuery, LABEL_CALLER, LABEL_DECISION, LABEL_PROCEDURE, Measure,
 const PLACEHOLDERS: [&str; 5] = ["service", "bucket", "selector", "caller", "rate_window"];
 
 /// The default template: the GRL contract metric, summed over all matching series.
-pub const DEFAULT_TEMPLATE: &str =
+pub(super) const DEFAULT_TEMPLATE: &str =
     r#"sum(rate(grl_requests_total{service="{{service}}",{{selector}}}[{{rate_window}}]))"#;
 
 /// A validated query template (see the module doc for placeholders).

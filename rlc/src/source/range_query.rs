@@ -20,11 +20,11 @@ use std::time::Duration;
 use tracing::{debug, warn};
 
 /// Labels and `(unix seconds, value)` points of one returned series.
-pub type LabelledPoints = (HashMap<String, String>, Vec<(i64, f64)>);
+pub(super) type LabelledPoints = (HashMap<String, String>, Vec<(i64, f64)>);
 
 /// Runs range queries against one Prometheus.
 #[derive(Clone)]
-pub struct RangeQuerier {
+pub(super) struct RangeQuerier {
     client: Client,
     url: String,
     timeout: Duration,
@@ -49,7 +49,7 @@ enum ChunkError {
 
 impl RangeQuerier {
     /// A querier for `url` with the timeouts, retries and chunk size of `settings`.
-    pub fn new(url: &str, settings: &PromSettings) -> Result<Self, SourceError> {
+    pub(super) fn new(url: &str, settings: &PromSettings) -> Result<Self, SourceError> {
         let bad = |message: String| SourceError::InvalidUrl {
             url: url.to_owned(),
             message,
@@ -74,13 +74,13 @@ impl RangeQuerier {
     }
 
     /// `prometheus at <url>`.
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         format!("prometheus at {}", self.url)
     }
 
     /// Evaluates `expr` over `[start, end]` at `step` (chunked); returns every series' points.
     /// `what` names the bucket or service in errors and logs.
-    pub async fn run(
+    pub(super) async fn run(
         &self,
         what: &str,
         expr: &str,

@@ -8,7 +8,7 @@ use grl_core::backoff::Backoff;
 
 /// How often and how patiently to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retry {
+pub(super) struct Retry {
     /// Retries after the first attempt (total attempts = `retries + 1`).
     pub retries: u32,
     /// The waits between attempts.
@@ -17,7 +17,7 @@ pub struct Retry {
 
 /// Runs `op` until it succeeds, fails with an error `retryable` refuses, or the attempts run
 /// out. Returns the last error with the number of attempts made.
-pub async fn retry<T, E, F, Fut>(
+pub(super) async fn retry<T, E, F, Fut>(
     policy: &Retry,
     retryable: impl Fn(&E) -> bool,
     mut on_retry: impl FnMut(u32, &E, Duration),

@@ -273,7 +273,11 @@ fn parse_invocation(service: &str, cmd: &[String]) -> Result<Option<Invocation>>
     Ok(Some(Invocation {
         service: service.to_string(),
         bin: bin.to_string(),
-        path: sub.path.iter().map(|s| s.to_string()).collect(),
+        path: sub
+            .path
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
         flags,
     }))
 }

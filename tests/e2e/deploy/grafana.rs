@@ -39,7 +39,7 @@ fn panels(dash: &serde_json::Value) -> Vec<&serde_json::Value> {
 /// (panel title, PromQL expr) of every query of the GRL dashboard, with Grafana variables
 /// (`$service`, `$__rate_interval`) left in: pass an expr through [`substitute_grafana_vars`]
 /// before sending it to Prometheus.
-pub fn dashboard_exprs() -> Vec<(String, String)> {
+pub(crate) fn dashboard_exprs() -> Vec<(String, String)> {
     let dash = dashboard().expect("grl-dashboard.json");
     panels(&dash)
         .into_iter()
@@ -57,7 +57,7 @@ pub fn dashboard_exprs() -> Vec<(String, String)> {
 
 /// Replaces Grafana's variables with values Prometheus accepts: interval variables with a
 /// duration, and template variables (used in `=~` matchers) with the regex `.*`.
-pub fn substitute_grafana_vars(expr: &str) -> String {
+pub(crate) fn substitute_grafana_vars(expr: &str) -> String {
     let mut out = String::with_capacity(expr.len());
     let mut rest = expr;
     while let Some(i) = rest.find('$') {

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde_yaml::Value;
 
-pub use grafana::{dashboard_exprs, substitute_grafana_vars};
+pub(crate) use grafana::{dashboard_exprs, substitute_grafana_vars};
 
 /// The folder of the deployment files, relative to the repository root.
 const DEPLOY_DIR: &str = "deploy";

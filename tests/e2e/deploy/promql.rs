@@ -43,7 +43,10 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 
 #[test]
 fn alerts_and_dashboard_use_only_contract_metrics() -> Result<()> {
-    let mut known: BTreeSet<String> = CONTRACT_METRICS.iter().map(|m| m.to_string()).collect();
+    let mut known: BTreeSet<String> = CONTRACT_METRICS
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
     for h in HISTOGRAMS {
         for suffix in ["_bucket", "_sum", "_count"] {
             known.insert(format!("{h}{suffix}"));

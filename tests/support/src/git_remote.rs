@@ -109,9 +109,8 @@ impl BareRemote {
         let Some(tip) = branch_tip(&repo, branch) else {
             return Vec::new();
         };
-        let mut walk = match repo.revwalk() {
-            Ok(walk) => walk,
-            Err(_) => return Vec::new(),
+        let Ok(mut walk) = repo.revwalk() else {
+            return Vec::new();
         };
         if walk.push(tip).is_err() || walk.set_sorting(Sort::TOPOLOGICAL).is_err() {
             return Vec::new();
@@ -130,8 +129,7 @@ impl BareRemote {
     /// Whether the local branch `name` exists in the remote.
     pub fn branch_exists(&self, name: &str) -> bool {
         self.repo()
-            .map(|repo| branch_tip(&repo, name).is_some())
-            .unwrap_or(false)
+            .is_ok_and(|repo| branch_tip(&repo, name).is_some())
     }
 
     /// The names of all branches, sorted.
@@ -188,6 +186,7 @@ pub fn copy_dir_files(dir: &Path) -> Vec<(String, String)> {
 
 /// A `git daemon` serving one bare remote over `git://` with pushes enabled, so that the
 /// remote's hooks run (libgit2 runs no hooks when pushing to a path).
+#[derive(Debug)]
 pub struct GitDaemon {
     _child: crate::process::ChildGuard,
     url: String,

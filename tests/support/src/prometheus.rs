@@ -33,9 +33,7 @@ pub struct Prometheus {
 /// The path of a test binary named by `env_var`, or `default`; an error telling how to get
 /// it if it does not exist.
 pub fn test_binary(env_var: &str, default: &str, what: &str) -> Result<PathBuf> {
-    let path = std::env::var_os(env_var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default));
+    let path = std::env::var_os(env_var).map_or_else(|| PathBuf::from(default), PathBuf::from);
     ensure!(
         path.is_file(),
         "{what} not found at {} (set {env_var} to override): run tests via \
@@ -73,7 +71,7 @@ pub async fn backfill_file(om_file: &Path, data_dir: &Path) -> Result<()> {
     let out = tokio::process::Command::new(&promtool)
         .args(["tsdb", "create-blocks-from", "openmetrics"])
         .arg("--max-block-duration=200h")
-        .arg(&file)
+        .arg(file)
         .arg(data_dir)
         .output()
         .await

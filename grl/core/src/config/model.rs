@@ -85,8 +85,7 @@ impl fmt::Display for MatchRule {
         let procedure = self
             .procedure
             .as_ref()
-            .map(ProcedurePattern::as_written)
-            .unwrap_or_else(|| "*".into());
+            .map_or_else(|| "*".into(), ProcedurePattern::as_written);
         write!(f, "caller={caller} procedure={procedure}")
     }
 }

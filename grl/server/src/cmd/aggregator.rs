@@ -7,7 +7,7 @@ use tracing::info;
 
 /// Flags of `grl aggregator`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// gRPC address to serve `Tier` on.
     #[arg(long, default_value = "127.0.0.1:7301")]
     listen: String,
@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 /// Runs until SIGTERM or Ctrl-C.
-pub async fn run(a: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let listener = super::bind(&a.listen).await?;
     let metrics = match &a.metrics_listen {
         Some(m) => Some(super::bind(m).await?),

@@ -9,7 +9,7 @@ use tracing::info;
 
 /// Flags of `grl controller`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// gRPC address to serve `Tier` and `Control` on.
     #[arg(long, default_value = "127.0.0.1:7300")]
     listen: String,
@@ -37,7 +37,7 @@ pub struct Args {
 }
 
 /// Runs until SIGTERM or Ctrl-C; refuses to start on an invalid config.
-pub async fn run(a: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let config = match (a.config, a.config_git) {
         (Some(d), _) => ConfigSource::Dir(d),
         (None, Some(url)) => ConfigSource::Git(url),

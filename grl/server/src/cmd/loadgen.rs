@@ -11,7 +11,7 @@ use grl_client::{Client, ClientConfig};
 
 /// Flags of `grl loadgen`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The zone aggregator's address.
     #[arg(long)]
     aggregator: String,
@@ -104,7 +104,7 @@ fn totals(c: &Client) -> BTreeMap<String, [u64; 4]> {
 }
 
 /// Runs the profile for `duration` seconds.
-pub async fn run(a: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&a.profile)
         .with_context(|| format!("cannot read {}", a.profile.display()))?;
     let profile = parse_profile(&text)?;

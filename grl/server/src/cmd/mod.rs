@@ -1,17 +1,17 @@
 //! The subcommands of the `grl` binary, one module each.
 
-pub mod aggregator;
-pub mod controller;
-pub mod loadgen;
-pub mod overrides;
-pub mod sidecar;
+pub(crate) mod aggregator;
+pub(crate) mod controller;
+pub(crate) mod loadgen;
+pub(crate) mod overrides;
+pub(crate) mod sidecar;
 
 use std::time::Duration;
 
 use anyhow::Context;
 
 /// Binds a TCP listener.
-pub async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
+pub(crate) async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))
@@ -19,12 +19,12 @@ pub async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
 
 /// Parses a flag's duration with the project's one parser (`30s`, `5m`, `2h`, `1d`, `1h30m`;
 /// a bare number is refused, so that `300` is never silently read as seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, policies::duration::DurationError> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, policies::duration::DurationError> {
     policies::duration::parse(s)
 }
 
 /// Waits for Ctrl-C or SIGTERM.
-pub async fn terminated() {
+pub(crate) async fn terminated() {
     #[cfg(unix)]
     {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -7,7 +7,7 @@ use grl_core::proto::control_client::ControlClient;
 
 /// Flags of `grl override`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     action: Action,
 }
@@ -63,7 +63,7 @@ async fn client(addr: &str) -> anyhow::Result<ControlClient<tonic::transport::Ch
 }
 
 /// Runs one override action and prints the result as JSON.
-pub async fn run(a: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     match a.action {
         Action::Set {
             controller,

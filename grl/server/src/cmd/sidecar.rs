@@ -10,7 +10,7 @@ use tracing::info;
 
 /// Flags of `grl sidecar`.
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Address the proxy listens on (HTTP/1.1 and h2c).
     #[arg(long, default_value = "127.0.0.1:7400")]
     listen: String,
@@ -60,7 +60,7 @@ pub struct Args {
 }
 
 /// Runs until SIGTERM or Ctrl-C.
-pub async fn run(a: Args) -> anyhow::Result<()> {
+pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let mut cfg = ClientConfig::new(a.service, grl::tier::uplink::url(&a.aggregator));
     cfg.zone = a.zone;
     cfg.region = a.region;

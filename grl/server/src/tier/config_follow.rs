@@ -76,6 +76,14 @@ pub struct GitFollower {
     repo: git2::Repository,
 }
 
+impl std::fmt::Debug for GitFollower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitFollower")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
 impl GitFollower {
     /// Clones `url` into a temporary directory.
     pub fn clone(url: &str) -> Result<Self, FollowError> {
@@ -113,7 +121,7 @@ impl GitFollower {
             let Some(sub) = entry.to_object(&self.repo)?.into_tree().ok() else {
                 continue;
             };
-            for e in sub.iter() {
+            for e in &sub {
                 let Ok(name) = e.name() else { continue };
                 if let Ok(blob) = e.to_object(&self.repo)?.into_blob() {
                     let text = String::from_utf8_lossy(blob.content()).into_owned();

@@ -16,6 +16,12 @@ pub struct ControlService {
     ctl: Arc<Controller>,
 }
 
+impl std::fmt::Debug for ControlService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlService").finish_non_exhaustive()
+    }
+}
+
 impl ControlService {
     /// Serves `ctl`.
     pub fn new(ctl: Arc<Controller>) -> Self {

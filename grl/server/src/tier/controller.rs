@@ -60,6 +60,14 @@ pub struct Controller {
     config_refused: AtomicU64,
 }
 
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("version", &self.snapshot().version)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Seconds since the epoch.
 pub fn now_unix() -> u64 {
     SystemTime::now()
@@ -72,13 +80,16 @@ impl Controller {
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshot
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
     /// Puts a new snapshot in force.
     pub fn set_snapshot(&self, s: Snapshot) {
-        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(s);
+        *self
+            .snapshot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(s);
         self.publish();
     }
 
@@ -95,7 +106,10 @@ impl Controller {
     /// Runs `f` on the overrides, then republishes the rules if they changed.
     pub fn with_overrides<T>(&self, f: impl FnOnce(&mut Overrides) -> T) -> T {
         let (out, changed) = {
-            let mut o = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+            let mut o = self
+                .overrides
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let g = o.generation();
             let out = f(&mut o);
             (out, o.generation() != g)
@@ -113,7 +127,10 @@ impl Controller {
         }
         let snap = self.snapshot();
         let rules = {
-            let o = self.overrides.lock().unwrap_or_else(|e| e.into_inner());
+            let o = self
+                .overrides
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             Rules::from_snapshot(&snap, &o.rules(), o.generation())
         };
         self.node.set_rules(rules, Instant::now());
@@ -221,7 +238,7 @@ pub async fn start(
         (_, Some(g)) => {
             let (poll, rx) = (opts.poll, rx.clone());
             tasks.push(tokio::task::spawn_blocking(move || {
-                g.follow(poll, apply, refused, rx)
+                g.follow(poll, apply, refused, rx);
             }));
         }
         _ => {}

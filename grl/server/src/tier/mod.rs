@@ -52,6 +52,15 @@ pub struct Running {
     tasks: Vec<JoinHandle<()>>,
 }
 
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("addr", &self.addr)
+            .field("metrics_addr", &self.metrics_addr)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Running {
     /// Waits until the gRPC server stops.
     pub async fn wait(mut self) {

@@ -112,7 +112,9 @@ impl Node {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// A fresh id for a child's stream.
@@ -195,7 +197,7 @@ impl Node {
                 c,
                 now,
                 &self.bytes,
-            )
+            );
         };
         match only {
             Some(id) => children.get_mut(id).into_iter().for_each(send),

@@ -25,6 +25,12 @@ pub struct TierService {
     hook: Option<StatusHook>,
 }
 
+impl std::fmt::Debug for TierService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TierService").finish_non_exhaustive()
+    }
+}
+
 impl TierService {
     /// Serves `node` until `shutdown` turns true.
     pub fn new(node: Arc<Node>, shutdown: watch::Receiver<bool>, hook: Option<StatusHook>) -> Self {

@@ -23,7 +23,7 @@ use rlc::source::FileSource;
 
 /// `rlc demo`.
 #[derive(Debug, Clone, Args)]
-pub struct DemoCmd {
+pub(crate) struct DemoCmd {
     /// Seconds of traffic to replay (the surge runs from a third to two thirds of it).
     #[arg(long, default_value_t = 36)]
     pub seconds: u64,
@@ -45,7 +45,7 @@ pub struct DemoCmd {
 impl DemoCmd {
     /// Where the logs go when not `--verbose`: `demo.log` in `--dir`, else in the system's
     /// temporary directory (named with the process id).
-    pub fn log_file(&self) -> PathBuf {
+    pub(crate) fn log_file(&self) -> PathBuf {
         match &self.dir {
             Some(dir) => dir.join("demo.log"),
             None => std::env::temp_dir().join(format!("rlc-demo-{}.log", std::process::id())),
@@ -54,7 +54,7 @@ impl DemoCmd {
 }
 
 /// Runs the demo; exit code 0 when the surge was held and no one else was dropped.
-pub async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
+pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
     let tmp = tempfile::tempdir()?;
     let root = cmd.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&root)?;

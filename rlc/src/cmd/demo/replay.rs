@@ -29,7 +29,7 @@ struct Stream {
 
 /// What the demo shows at the end.
 #[derive(Debug, Serialize)]
-pub struct Summary {
+pub(super) struct Summary {
     /// Limit of the surging bucket.
     pub surge_limit: f64,
     /// Offered rate during the surge (mean over its settled seconds).
@@ -46,12 +46,12 @@ pub struct Summary {
 
 impl Summary {
     /// The demo's claim: the surge held within ±5% of its limit, the others untouched.
-    pub fn ok(&self) -> bool {
+    pub(super) fn ok(&self) -> bool {
         self.surge_error.abs() <= 0.05 && self.others_dropped == 0
     }
 
     /// Prints the closing summary.
-    pub fn print(&self) {
+    pub(super) fn print(&self) {
         println!("\n== summary");
         println!(
             "surge on caller `{SURGE_CALLER}`: offered {:.0} rps, admitted {:.0} rps, limit {:.0} rps ({:+.1}%) → {}",
@@ -79,7 +79,7 @@ impl Summary {
 }
 
 /// Starts the tiers, replays `seconds` of traffic, returns the summary.
-pub async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Result<Summary> {
+pub(super) async fn run(remote: &str, interval: Duration, seconds: u64) -> anyhow::Result<Summary> {
     let (_controller, ctl) = controller::start(
         ControllerOptions {
             region: "region-1".into(),

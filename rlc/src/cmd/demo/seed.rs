@@ -27,10 +27,10 @@ const TEMPLATE: &[(&str, &str)] = &[
 const TRAFFIC: &str = include_str!("../../../../tests/data/traffic/elb_request_count_8c0756.csv");
 
 /// Median request rate the demo gives each computed bucket.
-pub const MEDIANS: &[(&str, f64)] = &[("gateway-pay", 200.0), ("refunds", 40.0)];
+pub(super) const MEDIANS: &[(&str, f64)] = &[("gateway-pay", 200.0), ("refunds", 40.0)];
 
 /// Creates a bare repo at `path` with the template on `main`; returns its URL.
-pub fn config_repo(path: &Path) -> anyhow::Result<String> {
+pub(super) fn config_repo(path: &Path) -> anyhow::Result<String> {
     if path.exists() {
         std::fs::remove_dir_all(path)?;
     }
@@ -60,7 +60,7 @@ pub fn config_repo(path: &Path) -> anyhow::Result<String> {
 
 /// Writes `<dir>/payments/<bucket>.csv` for each computed bucket: the real series stretched
 /// to 28 days, scaled to the bucket's median, ending at `now`.
-pub fn history(dir: &Path, now: i64) -> anyhow::Result<PathBuf> {
+pub(super) fn history(dir: &Path, now: i64) -> anyhow::Result<PathBuf> {
     let series = Series::from_csv_str(TRAFFIC).map_err(|e| anyhow::anyhow!("demo traffic: {e}"))?;
     let first = series.points.first().context("empty demo traffic")?.ts;
     let last = series.points.last().context("empty demo traffic")?.ts;
