@@ -20,7 +20,9 @@
 #      Set any of them beforehand to use your own binary or server instead (with
 #      GRL_TEST_PG_URL set, the local PostgreSQL is neither installed nor started);
 #      GRL_TEST_PG_CLUSTER names the local cluster to use (default: `main`);
-#   4. runs cargo fmt --check, cargo clippy -D warnings and cargo test for the workspace.
+#   4. runs cargo fmt --check, cargo clippy -D warnings, cargo machete (installed with
+#      `cargo install` if missing; fails on an unused dependency), checks grl-client's
+#      dependency tree, and runs cargo test for the workspace.
 #
 # It is idempotent: a second run finds everything installed and running.
 #
@@ -239,6 +241,13 @@ cargo fmt --all -- --check
 
 section "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+section "cargo machete (no declared dependency goes unused)"
+if ! command -v cargo-machete >/dev/null; then
+    log "installing cargo-machete from crates.io"
+    cargo install --locked cargo-machete >&2
+fi
+cargo machete
 
 section "grl-client's dependency tree stays small"
 # A service links only grl-client: none of these may come back into its normal tree.
