@@ -205,13 +205,14 @@ fn exit_7_when_the_controller_is_unreachable_after_the_commit() -> Result<()> {
 
 #[test]
 fn exit_1_for_anything_else() -> Result<()> {
-    // A directory named like a services file: not a config error, not a part failing.
-    let case = Case::new(&[
-        ("services/payments.yaml", SERVICES),
-        ("services/odd.yaml/README", "a directory, not a file\n"),
-    ])?;
-    let out = case.run_ok_parts(&[])?;
-    assert_code(&out, 1, "reading checkout");
+    // The work directory is a regular file: a problem of this machine, not of the config
+    // repo, the metrics source, the database or the config.
+    let case = Case::valid()?;
+    let blocker = case.work.path().join("not-a-dir");
+    std::fs::write(&blocker, "a file where the clone should go\n")?;
+    let workdir = blocker.join("checkout");
+    let out = case.run_ok_parts(&["--workdir", workdir.to_str().unwrap()])?;
+    assert_code(&out, 1, "work directory");
     assert_eq!(case.remote.log("main").len(), 1, "nothing committed");
     Ok(())
 }

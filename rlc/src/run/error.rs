@@ -10,7 +10,8 @@ use crate::source::SourceError;
 pub mod exit {
     /// Committed, or nothing to change.
     pub const OK: i32 = 0;
-    /// Anything else (e.g. a task of the run panicked).
+    /// Anything else (e.g. the local work directory cannot be used, or a task of the run
+    /// panicked).
     pub const OTHER: i32 = 1;
     /// Bad usage.
     pub const USAGE: i32 = 2;
@@ -41,6 +42,16 @@ pub enum RunError {
     /// The config at the checked-out commit (or the one the run would write) is invalid.
     #[error("config: {0}")]
     Config(#[from] grl_config::ConfigErrors),
+    /// The local work directory (where the clone is kept) cannot be created or is not a
+    /// directory: a problem of this machine, not of the config repo.
+    #[error("work directory {dir}: {source}")]
+    Workdir {
+        /// The directory.
+        dir: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// A task of the run (the git work runs on blocking threads) panicked or was cancelled.
     #[error("run task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -54,7 +65,7 @@ impl RunError {
             RunError::Git(_) => exit::GIT,
             RunError::Database(_) => exit::DATABASE,
             RunError::Config(_) => exit::CONFIG,
-            RunError::Task(_) => exit::OTHER,
+            RunError::Workdir { .. } | RunError::Task(_) => exit::OTHER,
         }
     }
 }

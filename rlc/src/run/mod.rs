@@ -222,6 +222,10 @@ async fn publish(
         now,
         run_id,
     );
+    std::fs::create_dir_all(&settings.workdir).map_err(|source| RunError::Workdir {
+        dir: settings.workdir.display().to_string(),
+        source,
+    })?;
     let (remote, workdir) = (settings.config_repo.clone(), settings.workdir.clone());
     let store = blocking(move || GitStore::open(&remote, &workdir)).await?;
     let (mut store, (mut checkout, files)) = with_store(store, read_checkout).await?;
