@@ -58,16 +58,16 @@ impl Case {
         self.work.path().join("history")
     }
 
-    /// `rlc run --once --mode direct` with these flags; `extra` comes last and may repeat a
-    /// flag's value (clap takes the last one) to break one part.
+    /// `rlc run --once --mode direct` with these flags; `extra` comes last (with its own
+    /// `--workdir`, the case's is left out).
     fn run(&self, repo: &str, db: &str, extra: &[&str]) -> Result<Output> {
-        Ok(std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
-            .args(["run", "--once", "--mode", "direct", "--config-repo", repo])
-            .args(["--db", db, "--now", &NOW.to_string()])
-            .arg("--workdir")
-            .arg(self.work.path().join("checkout"))
-            .args(extra)
-            .output()?)
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"));
+        cmd.args(["run", "--once", "--mode", "direct", "--config-repo", repo])
+            .args(["--db", db, "--now", &NOW.to_string()]);
+        if !extra.contains(&"--workdir") {
+            cmd.arg("--workdir").arg(self.work.path().join("checkout"));
+        }
+        Ok(cmd.args(extra).output()?)
     }
 
     fn run_ok_parts(&self, extra: &[&str]) -> Result<Output> {

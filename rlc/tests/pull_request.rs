@@ -257,8 +257,11 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
         "branch rebuilt on the merged main"
     );
 
-    // 5. Closed without merging: again a fresh pull request for the next proposal.
+    // 5. Closed without merging: again a fresh pull request for the next proposal. The
+    //    branch is never force-pushed: the new commit descends from the closed one's tip and
+    //    carries main's files plus the new limits.
     rig.gh.close(second_number).await?;
+    let closed_tip = rig.remote.log(BRANCH)[0].clone();
     let fifth = rig.run(4.7).await?;
     assert_eq!(fifth.code, Some(0), "{}", fifth.output);
     assert_eq!(
@@ -273,7 +276,14 @@ async fn pr_mode_opens_updates_and_after_merge_or_close_opens_a_fresh_pull_reque
     let third_pr = open_one(&pulls)?;
     assert!(third_pr["number"] != number && third_pr["number"] != second_number);
     assert_eq!(body(third_pr), fifth.description);
-    assert_eq!(rig.remote.log(BRANCH)[1], rig.remote.log("main")[0]);
+    assert_eq!(rig.remote.log(BRANCH)[1], closed_tip, "no force push");
+    for path in ["services/payments.yaml", "README.md"] {
+        assert_eq!(
+            rig.remote.read_file_at(BRANCH, path),
+            rig.remote.read_file_at("main", path),
+            "{path} on the branch is main's"
+        );
+    }
 
     let (requests, violations) = rig.gh.log().await?;
     assert!(
