@@ -35,19 +35,10 @@ impl FromSpec for HistoricalPeak {
     const KIND: &'static str = "historical-peak";
 
     fn from_params(params: &Params<'_>) -> Result<Self, SpecError> {
-        let quantile = match params.opt_f64("quantile")? {
-            Some(q) if !(0.0..=1.0).contains(&q) => {
-                return Err(SpecError::new(
-                    "quantile",
-                    format!("must be in [0, 1], got {q}"),
-                ));
-            }
-            q => q,
-        };
         Ok(HistoricalPeak {
             window: params.duration("window", "28d")?,
             buffer: params.f64_in("buffer", 0.25, 0.0, 100.0)?,
-            quantile,
+            quantile: params.opt_f64_in("quantile", 0.0, 1.0)?,
         })
     }
 }

@@ -67,14 +67,17 @@ impl<'a> Params<'a> {
 
     /// A number in `[lo, hi]`, or `default` when absent.
     pub fn f64_in(&self, name: &str, default: f64, lo: f64, hi: f64) -> Result<f64, SpecError> {
-        let x = self.opt_f64(name)?.unwrap_or(default);
-        if (lo..=hi).contains(&x) {
-            Ok(x)
-        } else {
-            Err(SpecError::new(
+        Ok(self.opt_f64_in(name, lo, hi)?.unwrap_or(default))
+    }
+
+    /// An optional number in `[lo, hi]`.
+    pub fn opt_f64_in(&self, name: &str, lo: f64, hi: f64) -> Result<Option<f64>, SpecError> {
+        match self.opt_f64(name)? {
+            Some(x) if !(lo..=hi).contains(&x) => Err(SpecError::new(
                 name,
                 format!("must be in [{lo}, {hi}], got {x}"),
-            ))
+            )),
+            x => Ok(x),
         }
     }
 

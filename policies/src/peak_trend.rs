@@ -62,20 +62,11 @@ impl FromSpec for PeakTrend {
     const KIND: &'static str = "peak-trend";
 
     fn from_params(params: &Params<'_>) -> Result<Self, SpecError> {
-        let quantile = match params.opt_f64("quantile")? {
-            Some(q) if !(0.0..=1.0).contains(&q) => {
-                return Err(SpecError::new(
-                    "quantile",
-                    format!("must be in [0, 1], got {q}"),
-                ));
-            }
-            q => q,
-        };
         Ok(PeakTrend {
             window: params.duration("window", "28d")?,
             horizon: params.duration("horizon", "7d")?,
             buffer: params.f64_in("buffer", 0.25, 0.0, 100.0)?,
-            quantile,
+            quantile: params.opt_f64_in("quantile", 0.0, 1.0)?,
             max_growth: params.f64_in("max_growth", 0.5, 0.0, 10.0)?,
         })
     }

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Writes a config repo of 10 services x N buckets (N <= 100) for the `rlc run` scale benchmark.
 
-Usage: scale_config.py N DIR   (then `git init -b main DIR && git -C DIR add -A && git -C DIR commit -m seed`)
+Usage: scale_config.py N DIR [POLICY]   (then `git init -b main DIR && git -C DIR add -A && git -C DIR commit -m seed`)
 The buckets match the series `cargo bench -p rlc --bench source` backfills into
 target/bench-source-prom (10 services svc0..svc9, callers c0..c4, procedures Api<s>/m0..m4).
 """
 import sys, os, subprocess
 n_per = int(sys.argv[1]); out = sys.argv[2]
+# POLICY is the flow mapping every bucket gets, e.g. "{ kind: auto, window: 28d }".
+policy = sys.argv[3] if len(sys.argv) > 3 else "{ kind: historical-peak, window: 28d, buffer: 0.25 }"
 os.makedirs(out + "/services", exist_ok=True)
 for s in range(10):
     rules = []
@@ -28,6 +30,6 @@ for s in range(10):
         m = []
         if c: m.append(f"caller: {c}")
         if p: m.append(f'procedure: "{p}"')
-        lines += [f"  - name: b{i}", "    match: { " + ", ".join(m) + " }", "    scope: global", "    mode: deny", "    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }"]
+        lines += [f"  - name: b{i}", "    match: { " + ", ".join(m) + " }", "    scope: global", "    mode: deny", "    policy: " + policy]
     open(f"{out}/services/svc{s}.yaml", "w").write("\n".join(lines) + "\n")
 print(sum(1 for _ in open(f"{out}/services/svc0.yaml")) )

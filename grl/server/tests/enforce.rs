@@ -302,13 +302,16 @@ async fn a_15x_surge_is_held_within_three_intervals() {
         took.as_secs_f64() <= SETTLE_INTERVALS * SIV.as_secs_f64(),
         "held only after {took:?}, more than {SETTLE_INTERVALS} intervals"
     );
-    // And it stays held: a 1 s window of real decisions admits the limit ±5 %.
-    let w = sum(&window(&cs, "gateway-pay", SIV).await);
-    let admitted = w[1] as f64 / SIV.as_secs_f64();
-    let nominal = w[0] as f64 / 15.0;
+    // And it stays held: three intervals of real decisions admit the limit ±5 %. (One
+    // interval is too short a sample: at 1/15 admitted of ~30,000 offered, the binomial
+    // noise alone is ±2 % at one sigma.)
+    let span = SIV * 3;
+    let w = sum(&window(&cs, "gateway-pay", span).await);
+    let admitted = w[1] as f64 / span.as_secs_f64();
+    let nominal = w[0] as f64 / span.as_secs_f64() / 15.0;
     assert!(
         (admitted - nominal).abs() <= 0.05 * nominal,
-        "admitted {admitted}/s of {} offered (nominal {nominal})",
+        "admitted {admitted}/s of {} offered (nominal {nominal}/s)",
         w[0]
     );
 }
