@@ -7,9 +7,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_grl");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_grl");
 
-struct Proc(Child);
+/// A child process, killed when dropped.
+pub(crate) struct Proc(pub(crate) Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -18,7 +19,8 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
+/// A port free on 127.0.0.1 a moment ago.
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -26,7 +28,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn(args: &[&str]) -> Proc {
+/// `grl ARGS…` with its output discarded.
+pub(crate) fn spawn(args: &[&str]) -> Proc {
     Proc(
         Command::new(BIN)
             .args(args)
@@ -37,7 +40,8 @@ fn spawn(args: &[&str]) -> Proc {
     )
 }
 
-fn wait_port(port: u16) {
+/// Waits (up to 10 s) until something listens on `port`.
+pub(crate) fn wait_port(port: u16) {
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(

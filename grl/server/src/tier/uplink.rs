@@ -35,11 +35,14 @@ pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
         .connect_lazy())
 }
 
-/// The wait before reconnect attempt `attempt` (0-based): 100 ms doubling up to 2 s, with
-/// jitter in its upper half.
-pub fn backoff(attempt: u32) -> Duration {
-    Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
-        .expect("constant, valid settings")
+/// The wait before reconnect attempt `attempt` (0-based): 100 ms doubling up to the
+/// reporting interval (at least 100 ms, at most 2 s), with jitter in its upper half. Capped
+/// at one interval so that a tier is back within about an interval of its parent's return;
+/// a parent has tens of children at most, so the retries cost it little.
+pub fn backoff(attempt: u32, interval: Duration) -> Duration {
+    let base = Duration::from_millis(100);
+    Backoff::new(base, interval.clamp(base, Duration::from_secs(2)))
+        .expect("cap clamped to at least the base")
         .delay(attempt)
 }
 
@@ -62,7 +65,7 @@ pub async fn run(node: Arc<Node>, parent: String, mut shutdown: watch::Receiver<
             attempt = 0;
         }
         tokio::select! {
-            () = tokio::time::sleep(backoff(attempt)) => {}
+            () = tokio::time::sleep(backoff(attempt, node.cfg.interval)) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
         attempt += 1;
@@ -109,13 +112,15 @@ mod tests {
 
     #[test]
     fn backoff_grows_jittered_and_capped() {
-        for a in 0..10 {
-            let b = backoff(a);
-            let base = (100u64 << a.min(5)).min(2000);
-            assert!(
-                b.as_millis() as u64 >= base / 2 && b.as_millis() as u64 <= base,
-                "{a}: {b:?}"
-            );
+        for (interval, cap) in [(1000, 1000), (200, 200), (10, 100), (60_000, 2000)] {
+            for a in 0..10 {
+                let b = backoff(a, Duration::from_millis(interval));
+                let base = (100u64 << a.min(5)).min(cap);
+                assert!(
+                    b.as_millis() as u64 >= base / 2 && b.as_millis() as u64 <= base,
+                    "{interval} ms, attempt {a}: {b:?}"
+                );
+            }
         }
     }
 
