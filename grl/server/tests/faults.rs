@@ -329,7 +329,10 @@ async fn client_churn_keeps_the_aggregator_memory_flat_and_its_totals_right() {
         2.0 * STEADY,
         WORKERS + 2
     );
-    assert!(churned >= WORKERS * secs, "too little churn: {churned} clients");
+    assert!(
+        churned >= WORKERS * secs,
+        "too little churn: {churned} clients"
+    );
     assert!(
         s_lo >= 0.9 * 2.0 * STEADY && s_hi <= 1.1 * 2.0 * STEADY,
         "the steady bucket's total moved under churn: {s_lo:.0} to {s_hi:.0} rps"
@@ -358,5 +361,8 @@ async fn client_churn_keeps_the_aggregator_memory_flat_and_its_totals_right() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(cleared, "gone clients still registered or counted after churn stopped");
+    assert!(
+        cleared,
+        "gone clients still registered or counted after churn stopped"
+    );
 }
