@@ -271,6 +271,12 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
             .env("RUST_LOG", "debug"),
     )?;
     wait_for_tcp(metrics, Duration::from_secs(60)).await?;
+    until(60, "rlc serve to watch the repo", || {
+        let started = serve.output().contains("rlc serve started");
+        async move { started }
+    })
+    .await
+    .with_context(|| serve.output_tail(20))?;
     case.remote.commit_files(
         "main",
         &[("services/payments.yaml", ONE_BUCKET.replace("0.25", "0.3"))],
@@ -400,11 +406,17 @@ async fn after_exit_7_the_next_run_brings_a_controller_started_later_to_mains_co
     expect_code(&out, 7);
     let head = case.remote.log("main")[0].0.clone();
 
+    // The controller comes up on the config it had before the commit (a directory copy).
+    let old = tempfile::tempdir()?;
+    std::fs::create_dir_all(old.path().join("services"))?;
+    std::fs::write(old.path().join("services/payments.yaml"), ONE_BUCKET)?;
     let grl = target_bin("grl")?;
     let controller = spawn(
         std::process::Command::new(&grl)
             .args(["controller", "--listen", &addr])
-            .args(["--metrics-listen", &free_addr().to_string()]),
+            .args(["--metrics-listen", &free_addr().to_string()])
+            .arg("--config")
+            .arg(old.path()),
     )?;
     wait_for_tcp(ctl, Duration::from_secs(60))
         .await
