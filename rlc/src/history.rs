@@ -78,7 +78,7 @@ impl RunStatus {
             Self::Aborted,
         ]
         .into_iter()
-            .find(|st| st.as_str() == s)
+        .find(|st| st.as_str() == s)
     }
 }
 

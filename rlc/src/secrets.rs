@@ -229,7 +229,12 @@ mod tests {
         let text = "failed for postgres://u:Sup%40rSecret1@db and Sup@rSecret1, \
                     token ghp_TokenValue42, QueryTok9";
         let out = scrub(text);
-        for s in ["Sup%40rSecret1", "Sup@rSecret1", "ghp_TokenValue42", "QueryTok9"] {
+        for s in [
+            "Sup%40rSecret1",
+            "Sup@rSecret1",
+            "ghp_TokenValue42",
+            "QueryTok9",
+        ] {
             assert!(!out.contains(s), "{s} in {out}");
         }
         assert!(out.contains("postgres://u:***@db"), "{out}");

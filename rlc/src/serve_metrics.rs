@@ -201,7 +201,10 @@ mod tests {
         };
         m.observe(Err(&no_data), 1.0);
         let text = m.encode();
-        assert!(text.contains("rlc_runs_total{status=\"no-data\"} 1"), "{text}");
+        assert!(
+            text.contains("rlc_runs_total{status=\"no-data\"} 1"),
+            "{text}"
+        );
         assert!(!text.contains("status=\"failed\""), "{text}");
         assert!(text.contains("rlc_runs_aborted_total 0"), "{text}");
         assert!(text.contains("rlc_controller_resyncs_total 0"), "{text}");

@@ -143,7 +143,10 @@ where
 {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !check().await {
-        ensure!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        ensure!(
+            Instant::now() < deadline,
+            "timed out after {secs} s waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(())
@@ -195,11 +198,16 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
     let host = StandIn::start(|seen| {
         Answer::Status(
             401,
-            format!("{{\"message\":\"bad credentials: {}{}\"}}", seen.headers, "x".repeat(5000)),
+            format!(
+                "{{\"message\":\"bad credentials: {}{}\"}}",
+                seen.headers,
+                "x".repeat(5000)
+            ),
         )
     })
     .await;
-    let with_pass = |url: &str, user: &str, pass: &str| url.replacen("://", &format!("://{user}:{pass}@"), 1);
+    let with_pass =
+        |url: &str, user: &str, pass: &str| url.replacen("://", &format!("://{user}:{pass}@"), 1);
     let broken_url = with_pass(&broken.url(), "admin", &prom_pass);
     let good_url = with_pass(&good.url(), "admin", &prom_pass);
     let git_url = with_pass(&format!("{}/config.git", git.url()), "git", &git_pass);
@@ -213,24 +221,63 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
 
-    let out = debug_run(s(&["--mode", "direct", "--config-repo", &repo, "--db", &db, "--prometheus", &broken_url]))
-        .output()
-        .await?;
+    let out = debug_run(s(&[
+        "--mode",
+        "direct",
+        "--config-repo",
+        &repo,
+        "--db",
+        &db,
+        "--prometheus",
+        &broken_url,
+    ]))
+    .output()
+    .await?;
     expect_code(&out, 3);
     record("prometheus 500", &out);
-    let out = debug_run(s(&["--mode", "direct", "--config-repo", &git_url, "--db", &db, "--history-dir", &hist]))
-        .output()
-        .await?;
+    let out = debug_run(s(&[
+        "--mode",
+        "direct",
+        "--config-repo",
+        &git_url,
+        "--db",
+        &db,
+        "--history-dir",
+        &hist,
+    ]))
+    .output()
+    .await?;
     expect_code(&out, 4);
     record("git 401", &out);
-    let out = debug_run(s(&["--mode", "direct", "--config-repo", &repo, "--db", &pg_url, "--history-dir", &hist]))
-        .output()
-        .await?;
+    let out = debug_run(s(&[
+        "--mode",
+        "direct",
+        "--config-repo",
+        &repo,
+        "--db",
+        &pg_url,
+        "--history-dir",
+        &hist,
+    ]))
+    .output()
+    .await?;
     expect_code(&out, 5);
     record("database refused", &out);
     let out = debug_run(s(&[
-        "--mode", "pr", "--config-repo", &repo, "--db", &db, "--history-dir", &hist,
-        "--github-repo", "acme/config", "--github-token", &token, "--github-api", &host.url(),
+        "--mode",
+        "pr",
+        "--config-repo",
+        &repo,
+        "--db",
+        &db,
+        "--history-dir",
+        &hist,
+        "--github-repo",
+        "acme/config",
+        "--github-token",
+        &token,
+        "--github-api",
+        &host.url(),
     ]))
     .output()
     .await?;
@@ -249,13 +296,25 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
         text(&out)
     );
     let out = debug_run(s(&[
-        "--mode", "direct", "--config-repo", &repo, "--db", &db, "--prometheus", &good_url,
-        "--query-template", TEMPLATE,
+        "--mode",
+        "direct",
+        "--config-repo",
+        &repo,
+        "--db",
+        &db,
+        "--prometheus",
+        &good_url,
+        "--query-template",
+        TEMPLATE,
     ]))
     .output()
     .await?;
     expect_code(&out, 0);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("committed"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("committed"),
+        "{}",
+        text(&out)
+    );
     record("success", &out);
 
     // `rlc serve` with the broken Prometheus: a person's commit triggers a failing run.
@@ -263,9 +322,22 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
     let serve_work = case.work.path().join("serve");
     let mut serve = spawn(
         std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
-            .args(["serve", "--mode", "direct", "--config-repo", &repo, "--db", &db])
+            .args([
+                "serve",
+                "--mode",
+                "direct",
+                "--config-repo",
+                &repo,
+                "--db",
+                &db,
+            ])
             .args(["--prometheus", &broken_url, "--watch-interval-secs", "1"])
-            .args(["--schedule", "0 0 1 1 *", "--metrics-listen", &metrics.to_string()])
+            .args([
+                "--schedule",
+                "0 0 1 1 *",
+                "--metrics-listen",
+                &metrics.to_string(),
+            ])
             .arg("--workdir")
             .arg(&serve_work)
             .env("RUST_LOG", "debug"),
@@ -306,14 +378,20 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
 
     for (name, out) in &outputs {
         for secret in secrets {
-            assert!(!out.contains(secret.as_str()), "{name} shows a secret:\n{out}");
+            assert!(
+                !out.contains(secret.as_str()),
+                "{name} shows a secret:\n{out}"
+            );
         }
     }
     // The run history: every byte of the SQLite files (rows, error column, evidence).
     for secret in secrets {
         let hits: Vec<_> = files_containing(case.work.path(), secret)
             .into_iter()
-            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("runs.db")))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("runs.db"))
+            })
             .collect();
         assert!(hits.is_empty(), "the run history holds a secret: {hits:?}");
     }
@@ -321,7 +399,8 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
     let runs = case.history().await?.recent_runs(20).await?;
     assert!(runs.len() >= 5, "{runs:?}");
     assert!(
-        runs.iter().any(|r| r.error.as_deref().is_some_and(|e| e.contains("500"))),
+        runs.iter()
+            .any(|r| r.error.as_deref().is_some_and(|e| e.contains("500"))),
         "the error is still told, without the secret: {runs:?}"
     );
     Ok(())
@@ -333,7 +412,10 @@ fn rlc_run_help_does_not_echo_env_values() -> Result<()> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
         .args(["run", "--help"])
         .env("RLC_DB", format!("postgres://rlc:{pass}@db/rlc"))
-        .env("RLC_CONFIG_REPO", format!("https://x:{pass}@git.example/c.git"))
+        .env(
+            "RLC_CONFIG_REPO",
+            format!("https://x:{pass}@git.example/c.git"),
+        )
         .env("RLC_PROMETHEUS", format!("http://admin:{pass}@prom:9090"))
         .env("RLC_CONTROLLER", format!("http://u:{pass}@ctl:7300"))
         .env("RLC_GITHUB_TOKEN", &pass)
@@ -350,16 +432,25 @@ async fn a_run_killed_mid_way_is_marked_aborted_and_the_next_run_succeeds() -> R
     let hang = StandIn::start(|_| Answer::Hang).await;
     let mut killed = spawn(
         std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
-            .args(["run", "--once", "--mode", "direct", "--now", &NOW.to_string()])
+            .args([
+                "run",
+                "--once",
+                "--mode",
+                "direct",
+                "--now",
+                &NOW.to_string(),
+            ])
             .args(["--config-repo", &case.remote.url(), "--db", &case.db()])
             .args(["--prometheus", &hang.url(), "--prometheus-timeout", "5m"])
             .args(["--query-template", TEMPLATE])
             .arg("--workdir")
             .arg(case.workdir()),
     )?;
-    until(60, "the run to query Prometheus", || async { hang.requests() > 0 })
-        .await
-        .with_context(|| killed.output_tail(20))?;
+    until(60, "the run to query Prometheus", || async {
+        hang.requests() > 0
+    })
+    .await
+    .with_context(|| killed.output_tail(20))?;
     let h = case.history().await?;
     let runs = h.recent_runs(5).await?;
     assert_eq!(runs.len(), 1);
@@ -370,9 +461,16 @@ async fn a_run_killed_mid_way_is_marked_aborted_and_the_next_run_succeeds() -> R
 
     let out = case.run_offline(&[]).await?;
     expect_code(&out, 0);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("committed"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("committed"),
+        "{}",
+        text(&out)
+    );
     let runs = h.recent_runs(5).await?;
-    let old = runs.iter().find(|r| r.id == killed_id).context("killed run")?;
+    let old = runs
+        .iter()
+        .find(|r| r.id == killed_id)
+        .context("killed run")?;
     assert_eq!(old.status, RunStatus::Aborted, "{runs:?}");
     assert!(old.finished_at.is_some());
     assert!(
@@ -380,8 +478,15 @@ async fn a_run_killed_mid_way_is_marked_aborted_and_the_next_run_succeeds() -> R
         "no row stays running: {runs:?}"
     );
     let log = case.remote.log("main");
-    assert_eq!(log.len(), 2, "the killed run committed nothing, the next one once: {log:?}");
-    assert!(!log[0].1.contains(&killed_id), "the commit is the second run's");
+    assert_eq!(
+        log.len(),
+        2,
+        "the killed run committed nothing, the next one once: {log:?}"
+    );
+    assert!(
+        !log[0].1.contains(&killed_id),
+        "the commit is the second run's"
+    );
     Ok(())
 }
 
@@ -397,8 +502,8 @@ async fn controller_version(addr: std::net::SocketAddr) -> Result<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_exit_7_the_next_run_brings_a_controller_started_later_to_mains_config()
--> Result<()> {
+async fn after_exit_7_the_next_run_brings_a_controller_started_later_to_mains_config() -> Result<()>
+{
     let case = Case::new(ONE_BUCKET)?;
     let ctl = free_addr();
     let addr = ctl.to_string();
@@ -421,7 +526,11 @@ async fn after_exit_7_the_next_run_brings_a_controller_started_later_to_mains_co
     wait_for_tcp(ctl, Duration::from_secs(60))
         .await
         .with_context(|| controller.output_tail(20))?;
-    assert_ne!(controller_version(ctl).await?, head, "the controller starts without it");
+    assert_ne!(
+        controller_version(ctl).await?,
+        head,
+        "the controller starts without it"
+    );
 
     let out = case.run_offline(&["--controller", &addr]).await?;
     expect_code(&out, 0);
@@ -431,7 +540,11 @@ async fn after_exit_7_the_next_run_brings_a_controller_started_later_to_mains_co
         "{}",
         text(&out)
     );
-    assert_eq!(controller_version(ctl).await?, head, "the controller runs main");
+    assert_eq!(
+        controller_version(ctl).await?,
+        head,
+        "the controller runs main"
+    );
     assert_eq!(case.remote.log("main").len(), 2, "no new commit was needed");
 
     let out = case.run_offline(&["--controller", &addr]).await?;
@@ -449,19 +562,37 @@ async fn a_source_of_only_nan_inf_or_empty_series_exits_8_and_records_no_data() 
     let case = Case::new(TWO_BUCKETS)?;
     // gateway: NaN and +Inf only; batch: no series at all.
     let dead = StandIn::start(|seen| {
-        if seen.params.get("query").is_some_and(|q| q.contains("batch")) {
+        if seen
+            .params
+            .get("query")
+            .is_some_and(|q| q.contains("batch"))
+        {
             return Answer::Json(serde_json::json!({
                 "status": "success", "data": { "resultType": "matrix", "result": [] }
             }));
         }
-        matrix(seen, |t| if t % 2 == 0 { "NaN".into() } else { "+Inf".into() })
+        matrix(seen, |t| {
+            if t % 2 == 0 {
+                "NaN".into()
+            } else {
+                "+Inf".into()
+            }
+        })
     })
     .await;
     let (repo, db) = (case.remote.url(), case.db());
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", &repo, "--db", &db, "--prometheus",
-            &dead.url(), "--query-template", TEMPLATE,
+            "--mode",
+            "direct",
+            "--config-repo",
+            &repo,
+            "--db",
+            &db,
+            "--prometheus",
+            &dead.url(),
+            "--query-template",
+            TEMPLATE,
         ])
         .await?;
     expect_code(&out, 8);
@@ -481,7 +612,10 @@ async fn nan_or_infinite_values_refuse_their_bucket_only() -> Result<()> {
     let case = Case::new(TWO_BUCKETS)?;
     // gateway: good data; batch: good data with one +Inf and one NaN in four weeks.
     let mixed = StandIn::start(|seen| {
-        let bad = seen.params.get("query").is_some_and(|q| q.contains("batch"));
+        let bad = seen
+            .params
+            .get("query")
+            .is_some_and(|q| q.contains("batch"));
         matrix(seen, move |t| match t % 86_400 {
             0 if bad => "+Inf".into(),
             300 if bad => "NaN".into(),
@@ -492,8 +626,16 @@ async fn nan_or_infinite_values_refuse_their_bucket_only() -> Result<()> {
     let (repo, db) = (case.remote.url(), case.db());
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", &repo, "--db", &db, "--prometheus",
-            &mixed.url(), "--query-template", TEMPLATE,
+            "--mode",
+            "direct",
+            "--config-repo",
+            &repo,
+            "--db",
+            &db,
+            "--prometheus",
+            &mixed.url(),
+            "--query-template",
+            TEMPLATE,
         ])
         .await?;
     expect_code(&out, 0);
@@ -505,10 +647,19 @@ async fn nan_or_infinite_values_refuse_their_bucket_only() -> Result<()> {
     let h = case.history().await?;
     let run = &h.recent_runs(1).await?[0];
     let recs = h.recommendations(&run.id).await?;
-    let batch = recs.iter().find(|r| r.bucket == "batch-pay").context("batch-pay")?;
+    let batch = recs
+        .iter()
+        .find(|r| r.bucket == "batch-pay")
+        .context("batch-pay")?;
     assert_eq!(batch.outcome, "no-limit", "{batch:?}");
-    assert!(batch.evidence.to_string().contains("no rate (NaN"), "{batch:?}");
-    let gateway = recs.iter().find(|r| r.bucket == "gateway-pay").context("gateway")?;
+    assert!(
+        batch.evidence.to_string().contains("no rate (NaN"),
+        "{batch:?}"
+    );
+    let gateway = recs
+        .iter()
+        .find(|r| r.bucket == "gateway-pay")
+        .context("gateway")?;
     assert_eq!(gateway.outcome, "new", "{gateway:?}");
     Ok(())
 }
@@ -520,21 +671,42 @@ async fn prometheus_500_or_hanging_fails_the_run_in_time_and_changes_nothing() -
     let broken = StandIn::start(|_| Answer::Status(500, "storage unavailable".into())).await;
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", &repo, "--db", &db, "--prometheus",
-            &broken.url(), "--query-template", TEMPLATE,
+            "--mode",
+            "direct",
+            "--config-repo",
+            &repo,
+            "--db",
+            &db,
+            "--prometheus",
+            &broken.url(),
+            "--query-template",
+            TEMPLATE,
         ])
         .await?;
     expect_code(&out, 3);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("payments/gateway-pay") && stderr.contains("attempts"), "{stderr}");
+    assert!(
+        stderr.contains("payments/gateway-pay") && stderr.contains("attempts"),
+        "{stderr}"
+    );
     assert_eq!(broken.requests(), 4, "one request and three retries");
 
     let hang = StandIn::start(|_| Answer::Hang).await;
     let started = Instant::now();
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", &repo, "--db", &db, "--prometheus",
-            &hang.url(), "--query-template", TEMPLATE, "--prometheus-timeout", "2s",
+            "--mode",
+            "direct",
+            "--config-repo",
+            &repo,
+            "--db",
+            &db,
+            "--prometheus",
+            &hang.url(),
+            "--query-template",
+            TEMPLATE,
+            "--prometheus-timeout",
+            "2s",
         ])
         .await?;
     expect_code(&out, 3);
@@ -548,7 +720,10 @@ async fn prometheus_500_or_hanging_fails_the_run_in_time_and_changes_nothing() -
 
     assert_eq!(case.remote.log("main").len(), 1, "nothing committed");
     let runs = case.history().await?.recent_runs(5).await?;
-    assert!(runs.iter().all(|r| r.status == RunStatus::Failed), "{runs:?}");
+    assert!(
+        runs.iter().all(|r| r.status == RunStatus::Failed),
+        "{runs:?}"
+    );
     let out = case.run_offline(&[]).await?;
     expect_code(&out, 0);
     Ok(())
@@ -562,7 +737,13 @@ async fn a_protected_branch_or_unreachable_remote_commits_nothing_and_the_next_r
     let daemon = GitDaemon::serve(&case.remote, true)?; // pre-receive hook refuses every push
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", daemon.url(), "--db", &db, "--history-dir",
+            "--mode",
+            "direct",
+            "--config-repo",
+            daemon.url(),
+            "--db",
+            &db,
+            "--history-dir",
             &hist,
         ])
         .await?;
@@ -576,7 +757,13 @@ async fn a_protected_branch_or_unreachable_remote_commits_nothing_and_the_next_r
     let unreachable = format!("git://127.0.0.1:{}/config.git", free_port());
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", &unreachable, "--db", &db, "--history-dir",
+            "--mode",
+            "direct",
+            "--config-repo",
+            &unreachable,
+            "--db",
+            &db,
+            "--history-dir",
             &hist,
         ])
         .await?;
@@ -586,7 +773,13 @@ async fn a_protected_branch_or_unreachable_remote_commits_nothing_and_the_next_r
     std::fs::remove_file(case.remote.path().join("hooks/pre-receive"))?;
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", daemon.url(), "--db", &db, "--history-dir",
+            "--mode",
+            "direct",
+            "--config-repo",
+            daemon.url(),
+            "--db",
+            &db,
+            "--history-dir",
             &hist,
         ])
         .await?;
@@ -620,8 +813,18 @@ async fn the_database_dropped_mid_run_commits_nothing_and_the_next_run_succeeds(
     let repo = case.remote.url();
     let run = case
         .command(&[
-            "--mode", "direct", "--config-repo", &repo, "--db", pg.url(), "--prometheus",
-            &prom.url(), "--query-template", TEMPLATE, "--prometheus-timeout", "3s",
+            "--mode",
+            "direct",
+            "--config-repo",
+            &repo,
+            "--db",
+            pg.url(),
+            "--prometheus",
+            &prom.url(),
+            "--query-template",
+            TEMPLATE,
+            "--prometheus-timeout",
+            "3s",
         ])
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::piped())
@@ -645,12 +848,22 @@ async fn the_database_dropped_mid_run_commits_nothing_and_the_next_run_succeeds(
         "the error names the database: {}",
         text(&out)
     );
-    assert_eq!(case.remote.log("main").len(), 1, "nothing committed without its record");
+    assert_eq!(
+        case.remote.log("main").len(),
+        1,
+        "nothing committed without its record"
+    );
 
     let pg = test_support::postgres::fresh_database()?;
     let out = case
         .run(&[
-            "--mode", "direct", "--config-repo", &repo, "--db", pg.url(), "--history-dir",
+            "--mode",
+            "direct",
+            "--config-repo",
+            &repo,
+            "--db",
+            pg.url(),
+            "--history-dir",
             &case.history_dir(),
         ])
         .await?;
@@ -659,7 +872,11 @@ async fn the_database_dropped_mid_run_commits_nothing_and_the_next_run_succeeds(
     let h = History::connect(pg.url()).await?;
     let run = &h.recent_runs(1).await?[0];
     assert_eq!(run.status, RunStatus::Committed);
-    assert_eq!(h.recommendations(&run.id).await?.len(), 1, "the whole record");
+    assert_eq!(
+        h.recommendations(&run.id).await?.len(),
+        1,
+        "the whole record"
+    );
     h.close().await;
     Ok(())
 }
@@ -667,17 +884,39 @@ async fn the_database_dropped_mid_run_commits_nothing_and_the_next_run_succeeds(
 #[test]
 fn backtest_refuses_bad_series_with_file_and_line_and_zero_strides() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let good: String = (0..2000).map(|i| format!("{},{}\n", 1_700_000_000 + i * 300, 100 + i % 50)).collect();
+    let good: String = (0..2000)
+        .map(|i| format!("{},{}\n", 1_700_000_000 + i * 300, 100 + i % 50))
+        .collect();
     let cases: [(&str, String, &str); 5] = [
-        ("ns.csv", "1700000000000000000,5\n1700000300000000000,6\n".into(), "milliseconds or nanoseconds"),
-        ("ms.csv", "1700000000000,5\n1700000300000,6\n".into(), "milliseconds or nanoseconds"),
-        ("unsorted.csv", "1700000300,5\n1700000000,6\n".into(), "time order"),
-        ("dup.csv", "1700000000,5\n1700000300,6\n1700000300,7\n".into(), "time order"),
+        (
+            "ns.csv",
+            "1700000000000000000,5\n1700000300000000000,6\n".into(),
+            "milliseconds or nanoseconds",
+        ),
+        (
+            "ms.csv",
+            "1700000000000,5\n1700000300000,6\n".into(),
+            "milliseconds or nanoseconds",
+        ),
+        (
+            "unsorted.csv",
+            "1700000300,5\n1700000000,6\n".into(),
+            "time order",
+        ),
+        (
+            "dup.csv",
+            "1700000000,5\n1700000300,6\n1700000300,7\n".into(),
+            "time order",
+        ),
         ("neg.csv", "1700000000,5\n1700000300,-6\n".into(), ">= 0"),
     ];
     let backtest = |file: &Path, extra: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
-            .args(["backtest", "--policy", "{ kind: historical-peak, window: 1d }"])
+            .args([
+                "backtest",
+                "--policy",
+                "{ kind: historical-peak, window: 1d }",
+            ])
             .arg("--series")
             .arg(file)
             .args(extra)
@@ -688,17 +927,27 @@ fn backtest_refuses_bad_series_with_file_and_line_and_zero_strides() -> Result<(
         std::fs::write(&file, csv)?;
         let started = Instant::now();
         let out = backtest(&file, &[])?;
-        assert!(started.elapsed() < Duration::from_secs(20), "{name}: no spinning");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{name}: no spinning"
+        );
         assert!(!out.status.success(), "{name}: {}", text(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(name) && stderr.contains("line ") && stderr.contains(says), "{name}: {stderr}");
+        assert!(
+            stderr.contains(name) && stderr.contains("line ") && stderr.contains(says),
+            "{name}: {stderr}"
+        );
     }
     let file = dir.path().join("good.csv");
     std::fs::write(&file, good)?;
     for flag in ["--stride", "--horizon"] {
         let out = backtest(&file, &[flag, "0s"])?;
         expect_code(&out, 2);
-        assert!(String::from_utf8_lossy(&out.stderr).contains(flag), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(flag),
+            "{}",
+            text(&out)
+        );
     }
     expect_code(&backtest(&file, &["--stride", "1d", "--horizon", "1d"])?, 0);
     Ok(())

@@ -54,32 +54,28 @@ impl StandIn {
         let answer: Arc<Handler> = Arc::new(answer);
         let requests = Arc::new(AtomicUsize::new(0));
         let count = requests.clone();
-        let app = axum::Router::new().fallback(
-            move |uri: Uri, headers: HeaderMap, body: Bytes| {
-                let (answer, count) = (answer.clone(), count.clone());
-                async move {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    let seen = Seen {
-                        params: params(uri.query().unwrap_or(""), &body),
-                        headers: headers
-                            .iter()
-                            .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("")))
-                            .collect(),
-                    };
-                    match answer(&seen) {
-                        Answer::Status(code, body) => (
-                            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                            body,
-                        )
-                            .into_response(),
-                        Answer::Json(v) => axum::Json(v).into_response(),
-                        Answer::Hang => {
-                            std::future::pending::<Response>().await
-                        }
-                    }
+        let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
+            let (answer, count) = (answer.clone(), count.clone());
+            async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                let seen = Seen {
+                    params: params(uri.query().unwrap_or(""), &body),
+                    headers: headers
+                        .iter()
+                        .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("")))
+                        .collect(),
+                };
+                match answer(&seen) {
+                    Answer::Status(code, body) => (
+                        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                        body,
+                    )
+                        .into_response(),
+                    Answer::Json(v) => axum::Json(v).into_response(),
+                    Answer::Hang => std::future::pending::<Response>().await,
                 }
-            },
-        );
+            }
+        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {

@@ -34,7 +34,12 @@ pub(crate) struct RunArgs {
     #[arg(long, env = "RLC_CONFIG_REPO", hide_env_values = true)]
     pub config_repo: String,
     /// Prometheus base URL, e.g. http://127.0.0.1:9090.
-    #[arg(long, env = "RLC_PROMETHEUS", conflicts_with = "history_dir", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RLC_PROMETHEUS",
+        conflicts_with = "history_dir",
+        hide_env_values = true
+    )]
     pub prometheus: Option<String>,
     /// Timeout of one Prometheus request (retried 3 times, with backoff).
     #[arg(long, default_value = "30s", value_parser = positive_duration)]
@@ -46,7 +51,12 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value = "pr")]
     pub mode: ModeArg,
     /// Run history database: sqlite://FILE (default) or postgres://…
-    #[arg(long, env = "RLC_DB", default_value = "sqlite://rlc-history.db", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RLC_DB",
+        default_value = "sqlite://rlc-history.db",
+        hide_env_values = true
+    )]
     pub db: String,
     /// GRL controller to push to after a direct-mode commit (host:port).
     #[arg(long, env = "RLC_CONTROLLER", hide_env_values = true)]
@@ -85,13 +95,23 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub now: Option<i64>,
     /// In PR mode, open or update a pull request in this GitHub repo (`owner/name`).
-    #[arg(long, env = "RLC_GITHUB_REPO", requires = "github_token", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RLC_GITHUB_REPO",
+        requires = "github_token",
+        hide_env_values = true
+    )]
     pub github_repo: Option<String>,
     /// Token for `--github-repo`.
     #[arg(long, env = "RLC_GITHUB_TOKEN", hide_env_values = true)]
     pub github_token: Option<String>,
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
-    #[arg(long, env = "RLC_GITHUB_API", default_value = "https://api.github.com", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RLC_GITHUB_API",
+        default_value = "https://api.github.com",
+        hide_env_values = true
+    )]
     pub github_api: String,
     /// Extra CA certificates (PEM) to trust for `--github-api`, e.g. a GitHub Enterprise
     /// behind a private CA.

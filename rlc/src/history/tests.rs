@@ -253,7 +253,11 @@ async fn runs_left_running_by_dead_processes_are_marked_aborted() {
         assert!(r.finished_at.is_some() && r.error.unwrap().contains("aborted"));
     }
     for id in ["other-host-fresh", live.as_str()] {
-        assert_eq!(h.run(id).await.unwrap().unwrap().status, RunStatus::Running, "{id}");
+        assert_eq!(
+            h.run(id).await.unwrap().unwrap().status,
+            RunStatus::Running,
+            "{id}"
+        );
     }
     assert!(h.abort_stale_runs().await.unwrap().is_empty(), "only once");
     h.heartbeat(&live).await.unwrap();
