@@ -311,7 +311,7 @@ impl History {
             .acquire()
             .await
             .map_err(|e| self.query_err("record recommendation", e))?;
-        insert_recommendation(&mut *conn, run_id, rec)
+        insert_recommendation(&mut conn, run_id, rec)
             .await
             .map_err(|e| self.query_err("record recommendation", e))?;
         Ok(())
@@ -334,11 +334,11 @@ impl History {
             .await
             .map_err(|e| self.query_err("begin the run's record", e))?;
         for rec in recs {
-            insert_recommendation(&mut *tx, run_id, rec)
+            insert_recommendation(&mut tx, run_id, rec)
                 .await
                 .map_err(|e| self.query_err("record recommendation", e))?;
         }
-        let done = update_finished(&mut *tx, run_id, status, commit, error)
+        let done = update_finished(&mut tx, run_id, status, commit, error)
             .await
             .map_err(|e| self.query_err("finish run", e))?;
         if done == 0 {
@@ -366,7 +366,7 @@ impl History {
             .acquire()
             .await
             .map_err(|e| self.query_err("finish run", e))?;
-        let done = update_finished(&mut *conn, run_id, status, commit, error)
+        let done = update_finished(&mut conn, run_id, status, commit, error)
             .await
             .map_err(|e| self.query_err("finish run", e))?;
         if done == 0 {

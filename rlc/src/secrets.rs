@@ -34,7 +34,9 @@ pub fn register(secret: &str) {
     if secret.len() < MIN_SECRET_LEN {
         return;
     }
-    let mut all = SECRETS.write().unwrap_or_else(|e| e.into_inner());
+    let mut all = SECRETS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !all.iter().any(|s| s == secret) {
         all.push(secret.to_string());
         all.sort_by_key(|s| std::cmp::Reverse(s.len()));
@@ -61,7 +63,9 @@ pub fn register_url(url: &str) {
 
 /// `text` with every registered secret replaced by [`MASK`].
 pub fn scrub(text: &str) -> Cow<'_, str> {
-    let all = SECRETS.read().unwrap_or_else(|e| e.into_inner());
+    let all = SECRETS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !all.iter().any(|s| text.contains(s.as_str())) {
         return Cow::Borrowed(text);
     }

@@ -219,7 +219,7 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
         cmd.env("RUST_LOG", "debug");
         cmd
     };
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let s = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
 
     let out = debug_run(s(&[
         "--mode",
@@ -459,7 +459,12 @@ async fn a_run_killed_mid_way_is_marked_aborted_and_the_next_run_succeeds() -> R
     killed.kill(); // SIGKILL: no chance to clean up
     assert!(killed.try_exited().is_some());
 
+    let next = Instant::now();
     let out = case.run_offline(&[]).await?;
+    eprintln!(
+        "measured: the run after the SIGKILL finished in {:?}",
+        next.elapsed()
+    );
     expect_code(&out, 0);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("committed"),
@@ -532,7 +537,12 @@ async fn after_exit_7_the_next_run_brings_a_controller_started_later_to_mains_co
         "the controller starts without it"
     );
 
+    let resync = Instant::now();
     let out = case.run_offline(&["--controller", &addr]).await?;
+    eprintln!(
+        "measured: the next run brought the controller to main in {:?}",
+        resync.elapsed()
+    );
     expect_code(&out, 0);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
@@ -712,6 +722,7 @@ async fn prometheus_500_or_hanging_fails_the_run_in_time_and_changes_nothing() -
     expect_code(&out, 3);
     let took = started.elapsed();
     assert!(took < Duration::from_secs(60), "gave up after {took:?}");
+    eprintln!("measured: hanging Prometheus (2 s timeout, 3 retries) -> exit 3 after {took:?}");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("timed out"),
         "{}",
@@ -824,7 +835,7 @@ async fn the_database_dropped_mid_run_commits_nothing_and_the_next_run_succeeds(
             "--query-template",
             TEMPLATE,
             "--prometheus-timeout",
-            "3s",
+            "5s",
         ])
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::piped())
