@@ -371,14 +371,18 @@ fn is_already_exists(e: &GitHubError) -> bool {
             && message.to_ascii_lowercase().contains("already exists"))
 }
 
-/// Extracts GitHub's `message` and any `errors[].message`/`code` from an error body.
+/// Longest excerpt of a code host's error answer kept in a message.
+const MAX_ERROR_EXCERPT: usize = 300;
+
+/// Extracts GitHub's `message` and any `errors[].message`/`code` from an error body, as a
+/// short excerpt scrubbed of secrets (a server may echo the request, token included).
 fn api_message(body: &str) -> String {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
         let trimmed = body.trim();
         return if trimmed.is_empty() {
             "(empty body)".into()
         } else {
-            trimmed.chars().take(500).collect()
+            crate::secrets::excerpt(trimmed, MAX_ERROR_EXCERPT)
         };
     };
     let mut msg = v["message"].as_str().unwrap_or("(no message)").to_string();
@@ -397,7 +401,7 @@ fn api_message(body: &str) -> String {
     if !details.is_empty() {
         msg = format!("{msg} ({})", details.join("; "));
     }
-    msg
+    crate::secrets::excerpt(&msg, MAX_ERROR_EXCERPT)
 }
 
 #[cfg(test)]

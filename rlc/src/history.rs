@@ -23,6 +23,13 @@ pub use url::DatabaseUrl;
 /// How long connecting to the database may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How often a running run updates its heartbeat ([`History::heartbeat`]).
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A `running` row whose heartbeat is older than this is taken for a dead run, whatever
+/// host ran it.
+pub const STALE_AFTER: Duration = Duration::from_secs(10 * 60);
+
 /// Schema of the run-history database, embedded from the workspace's `migrations/` folder.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
@@ -38,24 +45,40 @@ pub enum RunStatus {
     NoChange,
     /// The run failed; see its error.
     Failed,
+    /// The metrics source gave no usable value for any bucket (every series empty, NaN or
+    /// infinite): nothing was changed, and the run does not count as a success.
+    NoData,
+    /// The process died mid-run (killed, crashed); a later run found the row still
+    /// `running` with its owner gone and marked it.
+    Aborted,
 }
 
 impl RunStatus {
-    /// The stored name: `running`, `committed`, `no-change` or `failed`.
+    /// The stored name: `running`, `committed`, `no-change`, `failed`, `no-data` or
+    /// `aborted`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Committed => "committed",
             RunStatus::NoChange => "no-change",
             RunStatus::Failed => "failed",
+            RunStatus::NoData => "no-data",
+            RunStatus::Aborted => "aborted",
         }
     }
 
     /// Parses a stored name (see [`RunStatus::as_str`]).
     pub fn parse(s: &str) -> Option<RunStatus> {
-        [Self::Running, Self::Committed, Self::NoChange, Self::Failed]
-            .into_iter()
-            .find(|st| st.as_str() == s)
+        [
+            Self::Running,
+            Self::Committed,
+            Self::NoChange,
+            Self::Failed,
+            Self::NoData,
+            Self::Aborted,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
     }
 }
 
@@ -187,21 +210,25 @@ impl History {
         &self.db
     }
 
-    /// Records the start of a run and returns its new id.
+    /// Records the start of a run by this process (see [`Owner::current`]) and returns its
+    /// new id.
     pub async fn start_run(&self, trigger: &str, mode: &str) -> Result<String, HistoryError> {
         let now = Utc::now();
+        let owner = Owner::current().to_string();
         let mut attempt = 0;
         loop {
             let id = new_run_id(now);
             let res = sqlx::query(
-                "INSERT INTO rlc_runs (id, trigger_source, mode, started_at_ms, status) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO rlc_runs (id, trigger_source, mode, started_at_ms, status, owner, \
+                 heartbeat_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)",
             )
             .bind(&id)
             .bind(trigger)
             .bind(mode)
             .bind(now.timestamp_millis())
             .bind(RunStatus::Running.as_str())
+            .bind(&owner)
+            .bind(now.timestamp_millis())
             .execute(&self.pool)
             .await;
             match res {
@@ -212,41 +239,121 @@ impl History {
         }
     }
 
+    /// Shows that run `run_id` is still alive (see [`History::abort_stale_runs`]).
+    pub async fn heartbeat(&self, run_id: &str) -> Result<(), HistoryError> {
+        sqlx::query("UPDATE rlc_runs SET heartbeat_at_ms = $1 WHERE id = $2 AND status = $3")
+            .bind(Utc::now().timestamp_millis())
+            .bind(run_id)
+            .bind(RunStatus::Running.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.query_err("heartbeat", e))?;
+        Ok(())
+    }
+
+    /// Marks `aborted` every `running` run whose process is gone: its owner is a process of
+    /// this host that no longer exists, or its heartbeat is older than [`STALE_AFTER`] (any
+    /// host; rows from before heartbeats count from their start). Returns their ids.
+    pub async fn abort_stale_runs(&self) -> Result<Vec<String>, HistoryError> {
+        let rows: Vec<AnyRow> = sqlx::query(
+            "SELECT id, owner, started_at_ms, heartbeat_at_ms FROM rlc_runs WHERE status = $1",
+        )
+        .bind(RunStatus::Running.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| self.query_err("list running runs", e))?;
+        let now = Utc::now().timestamp_millis();
+        let stale_before = now - STALE_AFTER.as_millis() as i64;
+        let mut aborted = Vec::new();
+        for row in rows {
+            let get = |e: sqlx::Error| self.query_err("read running run", e);
+            let id: String = row.try_get("id").map_err(get)?;
+            let owner: Option<String> = row.try_get("owner").map_err(get)?;
+            let started: i64 = row.try_get("started_at_ms").map_err(get)?;
+            let beat: Option<i64> = row.try_get("heartbeat_at_ms").map_err(get)?;
+            let owner = owner.as_deref().and_then(Owner::parse);
+            let why = if owner.as_ref().is_some_and(Owner::is_dead_local_process) {
+                "its process is gone"
+            } else if beat.unwrap_or(started) < stale_before {
+                "no heartbeat for over 10 minutes"
+            } else {
+                continue;
+            };
+            let msg = format!("aborted: the run did not finish ({why}); marked by a later run");
+            let done = sqlx::query(
+                "UPDATE rlc_runs SET status = $1, finished_at_ms = $2, error = $3 \
+                 WHERE id = $4 AND status = $5",
+            )
+            .bind(RunStatus::Aborted.as_str())
+            .bind(now)
+            .bind(&msg)
+            .bind(&id)
+            .bind(RunStatus::Running.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| self.query_err("mark run aborted", e))?;
+            if done.rows_affected() > 0 {
+                tracing::warn!(run = %id, reason = why, "a run left `running` by a dead process was marked aborted");
+                aborted.push(id);
+            }
+        }
+        Ok(aborted)
+    }
+
     /// Records (or replaces) the recommendation for one bucket of a run.
     pub async fn record_recommendation(
         &self,
         run_id: &str,
         rec: &RecommendationRecord,
     ) -> Result<(), HistoryError> {
-        sqlx::query(
-            "INSERT INTO rlc_recommendations (run_id, service, bucket, policy, previous_limit, \
-             proposed_limit, applied_limit, outcome, evidence) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (run_id, service, bucket) DO UPDATE SET policy = excluded.policy, \
-             previous_limit = excluded.previous_limit, proposed_limit = excluded.proposed_limit, \
-             applied_limit = excluded.applied_limit, outcome = excluded.outcome, \
-             evidence = excluded.evidence",
-        )
-        .bind(run_id)
-        .bind(&rec.service)
-        .bind(&rec.bucket)
-        .bind(&rec.policy)
-        .bind(rec.previous_limit)
-        .bind(rec.proposed_limit)
-        .bind(rec.applied_limit)
-        .bind(&rec.outcome)
-        .bind(rec.evidence.to_string())
-        // sqlx 0.9's Any driver sends a NULL f64 as float4; a cached (persistent) statement
-        // would then keep float4 and reject the next non-NULL f64 on PostgreSQL. An unnamed
-        // statement is typed from each call's own arguments.
-        .persistent(false)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| self.query_err("record recommendation", e))?;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| self.query_err("record recommendation", e))?;
+        insert_recommendation(&mut conn, run_id, rec)
+            .await
+            .map_err(|e| self.query_err("record recommendation", e))?;
         Ok(())
     }
 
+    /// Records a run's recommendations and marks it finished, in one transaction: either the
+    /// whole record is written or none of it (the row then stays `running` and a later run
+    /// marks it `aborted`).
+    pub async fn finish_run_with(
+        &self,
+        run_id: &str,
+        recs: &[RecommendationRecord],
+        status: RunStatus,
+        commit: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<(), HistoryError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| self.query_err("begin the run's record", e))?;
+        for rec in recs {
+            insert_recommendation(&mut tx, run_id, rec)
+                .await
+                .map_err(|e| self.query_err("record recommendation", e))?;
+        }
+        let done = update_finished(&mut tx, run_id, status, commit, error)
+            .await
+            .map_err(|e| self.query_err("finish run", e))?;
+        if done == 0 {
+            return Err(HistoryError::UnknownRun {
+                db: self.db.clone(),
+                run_id: run_id.into(),
+            });
+        }
+        tx.commit()
+            .await
+            .map_err(|e| self.query_err("commit the run's record", e))
+    }
+
     /// Marks a run finished with `status`, the commit it produced and its error, if any.
+    /// The error is stored scrubbed of registered secrets ([`crate::secrets::scrub`]).
     pub async fn finish_run(
         &self,
         run_id: &str,
@@ -254,19 +361,15 @@ impl History {
         commit: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), HistoryError> {
-        let done = sqlx::query(
-            "UPDATE rlc_runs SET finished_at_ms = $1, status = $2, commit_id = $3, error = $4 \
-             WHERE id = $5",
-        )
-        .bind(Utc::now().timestamp_millis())
-        .bind(status.as_str())
-        .bind(commit)
-        .bind(error)
-        .bind(run_id)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| self.query_err("finish run", e))?;
-        if done.rows_affected() == 0 {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| self.query_err("finish run", e))?;
+        let done = update_finished(&mut conn, run_id, status, commit, error)
+            .await
+            .map_err(|e| self.query_err("finish run", e))?;
+        if done == 0 {
             return Err(HistoryError::UnknownRun {
                 db: self.db.clone(),
                 run_id: run_id.into(),
@@ -363,6 +466,113 @@ impl History {
             detail,
         }
     }
+}
+
+/// Inserts (or replaces) one recommendation row.
+async fn insert_recommendation(
+    conn: &mut AnyConnection,
+    run_id: &str,
+    rec: &RecommendationRecord,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO rlc_recommendations (run_id, service, bucket, policy, previous_limit, \
+         proposed_limit, applied_limit, outcome, evidence) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         ON CONFLICT (run_id, service, bucket) DO UPDATE SET policy = excluded.policy, \
+         previous_limit = excluded.previous_limit, proposed_limit = excluded.proposed_limit, \
+         applied_limit = excluded.applied_limit, outcome = excluded.outcome, \
+         evidence = excluded.evidence",
+    )
+    .bind(run_id)
+    .bind(&rec.service)
+    .bind(&rec.bucket)
+    .bind(&rec.policy)
+    .bind(rec.previous_limit)
+    .bind(rec.proposed_limit)
+    .bind(rec.applied_limit)
+    .bind(&rec.outcome)
+    .bind(rec.evidence.to_string())
+    // sqlx 0.9's Any driver sends a NULL f64 as float4; a cached (persistent) statement
+    // would then keep float4 and reject the next non-NULL f64 on PostgreSQL. An unnamed
+    // statement is typed from each call's own arguments.
+    .persistent(false)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks a run finished; returns the rows changed (0: no such run). The error is stored
+/// scrubbed of registered secrets ([`crate::secrets::scrub`]).
+async fn update_finished(
+    conn: &mut AnyConnection,
+    run_id: &str,
+    status: RunStatus,
+    commit: Option<&str>,
+    error: Option<&str>,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE rlc_runs SET finished_at_ms = $1, status = $2, commit_id = $3, error = $4 \
+         WHERE id = $5",
+    )
+    .bind(Utc::now().timestamp_millis())
+    .bind(status.as_str())
+    .bind(commit)
+    .bind(error.map(|e| crate::secrets::scrub(e).into_owned()))
+    .bind(run_id)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// The process running a run: `host:pid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, else `unknown`).
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+}
+
+impl Owner {
+    /// This process.
+    pub fn current() -> Owner {
+        Owner {
+            host: host_name(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Parses `host:pid`.
+    pub fn parse(s: &str) -> Option<Owner> {
+        let (host, pid) = s.rsplit_once(':')?;
+        Some(Owner {
+            host: host.to_string(),
+            pid: pid.parse().ok()?,
+        })
+    }
+
+    /// Whether this is a process of this host that no longer exists (Linux: no
+    /// `/proc/<pid>`). `false` when that cannot be told (another host, no `/proc`).
+    pub fn is_dead_local_process(&self) -> bool {
+        self.host == host_name()
+            && std::path::Path::new("/proc/self").exists()
+            && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.pid)
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// A new sortable run id: UTC start second plus 4 random hex digits.

@@ -6,7 +6,8 @@
 //! Modules, in the order a run uses them: [`source`] (history), [`plan`] (policies +
 //! [`guards`] → limits), [`limits_file`] and [`pr_description`] (output), [`git_store`]
 //! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
-//! [`schedule`] (when to run), [`serve_metrics`].
+//! [`schedule`] (when to run), [`serve_metrics`]; [`secrets`] keeps passwords and tokens out of
+//! every output.
 #![forbid(unsafe_code)]
 
 pub mod git_store;
@@ -22,5 +23,6 @@ pub mod promote;
 pub mod push;
 pub mod run;
 pub mod schedule;
+pub mod secrets;
 pub mod serve_metrics;
 pub mod source;

@@ -33,6 +33,7 @@ enum Command {
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
+    register_secrets(&cli.command);
     init_logging(&cli.command);
     let code = match cli.command {
         Command::Run(c) => cmd::run::execute(c).await,
@@ -50,6 +51,33 @@ async fn main() {
         },
     };
     std::process::exit(code);
+}
+
+/// Registers the passwords in every URL and every token given, so that no output of the
+/// process shows them (see [`rlc::secrets`]).
+fn register_secrets(command: &Command) {
+    use rlc::secrets::{register, register_url};
+    let run_args = match command {
+        Command::Run(c) => Some(&c.args),
+        Command::Serve(c) => Some(&c.args),
+        Command::Promote(c) => {
+            register_url(&c.config_repo);
+            None
+        }
+        _ => None,
+    };
+    if let Some(a) = run_args {
+        for url in [Some(&a.config_repo), Some(&a.db), Some(&a.github_api)]
+            .into_iter()
+            .chain([a.prometheus.as_ref(), a.controller.as_ref()])
+            .flatten()
+        {
+            register_url(url);
+        }
+        if let Some(token) = &a.github_token {
+            register(token);
+        }
+    }
 }
 
 /// Logs go to stderr, except for `rlc demo` without `--verbose`: there they go to a file, so
@@ -70,7 +98,9 @@ fn init_logging(command: &Command) {
                 tracing_subscriber::fmt()
                     .with_env_filter(filter())
                     .with_ansi(false)
-                    .with_writer(std::sync::Mutex::new(file))
+                    .with_writer(rlc::secrets::ScrubbingWriter::new(std::sync::Mutex::new(
+                        file,
+                    )))
                     .init();
                 println!("(logs: {}; -v shows them here)", path.display());
                 return;
@@ -82,7 +112,7 @@ fn init_logging(command: &Command) {
     let _ = command;
     tracing_subscriber::fmt()
         .with_env_filter(filter())
-        .with_writer(std::io::stderr)
+        .with_writer(rlc::secrets::ScrubbingWriter::new(std::io::stderr))
         .init();
 }
 
@@ -90,7 +120,7 @@ fn report(result: anyhow::Result<()>) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("rlc: {e:#}");
+            eprintln!("rlc: {}", rlc::secrets::scrub(&format!("{e:#}")));
             1
         }
     }

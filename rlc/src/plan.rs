@@ -320,7 +320,9 @@ fn high_proposal_note(
     )
 }
 
-fn refused(
+/// The plan of a bucket whose limit cannot be computed for `reason`: the previous limit (if
+/// any) is kept, with the reason as a `policy-refused` guard note.
+pub fn refused(
     service: &str,
     bucket: &Bucket,
     previous: Option<f64>,

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use grl_core::proto::control_client::ControlClient;
-use grl_core::proto::{ApplyConfigRequest, ApplyConfigResponse, ConfigFile};
+use grl_core::proto::tier_client::TierClient;
+use grl_core::proto::{ApplyConfigRequest, ApplyConfigResponse, ConfigFile, StatusRequest};
 
 /// The controller refused the snapshot or could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +24,14 @@ pub enum PushError {
         addr: String,
         /// The snapshot's version.
         version: String,
+        /// The gRPC status.
+        status: tonic::Status,
+    },
+    /// The controller did not answer the question which config version it runs.
+    #[error("controller at {addr}: status query failed: {status}")]
+    Status {
+        /// The controller's address.
+        addr: String,
         /// The gRPC status.
         status: tonic::Status,
     },
@@ -69,4 +78,32 @@ pub async fn apply_config(
             status,
         })?;
     Ok(response.into_inner())
+}
+
+/// The config version the controller at `addr` runs (its `Status`), `""` when it has none.
+pub async fn config_version(addr: &str) -> Result<String, PushError> {
+    let url = if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
+    let unreachable = |source| PushError::Unreachable {
+        addr: addr.to_string(),
+        source,
+    };
+    let channel = tonic::transport::Endpoint::from_shared(url)
+        .map_err(unreachable)?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .map_err(unreachable)?;
+    let status = TierClient::new(channel)
+        .status(StatusRequest {})
+        .await
+        .map_err(|status| PushError::Status {
+            addr: addr.to_string(),
+            status,
+        })?;
+    Ok(status.into_inner().config_version)
 }

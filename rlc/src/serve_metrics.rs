@@ -7,12 +7,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::run::RunReport;
+use crate::run::{RunError, RunReport};
 
 /// `status` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabel {
-    /// committed | no-change | failed
+    /// committed | no-change | failed | no-data
     pub status: String,
 }
 
@@ -44,6 +44,12 @@ pub struct RlcMetrics {
     pub schedule_skipped: Counter,
     /// `rlc_next_run_timestamp_seconds`: the next schedule slot (0 when there is none).
     pub next_run: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// `rlc_runs_aborted_total`: runs found left `running` by a dead process and marked
+    /// `aborted`.
+    pub aborted: Counter,
+    /// `rlc_controller_resyncs_total`: runs that committed nothing but found the controller
+    /// on another version than `main` and sent it `main`'s config.
+    pub resyncs: Counter,
 }
 
 impl Default for RlcMetrics {
@@ -57,6 +63,18 @@ impl Default for RlcMetrics {
         let push_conflicts = Counter::default();
         let schedule_skipped = Counter::default();
         let next_run = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let aborted = Counter::default();
+        let resyncs = Counter::default();
+        registry.register(
+            "rlc_runs_aborted",
+            "Runs left `running` by a process that died, marked aborted by a later run",
+            aborted.clone(),
+        );
+        registry.register(
+            "rlc_controller_resyncs",
+            "Runs that committed nothing but sent main's config to a controller running another version",
+            resyncs.clone(),
+        );
         registry.register(
             "rlc_runs",
             "Configurator runs by final status",
@@ -108,13 +126,16 @@ impl Default for RlcMetrics {
             push_conflicts,
             schedule_skipped,
             next_run,
+            aborted,
+            resyncs,
         }
     }
 }
 
 impl RlcMetrics {
-    /// Records a finished run (`Err` carries nothing but the fact it failed).
-    pub fn observe(&self, result: Result<&RunReport, ()>, seconds: f64) {
+    /// Records a finished run. A run that found no usable data counts as `no-data`, other
+    /// errors as `failed`.
+    pub fn observe(&self, result: Result<&RunReport, &RunError>, seconds: f64) {
         self.duration.observe(seconds);
         match result {
             Ok(report) => {
@@ -125,6 +146,8 @@ impl RlcMetrics {
                     .inc();
                 self.last_success.set(chrono::Utc::now().timestamp() as f64);
                 self.push_conflicts.inc_by(u64::from(report.push_conflicts));
+                self.aborted.inc_by(report.aborted_runs.len() as u64);
+                self.resyncs.inc_by(u64::from(report.resynced_controller));
                 self.buckets.clear();
                 for p in &report.plans {
                     self.buckets
@@ -137,10 +160,14 @@ impl RlcMetrics {
                     }
                 }
             }
-            Err(()) => {
+            Err(e) => {
+                let status = match e {
+                    RunError::NoData { .. } => crate::history::RunStatus::NoData,
+                    _ => crate::history::RunStatus::Failed,
+                };
                 self.runs
                     .get_or_create(&StatusLabel {
-                        status: "failed".into(),
+                        status: status.as_str().into(),
                     })
                     .inc();
             }
@@ -158,5 +185,28 @@ impl RlcMetrics {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_without_usable_data_counts_as_no_data_not_failed() {
+        let m = RlcMetrics::default();
+        let no_data = RunError::NoData {
+            source_desc: "prometheus at http://127.0.0.1:9".into(),
+            buckets: 2,
+        };
+        m.observe(Err(&no_data), 1.0);
+        let text = m.encode();
+        assert!(
+            text.contains("rlc_runs_total{status=\"no-data\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("status=\"failed\""), "{text}");
+        assert!(text.contains("rlc_runs_aborted_total 0"), "{text}");
+        assert!(text.contains("rlc_controller_resyncs_total 0"), "{text}");
     }
 }

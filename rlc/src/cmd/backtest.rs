@@ -6,6 +6,8 @@ use anyhow::Context as _;
 use clap::Args;
 use policies::{BacktestConfig, Series, backtest, from_spec};
 
+use super::run::positive_duration;
+
 /// `rlc backtest`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct BacktestCmd {
@@ -16,12 +18,13 @@ pub(crate) struct BacktestCmd {
     #[arg(long)]
     pub policy: String,
     /// Scored horizon after each origin (default: the policy's own horizon, e.g. `7d` for
-    /// forecast, peak-trend and auto; else 1d).
-    #[arg(long)]
-    pub horizon: Option<String>,
-    /// Distance between origins (default: the horizon).
-    #[arg(long)]
-    pub stride: Option<String>,
+    /// forecast, peak-trend and auto; else 1d). Must be above zero (`0s` would never
+    /// advance: refused, exit 2).
+    #[arg(long, value_parser = positive_duration)]
+    pub horizon: Option<std::time::Duration>,
+    /// Distance between origins (default: the horizon). Must be above zero.
+    #[arg(long, value_parser = positive_duration)]
+    pub stride: Option<std::time::Duration>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -44,16 +47,12 @@ pub(crate) fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
         .and_then(|k| k.as_str().map(str::to_string))
         .context("--policy needs `kind`")?;
     let policy = from_spec(&kind, &params).map_err(|e| anyhow::anyhow!("--policy: {e}"))?;
-    let horizon = match &cmd.horizon {
-        Some(h) => policies::duration::parse(h).map_err(|e| anyhow::anyhow!("--horizon: {e}"))?,
-        None => policy
+    let horizon = cmd.horizon.unwrap_or_else(|| {
+        policy
             .horizon()
-            .unwrap_or(std::time::Duration::from_secs(86_400)),
-    };
-    let stride = match &cmd.stride {
-        Some(s) => policies::duration::parse(s).map_err(|e| anyhow::anyhow!("--stride: {e}"))?,
-        None => horizon,
-    };
+            .unwrap_or(std::time::Duration::from_secs(86_400))
+    });
+    let stride = cmd.stride.unwrap_or(horizon);
     let cfg = BacktestConfig {
         window_secs: policy.window().as_secs() as i64,
         horizon_secs: horizon.as_secs() as i64,

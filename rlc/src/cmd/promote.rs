@@ -16,7 +16,7 @@ pub(crate) struct PromoteCmd {
     /// The bucket to enforce.
     pub bucket: String,
     /// The config repo: a git URL or a path.
-    #[arg(long, env = "RLC_CONFIG_REPO")]
+    #[arg(long, env = "RLC_CONFIG_REPO", hide_env_values = true)]
     pub config_repo: String,
     /// Commit to main (`direct`) or to the review branch (`pr`).
     #[arg(long, value_enum, default_value = "pr")]

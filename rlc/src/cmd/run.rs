@@ -1,8 +1,10 @@
 //! `rlc run --once`: one configurator run, for an external cron or a Kubernetes CronJob.
 //!
 //! Exit codes: 0 committed or nothing to change; 3 metrics source failed; 4 config repo
-//! failed; 5 run history database failed; 6 invalid config; 7 committed but the controller
-//! could not be updated; 1 anything else; 2 bad usage.
+//! failed; 5 run history database failed; 6 invalid config; 7 the controller could not be
+//! updated (after a commit, or when it runs another version than `main`); 8 no usable
+//! metrics for any bucket (every series empty, NaN or infinite); 1 anything else; 2 bad
+//! usage.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use clap::{Args, ValueEnum};
 use rlc::git_store::PublishMode;
 use rlc::guards::GuardSettings;
 use rlc::run::{RunReport, RunSettings, exit, run_once};
+use rlc::secrets::scrub;
 use rlc::source::{
     BatchedPrometheusSource, FileSource, MetricsSource, PromSettings, PrometheusSource,
 };
@@ -28,11 +31,19 @@ pub(crate) enum ModeArg {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct RunArgs {
     /// The config repo: a git URL or a path to a repository.
-    #[arg(long, env = "RLC_CONFIG_REPO")]
+    #[arg(long, env = "RLC_CONFIG_REPO", hide_env_values = true)]
     pub config_repo: String,
     /// Prometheus base URL, e.g. http://127.0.0.1:9090.
-    #[arg(long, env = "RLC_PROMETHEUS", conflicts_with = "history_dir")]
+    #[arg(
+        long,
+        env = "RLC_PROMETHEUS",
+        conflicts_with = "history_dir",
+        hide_env_values = true
+    )]
     pub prometheus: Option<String>,
+    /// Timeout of one Prometheus request (retried 3 times, with backoff).
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    pub prometheus_timeout: std::time::Duration,
     /// Offline history: a directory of `<service>/<bucket>.csv` files instead of Prometheus.
     #[arg(long)]
     pub history_dir: Option<PathBuf>,
@@ -40,16 +51,21 @@ pub(crate) struct RunArgs {
     #[arg(long, value_enum, default_value = "pr")]
     pub mode: ModeArg,
     /// Run history database: sqlite://FILE (default) or postgres://…
-    #[arg(long, env = "RLC_DB", default_value = "sqlite://rlc-history.db")]
+    #[arg(
+        long,
+        env = "RLC_DB",
+        default_value = "sqlite://rlc-history.db",
+        hide_env_values = true
+    )]
     pub db: String,
     /// GRL controller to push to after a direct-mode commit (host:port).
-    #[arg(long, env = "RLC_CONTROLLER")]
+    #[arg(long, env = "RLC_CONTROLLER", hide_env_values = true)]
     pub controller: Option<String>,
     /// Where the local clone of the config repo is kept.
     #[arg(long, default_value = ".rlc/checkout")]
     pub workdir: PathBuf,
     /// PromQL template of the offered rate (see the README for `istio_requests_total`).
-    #[arg(long, env = "RLC_QUERY_TEMPLATE")]
+    #[arg(long, env = "RLC_QUERY_TEMPLATE", hide_env_values = true)]
     pub query_template: Option<String>,
     /// Concurrent history queries.
     #[arg(long, default_value_t = 8)]
@@ -79,17 +95,27 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub now: Option<i64>,
     /// In PR mode, open or update a pull request in this GitHub repo (`owner/name`).
-    #[arg(long, env = "RLC_GITHUB_REPO", requires = "github_token")]
+    #[arg(
+        long,
+        env = "RLC_GITHUB_REPO",
+        requires = "github_token",
+        hide_env_values = true
+    )]
     pub github_repo: Option<String>,
     /// Token for `--github-repo`.
     #[arg(long, env = "RLC_GITHUB_TOKEN", hide_env_values = true)]
     pub github_token: Option<String>,
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
-    #[arg(long, env = "RLC_GITHUB_API", default_value = "https://api.github.com")]
+    #[arg(
+        long,
+        env = "RLC_GITHUB_API",
+        default_value = "https://api.github.com",
+        hide_env_values = true
+    )]
     pub github_api: String,
     /// Extra CA certificates (PEM) to trust for `--github-api`, e.g. a GitHub Enterprise
     /// behind a private CA.
-    #[arg(long, env = "RLC_GITHUB_CA")]
+    #[arg(long, env = "RLC_GITHUB_CA", hide_env_values = true)]
     pub github_ca: Option<PathBuf>,
 }
 
@@ -146,23 +172,35 @@ impl RunArgs {
     /// The metrics source these flags name.
     pub(crate) fn source(&self) -> anyhow::Result<Arc<dyn MetricsSource>> {
         match (&self.prometheus, &self.history_dir) {
-            (Some(url), _) => match &self.query_template {
-                Some(t) => {
-                    let s = PromSettings {
-                        query_template: t.clone(),
-                        ..PromSettings::default()
-                    };
-                    Ok(Arc::new(PrometheusSource::new(url, s)?))
+            (Some(url), _) => {
+                let defaults = PromSettings {
+                    timeout: self.prometheus_timeout,
+                    ..PromSettings::default()
+                };
+                match &self.query_template {
+                    Some(t) => {
+                        let s = PromSettings {
+                            query_template: t.clone(),
+                            ..defaults
+                        };
+                        Ok(Arc::new(PrometheusSource::new(url, s)?))
+                    }
+                    None => Ok(Arc::new(BatchedPrometheusSource::new(url, defaults)?)),
                 }
-                None => Ok(Arc::new(BatchedPrometheusSource::new(
-                    url,
-                    PromSettings::default(),
-                )?)),
-            },
+            }
             (None, Some(dir)) => Ok(Arc::new(FileSource::open(dir)?)),
             (None, None) => anyhow::bail!("give --prometheus URL or --history-dir DIR"),
         }
     }
+}
+
+/// A duration of at least one second, e.g. `30s`, `2m`.
+pub(crate) fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d = policies::duration::parse(text).map_err(|e| e.to_string())?;
+    if d.as_secs() == 0 {
+        return Err(format!("`{text}` is not above zero (at least 1s)"));
+    }
+    Ok(d)
 }
 
 /// Runs `rlc run --once`; returns the process exit code.
@@ -174,7 +212,7 @@ pub(crate) async fn execute(cmd: RunCmd) -> i32 {
     let source = match cmd.args.source() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("rlc run: {e:#}");
+            eprintln!("rlc run: {}", scrub(&format!("{e:#}")));
             return exit::SOURCE;
         }
     };
@@ -187,7 +225,7 @@ pub(crate) async fn execute(cmd: RunCmd) -> i32 {
             report.exit_code()
         }
         Err(e) => {
-            eprintln!("rlc run failed: {e}");
+            eprintln!("rlc run failed: {}", scrub(&e.to_string()));
             e.exit_code()
         }
     }
@@ -200,8 +238,8 @@ pub(crate) fn print_summary(report: &RunReport) {
         .iter()
         .filter(|p| p.guarded.outcome.as_str() == "changed" || p.guarded.outcome.as_str() == "new")
         .count();
-    println!(
-        "run {}: {} ({} buckets, {} limit(s) changed){}{}",
+    let line = format!(
+        "run {}: {} ({} buckets, {} limit(s) changed){}{}{}",
         report.run_id,
         report.status.as_str(),
         report.plans.len(),
@@ -211,10 +249,16 @@ pub(crate) fn print_summary(report: &RunReport) {
             .as_ref()
             .map(|c| format!(", commit {c}"))
             .unwrap_or_default(),
+        if report.resynced_controller {
+            ", controller brought to main's config"
+        } else {
+            ""
+        },
         report
             .push_error
             .as_ref()
             .map(|e| format!(", controller push failed: {e}"))
             .unwrap_or_default(),
     );
+    println!("{}", scrub(&line));
 }

@@ -96,7 +96,7 @@ pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
         schedule = cmd.schedule.expr(),
         schedule_tz = %cmd.schedule_tz,
         next_run = next_run.as_deref().unwrap_or("none"),
-        repo = %repo,
+        repo = %rlc::secrets::redact_url(&repo),
         head = %seen,
         "rlc serve started"
     );
@@ -127,7 +127,7 @@ pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
                 }
                 Err(e) => {
                     warn!(error = %e, "run failed");
-                    metrics.observe(Err(()), secs);
+                    metrics.observe(Err(e), secs);
                 }
             }
         }

@@ -145,6 +145,49 @@ impl std::fmt::Debug for GitStore {
     }
 }
 
+/// Removes the lock files git leaves in the clone at `workdir` when a process dies while
+/// writing (`.git/index.lock`, `.git/HEAD.lock`, `.git/config.lock`, `.git/packed-refs.lock`,
+/// `.git/refs/**/*.lock`), which would make every later run fail with "failed to lock".
+/// Only call it while holding the work directory's run lock: then no live process of ours
+/// is writing there. Returns the files removed.
+pub fn clear_stale_locks(workdir: &Path) -> Vec<PathBuf> {
+    let git = workdir.join(".git");
+    let mut found: Vec<PathBuf> = ["index.lock", "HEAD.lock", "config.lock", "packed-refs.lock"]
+        .iter()
+        .map(|f| git.join(f))
+        .filter(|p| p.is_file())
+        .collect();
+    let mut dirs = vec![git.join("refs")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(p),
+                Ok(t) if t.is_file() && p.extension().is_some_and(|x| x == "lock") => {
+                    found.push(p);
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+        .into_iter()
+        .filter(|p| match std::fs::remove_file(p) {
+            Ok(()) => {
+                tracing::warn!(lock = %p.display(), "removed a git lock left by a run that died");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(lock = %p.display(), error = %e, "cannot remove a stale git lock");
+                false
+            }
+        })
+        .collect()
+}
+
 impl GitStore {
     /// Opens the clone in `workdir` (creating it if needed) for `remote` (a path or URL) and
     /// fetches. An existing clone whose `origin` differs is re-pointed at `remote`.

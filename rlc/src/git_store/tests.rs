@@ -629,3 +629,25 @@ fn review_branch_updates_on_a_remote_that_refuses_forced_updates() {
         );
     }
 }
+
+#[test]
+fn stale_git_locks_left_by_a_dead_run_are_cleared() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("checkout");
+    std::fs::create_dir_all(dir.join(".git/refs/remotes/origin")).unwrap();
+    Repository::init(&dir).unwrap();
+    let planted = [
+        dir.join(".git/index.lock"),
+        dir.join(".git/refs/remotes/origin/main.lock"),
+    ];
+    for p in &planted {
+        std::fs::write(p, "").unwrap();
+    }
+    let mut removed = super::clear_stale_locks(&dir);
+    removed.sort();
+    let mut want = planted.to_vec();
+    want.sort();
+    assert_eq!(removed, want);
+    assert!(planted.iter().all(|p| !p.exists()));
+    assert!(super::clear_stale_locks(&dir).is_empty());
+}

@@ -140,6 +140,8 @@ async fn run_status_names_round_trip() {
         RunStatus::Committed,
         RunStatus::NoChange,
         RunStatus::Failed,
+        RunStatus::NoData,
+        RunStatus::Aborted,
     ] {
         assert_eq!(RunStatus::parse(st.as_str()), Some(st));
     }
@@ -207,4 +209,56 @@ async fn unwritable_sqlite_directory_is_named() {
     let url = format!("sqlite://{}/h.db", file.display());
     let msg = History::connect(&url).await.unwrap_err().to_string();
     assert!(msg.contains("not-a-dir"), "{msg}");
+}
+
+/// Inserts a `running` row as another process would have left it.
+async fn insert_running(h: &History, id: &str, owner: &str, beat_ms: i64) {
+    sqlx::query(
+        "INSERT INTO rlc_runs (id, trigger_source, mode, started_at_ms, status, owner, \
+         heartbeat_at_ms) VALUES ($1, 'cron', 'pr', $2, 'running', $3, $4)",
+    )
+    .bind(id)
+    .bind(beat_ms)
+    .bind(owner)
+    .bind(beat_ms)
+    .execute(&h.pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn runs_left_running_by_dead_processes_are_marked_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = History::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
+        .await
+        .unwrap();
+    let now = Utc::now().timestamp_millis();
+    let here = Owner::current();
+    // A pid above Linux's pid_max: no such process.
+    let dead = Owner {
+        host: here.host.clone(),
+        pid: 4_194_999,
+    };
+    insert_running(&h, "dead-local", &dead.to_string(), now).await;
+    insert_running(&h, "other-host-fresh", "elsewhere:1", now).await;
+    insert_running(&h, "other-host-silent", "elsewhere:2", now - 11 * 60_000).await;
+    let live = h.start_run("manual", "direct").await.unwrap();
+
+    let mut aborted = h.abort_stale_runs().await.unwrap();
+    aborted.sort();
+    assert_eq!(aborted, vec!["dead-local", "other-host-silent"]);
+    for id in ["dead-local", "other-host-silent"] {
+        let r = h.run(id).await.unwrap().unwrap();
+        assert_eq!(r.status, RunStatus::Aborted, "{id}");
+        assert!(r.finished_at.is_some() && r.error.unwrap().contains("aborted"));
+    }
+    for id in ["other-host-fresh", live.as_str()] {
+        assert_eq!(
+            h.run(id).await.unwrap().unwrap().status,
+            RunStatus::Running,
+            "{id}"
+        );
+    }
+    assert!(h.abort_stale_runs().await.unwrap().is_empty(), "only once");
+    h.heartbeat(&live).await.unwrap();
 }

@@ -38,6 +38,34 @@ async fn send(store: GitStore, addr: &str, commit: &str) -> Result<(), DeliveryE
     Ok(())
 }
 
+/// After a run that committed nothing: asks the controller at `addr` which config version
+/// it runs and, when that is not `main_commit` (a previous run's delivery failed, or the
+/// controller restarted on an older config), sends `main_commit`'s config. Returns whether
+/// it sent.
+pub(super) async fn resync(
+    store: GitStore,
+    addr: &str,
+    main_commit: &str,
+) -> Result<bool, DeliveryError> {
+    let running = match crate::push::config_version(addr).await {
+        Ok(v) => v,
+        Err(e) => {
+            warn!(controller = addr, error = %e, "cannot ask the controller for its config version");
+            return Err(e.into());
+        }
+    };
+    if running == main_commit {
+        return Ok(false);
+    }
+    warn!(
+        controller = addr,
+        running = %running,
+        main = main_commit,
+        "the controller runs another config than main; sending main's"
+    );
+    push_commit(store, addr, main_commit).await.map(|()| true)
+}
+
 /// Opens or updates the review pull request from [`PR_BRANCH`] with `body`.
 pub(super) async fn open_pull_request(gh: &GitHubTarget, body: &str) -> Result<(), DeliveryError> {
     let result = upsert(gh, body).await;

@@ -23,8 +23,13 @@ pub mod exit {
     pub const DATABASE: i32 = 5;
     /// The config is invalid.
     pub const CONFIG: i32 = 6;
-    /// Committed, but the controller (or the pull request) could not be updated.
+    /// Committed, but the controller (or the pull request) could not be updated; also when
+    /// nothing was committed but the controller runs another version than `main` and could
+    /// not be brought up to date.
     pub const DELIVERY: i32 = 7;
+    /// The metrics source answered with no usable data for any bucket (every series empty,
+    /// NaN or infinite): a dead metrics pipeline, not a quiet week. Nothing was changed.
+    pub const NO_DATA: i32 = 8;
 }
 
 /// Why a run failed; each names the part that failed. See [`RunError::exit_code`].
@@ -52,6 +57,24 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// Another run holds the work directory's lock.
+    #[error("another rlc run is using this work directory (lock {lock} is held)")]
+    Busy {
+        /// The lock file.
+        lock: String,
+    },
+    /// The metrics source answered, but with no usable value for any bucket: every series
+    /// was empty, NaN or infinite. Nothing was changed.
+    #[error(
+        "metrics source {source_desc}: no usable data for any of the {buckets} bucket(s) \
+         (every series empty, NaN or infinite); nothing changed"
+    )]
+    NoData {
+        /// The source.
+        source_desc: String,
+        /// Buckets asked for.
+        buckets: usize,
+    },
     /// A task of the run (the git work runs on blocking threads) panicked or was cancelled.
     #[error("run task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -65,7 +88,8 @@ impl RunError {
             RunError::Git(_) => exit::GIT,
             RunError::Database(_) => exit::DATABASE,
             RunError::Config(_) => exit::CONFIG,
-            RunError::Workdir { .. } | RunError::Task(_) => exit::OTHER,
+            RunError::NoData { .. } => exit::NO_DATA,
+            RunError::Workdir { .. } | RunError::Busy { .. } | RunError::Task(_) => exit::OTHER,
         }
     }
 }

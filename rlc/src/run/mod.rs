@@ -7,9 +7,16 @@
 //! checkout and plans again only the services whose files changed, from the history already
 //! fetched ([`planner`]). Anything failing before the push leaves the config repo and the
 //! controller untouched; every failure is a typed [`RunError`] that maps to an exit code.
+//!
+//! Crash safety: a run holds its work directory's lock (an `flock`, gone with the process)
+//! and heartbeats its history row; the next run clears git lock files a killed run left,
+//! and marks `running` rows of dead runs `aborted`. A run that commits nothing still checks
+//! that the controller runs `main`'s version, and pushes it if not (a run whose delivery
+//! failed is made good by the next one).
 
 mod deliver;
 mod error;
+mod lock;
 mod planner;
 mod render;
 #[cfg(test)]
@@ -95,6 +102,11 @@ pub struct RunReport {
     pub push_conflicts: u32,
     /// Services planned again after such a re-read because their files had changed.
     pub replanned: Vec<String>,
+    /// Runs found left `running` by a dead process and marked `aborted` by this run.
+    pub aborted_runs: Vec<String>,
+    /// Set when nothing was committed but the controller ran another version than `main`
+    /// and was sent `main`'s config.
+    pub resynced_controller: bool,
 }
 
 impl RunReport {
@@ -114,19 +126,35 @@ pub async fn run_once(
     source: Arc<dyn MetricsSource>,
 ) -> Result<RunReport, RunError> {
     let started = Instant::now();
+    let lock = lock::WorkdirLock::acquire(&settings.workdir)?;
+    let cleared = crate::git_store::clear_stale_locks(&settings.workdir);
     let history = History::connect(&settings.db).await?;
+    let aborted_runs = history.abort_stale_runs().await?;
     let mode_name = match settings.mode {
         PublishMode::Direct => "direct",
         PublishMode::Pr => "pr",
     };
     let run_id = history.start_run(&settings.trigger, mode_name).await?;
-    info!(run = %run_id, trigger = %settings.trigger, mode = mode_name, "run started");
-    let published = match publish(settings, &*source, &run_id).await {
+    let _heartbeat = Heartbeat::start(history.clone(), run_id.clone());
+    info!(
+        run = %run_id,
+        trigger = %settings.trigger,
+        mode = mode_name,
+        lock = %lock.path().display(),
+        stale_git_locks_removed = cleared.len(),
+        aborted_runs = aborted_runs.len(),
+        "run started"
+    );
+    let published = match publish(settings, &*source, &run_id, &history).await {
         Ok(p) => p,
         Err(e) => {
-            warn!(run = %run_id, error = %e, "run failed; nothing committed");
+            let status = match e {
+                RunError::NoData { .. } => RunStatus::NoData,
+                _ => RunStatus::Failed,
+            };
+            warn!(run = %run_id, status = status.as_str(), error = %e, "run failed; nothing committed");
             if let Err(db) = history
-                .finish_run(&run_id, RunStatus::Failed, None, Some(&e.to_string()))
+                .finish_run(&run_id, status, None, Some(&e.to_string()))
                 .await
             {
                 warn!(run = %run_id, error = %db, "recording the failed run failed");
@@ -135,9 +163,6 @@ pub async fn run_once(
         }
     };
     let plans: Vec<BucketPlan> = published.planned.plans().cloned().collect();
-    for p in &plans {
-        history.record_recommendation(&run_id, &record(p)).await?;
-    }
     let (status, commit, branch) = match &published.pushed {
         None => (RunStatus::NoChange, None, None),
         Some((commit, branch)) => (
@@ -146,6 +171,7 @@ pub async fn run_once(
             Some(branch.clone()),
         ),
     };
+    let mut resynced_controller = false;
     let push_error = match (
         &commit,
         settings.mode,
@@ -155,6 +181,15 @@ pub async fn run_once(
         (Some(c), PublishMode::Direct, Some(addr), _) => {
             deliver::push_commit(published.store, addr, c).await.err()
         }
+        (None, PublishMode::Direct, Some(addr), _) => {
+            match deliver::resync(published.store, addr, &published.planned.commit).await {
+                Ok(pushed) => {
+                    resynced_controller = pushed;
+                    None
+                }
+                Err(e) => Some(e),
+            }
+        }
         (Some(_), PublishMode::Pr, _, Some(gh)) => {
             deliver::open_pull_request(gh, &published.description)
                 .await
@@ -162,9 +197,11 @@ pub async fn run_once(
         }
         _ => None,
     };
+    let records: Vec<RecommendationRecord> = plans.iter().map(record).collect();
     history
-        .finish_run(
+        .finish_run_with(
             &run_id,
+            &records,
             status,
             commit.as_deref(),
             push_error.as_ref().map(ToString::to_string).as_deref(),
@@ -191,7 +228,33 @@ pub async fn run_once(
         attempts: published.attempts,
         push_conflicts: published.attempts - 1,
         replanned: published.replanned,
+        aborted_runs,
+        resynced_controller,
     })
+}
+
+/// Updates the run's heartbeat every [`crate::history::HEARTBEAT_INTERVAL`] until dropped.
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Heartbeat {
+    fn start(history: History, run_id: String) -> Heartbeat {
+        Heartbeat(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::history::HEARTBEAT_INTERVAL);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                if let Err(e) = history.heartbeat(&run_id).await {
+                    warn!(run = %run_id, error = %e, "run heartbeat failed");
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What the git step left: the plans it pushed (or found already there), the commit and
@@ -206,11 +269,14 @@ struct Published {
 }
 
 /// Reads, plans, renders and pushes; on a branch that moved under the run, reads again and
-/// re-plans the changed services, up to `settings.max_attempts` rounds.
+/// re-plans the changed services, up to `settings.max_attempts` rounds. Right before each
+/// push the run history is written to (the heartbeat): a database that went away mid-run
+/// fails the run before anything is committed, so no commit lands without its record.
 async fn publish(
     settings: &RunSettings,
     source: &dyn MetricsSource,
     run_id: &str,
+    history: &History,
 ) -> Result<Published, RunError> {
     let now = settings
         .now
@@ -230,6 +296,12 @@ async fn publish(
     let store = blocking(move || GitStore::open(&remote, &workdir)).await?;
     let (mut store, (mut checkout, files)) = with_store(store, read_checkout).await?;
     let mut planned = planner.plan(&checkout.commit, files, None).await?;
+    if planned.computed_buckets > 0 && planned.buckets_with_data == 0 {
+        return Err(RunError::NoData {
+            source_desc: source.describe(),
+            buckets: planned.computed_buckets,
+        });
+    }
     let mut replanned: Vec<String> = Vec::new();
     let max_attempts = settings.max_attempts.max(1);
     let mut attempt = 1;
@@ -246,6 +318,7 @@ async fn publish(
                 store,
             });
         };
+        history.heartbeat(run_id).await?;
         let (mode, co) = (settings.mode, checkout.clone());
         let (s, outcome) = with_store(store, move |s| s.publish_on(&co, mode, &proposal)).await?;
         store = s;

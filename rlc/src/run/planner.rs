@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use grl_config::{self as config, Bucket, Mode, ServiceConfig, Snapshot};
 use policies::{Point, Series};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::RunError;
 use crate::guards::GuardSettings;
@@ -47,6 +47,10 @@ pub(super) struct Planned {
     services: BTreeMap<String, ServicePlans>,
     /// Services planned by this call (every service on the first read).
     pub planned: Vec<String>,
+    /// Buckets whose limit is computed from history.
+    pub computed_buckets: usize,
+    /// Of those, buckets whose history held at least one usable value.
+    pub buckets_with_data: usize,
 }
 
 impl Planned {
@@ -143,12 +147,26 @@ impl<'a> Planner<'a> {
         for ((svc, inputs), plans) in todo.into_iter().zip(fresh) {
             services.insert(svc.name.clone(), ServicePlans { inputs, plans });
         }
+        let mut computed_buckets = 0;
+        let mut buckets_with_data = 0;
+        for svc in snapshot.services.values() {
+            for b in svc.buckets.iter().filter(|b| plan::is_computed(b)) {
+                computed_buckets += 1;
+                let has_data = self
+                    .history
+                    .get(&(query(&svc.name, b), Measure::Offered))
+                    .is_some_and(|f| !f.series.is_empty());
+                buckets_with_data += usize::from(has_data);
+            }
+        }
         Ok(Planned {
             commit: commit.to_string(),
             files,
             snapshot,
             services,
             planned,
+            computed_buckets,
+            buckets_with_data,
         })
     }
 
@@ -180,6 +198,23 @@ impl<'a> Planner<'a> {
         let mut out: Vec<Vec<BucketPlan>> = vec![Vec::new(); services.len()];
         let mut offered_points: Vec<Vec<Vec<(i64, f64)>>> = vec![Vec::new(); services.len()];
         for ((i, bucket, previous), series) in targets.into_iter().zip(offered) {
+            if series.invalid > 0 {
+                let name = format!("{}/{}", services[i].0.name, bucket.name);
+                warn!(bucket = %name, invalid = series.invalid, "metrics source returned values that are no rate (NaN, infinite or negative); bucket refused");
+                out[i].push(plan::refused(
+                    &services[i].0.name,
+                    bucket,
+                    previous,
+                    &self.guards,
+                    format!(
+                        "the metrics source returned {} value(s) that are no rate (NaN, \
+                         infinite or negative)",
+                        series.invalid
+                    ),
+                ));
+                offered_points[i].push(Vec::new());
+                continue;
+            }
             let history = Series::new(
                 series.step_secs.max(1),
                 series
@@ -308,6 +343,7 @@ impl<'a> Planner<'a> {
             .map(|(q, start)| {
                 let f = &self.history[&(q.clone(), measure)];
                 RangeSeries {
+                    invalid: f.series.invalid,
                     step_secs: f.series.step_secs,
                     points: f
                         .series

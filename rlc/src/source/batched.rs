@@ -46,7 +46,7 @@ struct ServiceData {
     /// Timestamp of slot 0.
     first: i64,
     /// `(caller, procedure, rate per slot, NaN = no data)`.
-    pairs: Vec<(String, String, Vec<f32>)>,
+    pairs: Vec<(String, String, Vec<f32>, usize)>,
 }
 
 impl BatchedPrometheusSource {
@@ -56,7 +56,7 @@ impl BatchedPrometheusSource {
         settings.validate(url)?;
         if settings.step_secs % settings.resolution_secs != 0 {
             return Err(SourceError::InvalidUrl {
-                url: url.to_owned(),
+                url: crate::secrets::redact_url(url),
                 message: format!(
                     "step_secs ({}) must be a multiple of resolution_secs ({})",
                     settings.step_secs, settings.resolution_secs
@@ -112,14 +112,17 @@ impl BatchedPrometheusSource {
             .into_iter()
             .map(|(labels, points)| {
                 let mut v = vec![f32::NAN; slots];
+                let mut invalid = 0;
                 for (t, x) in points {
                     let i = (t - grid_start) / res;
-                    if (0..slots as i64).contains(&i) && x.is_finite() {
+                    if !super::series::is_rate(x) {
+                        invalid += 1;
+                    } else if (0..slots as i64).contains(&i) {
                         v[i as usize] = x as f32;
                     }
                 }
                 let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
-                (get(LABEL_CALLER), get(LABEL_PROCEDURE), v)
+                (get(LABEL_CALLER), get(LABEL_PROCEDURE), v, invalid)
             })
             .collect::<Vec<_>>();
         tracing::debug!(
@@ -180,9 +183,15 @@ fn assemble(
     let matching: Vec<&Vec<f32>> = data
         .pairs
         .iter()
-        .filter(|(c, p, _)| q.matches(c, p))
+        .filter(|(c, p, _, _)| q.matches(c, p))
         .map(|p| &p.2)
         .collect();
+    let invalid = data
+        .pairs
+        .iter()
+        .filter(|(c, p, _, _)| q.matches(c, p))
+        .map(|p| p.3)
+        .sum();
     if matching.is_empty() {
         return RangeSeries::empty(step);
     }
@@ -212,6 +221,7 @@ fn assemble(
     RangeSeries {
         step_secs: step,
         points,
+        invalid,
     }
 }
 
@@ -245,13 +255,15 @@ mod tests {
                     "gw".into(),
                     "Pay/Card".into(),
                     vec![1.0, 2.0, 3.0, 4.0, nan, nan],
+                    0,
                 ),
                 (
                     "gw".into(),
                     "Pay/Bank".into(),
                     vec![10.0, 0.0, 0.0, 0.0, nan, nan],
+                    2,
                 ),
-                ("gw".into(), "Refund".into(), vec![100.0; 6]),
+                ("gw".into(), "Refund".into(), vec![100.0; 6], 5),
             ],
         };
         let q = BucketQuery {
@@ -263,6 +275,7 @@ mod tests {
         // Steps of 180 s end at 180 (slots 0..=2) and 360 (slots 3..=5).
         let s = assemble(&data, &q, 60, 180, 180, 360);
         assert_eq!(s.points, vec![(180, 11.0), (360, 4.0)]);
+        assert_eq!(s.invalid, 2, "invalid values of the matching pairs only");
         let none = BucketQuery {
             caller: Some("nobody".into()),
             ..q

@@ -67,6 +67,7 @@ mod tests {
                 Ok(RangeSeries {
                     step_secs: 60,
                     points: vec![(0, i as f64)],
+                    invalid: 0,
                 })
             })
         }

@@ -88,7 +88,7 @@ impl PromSettings {
         if self.step_secs <= 0 || self.resolution_secs <= 0 || self.resolution_secs > self.step_secs
         {
             return Err(SourceError::InvalidUrl {
-                url: url.to_owned(),
+                url: crate::secrets::redact_url(url),
                 message: format!(
                     "need 0 < resolution_secs ({}) <= step_secs ({})",
                     self.resolution_secs, self.step_secs
@@ -156,6 +156,7 @@ impl PrometheusSource {
         let mut out = RangeSeries {
             step_secs: self.settings.step_secs,
             points: sums.into_iter().collect(),
+            invalid: 0,
         };
         out.normalise();
         Ok(out)

@@ -26,6 +26,7 @@ pub(super) type LabelledPoints = (HashMap<String, String>, Vec<(i64, f64)>);
 #[derive(Clone)]
 pub(super) struct RangeQuerier {
     client: Client,
+    /// The URL without password, for messages.
     url: String,
     timeout: Duration,
     retry: Retry,
@@ -51,7 +52,7 @@ impl RangeQuerier {
     /// A querier for `url` with the timeouts, retries and chunk size of `settings`.
     pub(super) fn new(url: &str, settings: &PromSettings) -> Result<Self, SourceError> {
         let bad = |message: String| SourceError::InvalidUrl {
-            url: url.to_owned(),
+            url: crate::secrets::redact_url(url),
             message,
         };
         let http = crate::https::client_builder()
@@ -62,7 +63,7 @@ impl RangeQuerier {
         let client = Client::from(http, url).map_err(|e| bad(chain(&e)))?;
         Ok(RangeQuerier {
             client,
-            url: url.trim_end_matches('/').to_owned(),
+            url: crate::secrets::redact_url(url.trim_end_matches('/')),
             timeout: settings.timeout,
             retry: Retry {
                 retries: settings.retries,

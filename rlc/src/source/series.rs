@@ -10,6 +10,10 @@ pub struct RangeSeries {
     pub step_secs: i64,
     /// `(unix seconds, requests per second)`, sorted by time, no duplicate timestamps.
     pub points: Vec<(i64, f64)>,
+    /// Values the source returned that are no rate (NaN, infinite or negative) and were
+    /// left out of `points`. A bucket with any is refused by the planner (a broken metrics
+    /// source must not set limits).
+    pub invalid: usize,
 }
 
 impl RangeSeries {
@@ -18,6 +22,7 @@ impl RangeSeries {
         RangeSeries {
             step_secs,
             points: Vec::new(),
+            invalid: 0,
         }
     }
 
@@ -36,12 +41,14 @@ impl RangeSeries {
 
     /// Builds a series from points at a finer resolution: each point goes to the step that
     /// ends at or after it (`ceil(t / step) * step`), keeping the maximum per step.
-    /// Non-finite values are dropped.
+    /// Values that are no rate (see [`is_rate`]) are dropped and counted in `invalid`.
     pub fn max_per_step(step_secs: i64, points: impl IntoIterator<Item = (i64, f64)>) -> Self {
         let step = step_secs.max(1);
         let mut by_step: BTreeMap<i64, f64> = BTreeMap::new();
+        let mut invalid = 0;
         for (t, v) in points {
-            if !v.is_finite() {
+            if !is_rate(v) {
+                invalid += 1;
                 continue;
             }
             let slot = t.div_euclid(step) * step + if t.rem_euclid(step) == 0 { 0 } else { step };
@@ -53,15 +60,24 @@ impl RangeSeries {
         RangeSeries {
             step_secs,
             points: by_step.into_iter().collect(),
+            invalid,
         }
     }
 
-    /// Sorts points and drops duplicate timestamps (keeping the first) and non-finite values.
+    /// Sorts points and drops duplicate timestamps (keeping the first) and values that are
+    /// no rate (counted in `invalid`).
     pub(crate) fn normalise(&mut self) {
-        self.points.retain(|p| p.1.is_finite());
+        let before = self.points.len();
+        self.points.retain(|p| is_rate(p.1));
+        self.invalid += before - self.points.len();
         self.points.sort_by_key(|p| p.0);
         self.points.dedup_by_key(|p| p.0);
     }
+}
+
+/// Whether `v` can be a request rate: finite and not negative.
+pub(crate) fn is_rate(v: f64) -> bool {
+    v.is_finite() && v >= 0.0
 }
 
 #[cfg(test)]
@@ -82,6 +98,7 @@ mod tests {
         );
         assert_eq!(s.points, vec![(300, 5.0), (600, 3.0)]);
         assert_eq!(s.max(), Some(5.0));
+        assert_eq!(s.invalid, 1, "the NaN is counted");
     }
 
     #[test]
