@@ -71,7 +71,9 @@ pub async fn run(node: Arc<Node>, parent: String, mut shutdown: watch::Receiver<
 
 async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
     let ch = channel(parent).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let mut client = TierClient::new(ch);
+    let mut client = TierClient::new(ch)
+        .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
+        .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);
     let (tx, rx) = mpsc::channel::<proto::Report>(4);
     tx.try_send(node.upward_report(Instant::now()))
         .map_err(|e| tonic::Status::internal(e.to_string()))?;
