@@ -77,7 +77,9 @@ async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
     let (tx, rx) = mpsc::channel::<proto::Report>(4);
     tx.try_send(node.upward_report(Instant::now()))
         .map_err(|e| tonic::Status::internal(e.to_string()))?;
-    let reporter = {
+    // Aborted when the session ends or is dropped (its task aborted): a reporter left
+    // running would keep the old stream alive and speak for this tier under its id.
+    let _reporter = AbortOnDrop({
         let node = node.clone();
         tokio::spawn(async move {
             let mut t = tokio::time::interval(node.cfg.interval / 4);
@@ -90,7 +92,7 @@ async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
                 }
             }
         })
-    };
+    });
     let result = async {
         let mut inbound = client.exchange(ReceiverStream::new(rx)).await?.into_inner();
         info!(parent = %parent, "parent connected");
@@ -101,8 +103,16 @@ async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
         Ok(())
     }
     .await;
-    reporter.abort();
     result
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]
