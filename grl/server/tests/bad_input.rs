@@ -460,3 +460,68 @@ fn bad_start_up_flags_exit_2_naming_the_flag() {
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_string()).collect()
 }
+
+/// High-cardinality ids keep memory bounded: beyond the cap, new children are refused and
+/// counted, and the tier keeps serving the ones it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_beyond_the_cap_are_refused_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 1000.0);
+    let (ctl, _c) = controller_on(listener().await, dir.path(), IV).await;
+    let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), IV).await;
+    agg.node
+        .set_report_limits(grl::tier::admission::ReportLimits {
+            max_children: 5,
+            ..Default::default()
+        });
+    let mut streams = Vec::new();
+    for i in 0..12 {
+        let tx = fake_child(agg.addr).await;
+        tx.send(report(&format!("churn-{i}"), Vec::new()))
+            .await
+            .unwrap();
+        streams.push(tx);
+    }
+    let m = agg.metrics_addr.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let scraped = scrape(m).await;
+        if refused(&scraped, "too_many_children") >= 7.0 {
+            assert_eq!(
+                scraped.get(r#"grl_tier_children{level="client"}"#),
+                Some(&5.0),
+                "{scraped:#?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "children beyond the cap not refused: {scraped:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 12: a FIFO named `*.yaml` hung start-up silently. The controller now exits at
+/// once, naming the file.
+#[cfg(unix)]
+#[test]
+fn a_fifo_in_the_config_dir_stops_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 1000.0);
+    let fifo = dir.path().join("services/zz.yaml");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let d = dir.path().to_str().unwrap();
+    let (code, err) = run_grl(&["controller", "--listen", "127.0.0.1:0", "--config", d]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("services/zz.yaml") && err.contains("not a regular file"),
+        "{err}"
+    );
+}

@@ -29,7 +29,8 @@ pub enum Reason {
     Implausible,
     /// A bucket (or service) this tier has no rule for.
     UnknownBucket,
-    /// More rows or services than [`ReportLimits::max_rows`].
+    /// More rows or services than [`ReportLimits::max_rows`], or more rows over all
+    /// children than [`ReportLimits::max_total_rows`].
     TooManyRows,
     /// A new child while [`ReportLimits::max_children`] are tracked.
     TooManyChildren,
@@ -80,6 +81,9 @@ pub struct ReportLimits {
     pub max_rows: usize,
     /// Most children tracked at once (also the most clients one row may stand for).
     pub max_children: usize,
+    /// Most rows held over all children: memory stays bounded however many names
+    /// (zones, regions) children invent.
+    pub max_total_rows: usize,
 }
 
 impl Default for ReportLimits {
@@ -88,6 +92,7 @@ impl Default for ReportLimits {
             max_client_rps: 1e6,
             max_rows: 10_000,
             max_children: 100_000,
+            max_total_rows: 1_000_000,
         }
     }
 }

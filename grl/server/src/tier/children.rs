@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::admission::Reason;
+use super::admission::{Reason, ReportLimits};
 use super::ratios::{self, Totals};
 use grl_core::proto;
 
@@ -85,23 +85,31 @@ pub struct Children<L> {
     stale_after: Duration,
     forget_after: Duration,
     max: usize,
+    max_rows: usize,
+    /// Rows held over all children (bounded by `max_rows`: memory stays bounded however
+    /// many names children invent).
+    rows: usize,
 }
 
 impl<L: Liveness> Children<L> {
     /// A registry whose children are stale after 3 intervals (left out of sums) and
-    /// forgotten after 10, tracking at most `max` children.
-    pub fn new(interval: Duration, max: usize) -> Self {
+    /// forgotten after 10, tracking at most `limits.max_children` children and
+    /// `limits.max_total_rows` rows over all of them.
+    pub fn new(interval: Duration, limits: &ReportLimits) -> Self {
         Self {
             map: BTreeMap::new(),
             stale_after: interval * 3,
             forget_after: interval * 10,
-            max,
+            max: limits.max_children,
+            max_rows: limits.max_total_rows,
+            rows: 0,
         }
     }
 
-    /// Sets the most children tracked (those already tracked stay).
-    pub fn set_max(&mut self, max: usize) {
-        self.max = max;
+    /// Sets the bounds (children and rows already tracked stay).
+    pub fn set_limits(&mut self, limits: &ReportLimits) {
+        self.max = limits.max_children;
+        self.max_rows = limits.max_total_rows;
     }
 
     /// Records a report from the child on stream `conn`, taking only the rows `admit`
@@ -140,6 +148,12 @@ impl<L: Liveness> Children<L> {
                 rates.insert(k, *old);
             }
         }
+        let held = self.map.get(&r.reporter_id).map_or(0, |c| c.rates.len());
+        let rows = self.rows - held + rates.len();
+        if rows > self.max_rows {
+            return Err(Reason::TooManyRows);
+        }
+        self.rows = rows;
         let level = proto::Level::try_from(r.level).unwrap_or(proto::Level::Client);
         Ok(match self.map.get_mut(&r.reporter_id) {
             Some(c) if c.conn == conn => {
@@ -173,7 +187,13 @@ impl<L: Liveness> Children<L> {
     /// Removes the child when its stream `conn` ended (a newer stream keeps it).
     pub fn disconnected(&mut self, id: &str, conn: u64) {
         if self.map.get(id).is_some_and(|c| c.conn == conn) {
-            self.map.remove(id);
+            self.remove(id);
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(c) = self.map.remove(id) {
+            self.rows -= c.rates.len();
         }
     }
 
@@ -192,7 +212,7 @@ impl<L: Liveness> Children<L> {
             .map(|c| c.id.clone())
             .collect();
         for id in &gone {
-            self.map.remove(id);
+            self.remove(id);
         }
         gone
     }
@@ -281,7 +301,7 @@ mod tests {
     #[test]
     fn latest_report_per_child_is_summed() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1), 100);
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
         assert!(
             c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
                 .unwrap()
@@ -300,7 +320,7 @@ mod tests {
     #[test]
     fn stale_children_leave_the_sum_then_the_registry() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1), 100);
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
         c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
             .unwrap();
         c.report(
@@ -323,7 +343,7 @@ mod tests {
     #[test]
     fn an_old_stream_ending_keeps_the_reconnected_child() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1), 100);
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
         c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
             .unwrap();
         assert!(
@@ -339,7 +359,7 @@ mod tests {
     #[test]
     fn a_second_live_stream_with_the_same_id_is_refused() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1), 100);
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
         c.report(1, true, &report("a", "z1", 10.0), t0, |_| true)
             .unwrap();
         assert_eq!(
@@ -362,7 +382,11 @@ mod tests {
     #[test]
     fn refused_rows_keep_the_previous_rate_and_children_are_capped() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1), 2);
+        let limits = ReportLimits {
+            max_children: 2,
+            ..ReportLimits::default()
+        };
+        let mut c = Children::new(Duration::from_secs(1), &limits);
         c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
             .unwrap();
         c.report(1, (), &report("a", "z1", -1e9), t0, |r| r.offered >= 0.0)
@@ -375,5 +399,34 @@ mod tests {
             Err(Reason::TooManyChildren)
         );
         assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn rows_over_all_children_are_bounded() {
+        let t0 = Instant::now();
+        let limits = ReportLimits {
+            max_total_rows: 3,
+            ..ReportLimits::default()
+        };
+        let mut c = Children::new(Duration::from_secs(1), &limits);
+        let mut wide = report("a", "z1", 1.0);
+        for zone in ["z2", "z3"] {
+            let mut r = wide.rates[0].clone();
+            r.zone = zone.into();
+            wide.rates.push(r);
+        }
+        c.report(1, (), &wide, t0, |_| true).unwrap();
+        assert_eq!(
+            c.report(2, (), &report("b", "z1", 1.0), t0, |_| true),
+            Err(Reason::TooManyRows)
+        );
+        c.report(1, (), &report("a", "z1", 1.0), t0, |_| true)
+            .unwrap();
+        c.report(2, (), &report("b", "z1", 1.0), t0, |_| true)
+            .unwrap();
+        c.disconnected("a", 1);
+        c.report(3, (), &wide, t0, |_| true).unwrap_err();
+        c.report(3, (), &report("c", "z1", 1.0), t0, |_| true)
+            .unwrap();
     }
 }

@@ -102,7 +102,7 @@ impl Node {
         let state = State {
             rules: Arc::new(Rules::default()),
             config_gen: 0,
-            children: Children::new(cfg.interval, ReportLimits::default().max_children),
+            children: Children::new(cfg.interval, &ReportLimits::default()),
             parent: Parent::default(),
             computed: BTreeMap::new(),
             seq: 0,
@@ -150,7 +150,7 @@ impl Node {
     /// Sets the bounds children's reports are held to.
     pub fn set_report_limits(&self, limits: ReportLimits) {
         let mut s = self.lock();
-        s.children.set_max(limits.max_children);
+        s.children.set_limits(&limits);
         s.limits = limits;
     }
 
@@ -218,7 +218,7 @@ impl Node {
     /// Drops all children (their streams end): used at shutdown.
     pub fn drop_children(&self) {
         let mut s = self.lock();
-        s.children = Children::new(self.cfg.interval, s.limits.max_children);
+        s.children = Children::new(self.cfg.interval, &s.limits);
     }
 
     /// Recomputes this tier's ratios and instructs every child that needs it.
