@@ -28,7 +28,7 @@ pub(crate) struct Usage(pub(crate) String);
 
 /// The process exit code for `e`: 2 for a usage error, 1 for anything else.
 pub(crate) fn exit_code(e: &anyhow::Error) -> i32 {
-    if e.chain().any(|c| c.is::<Usage>()) {
+    if e.chain().any(<dyn std::error::Error>::is::<Usage>) {
         2
     } else {
         1

@@ -93,7 +93,7 @@ async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
             }
         })
     });
-    let result = async {
+    async {
         let mut inbound = client.exchange(ReceiverStream::new(rx)).await?.into_inner();
         info!(parent = %parent, "parent connected");
         node.set_parent_connected(true);
@@ -102,8 +102,7 @@ async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
         }
         Ok(())
     }
-    .await;
-    result
+    .await
 }
 
 /// Aborts a task when dropped.
