@@ -168,12 +168,16 @@ impl Node {
         self.bytes
             .reports_in
             .fetch_add(r.encoded_len() as u64, Ordering::Relaxed);
-        let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
         let mut s = self.lock();
         let limits = s.limits;
         if let Err(reason) = admission::check_report(r, &limits) {
             self.refused.add(reason, 1);
-            warn!(%peer, reason = reason.as_str(), rows = r.rates.len(), "report refused");
+            warn!(
+                ?peer,
+                reason = reason.as_str(),
+                rows = r.rates.len(),
+                "report refused"
+            );
             return Err(reason);
         }
         let rules = s.rules.clone();
@@ -192,18 +196,18 @@ impl Node {
             Ok(new) => new,
             Err(reason) => {
                 self.refused.add(reason, 1);
-                warn!(%peer, child = %r.reporter_id, reason = reason.as_str(), "report refused");
+                warn!(?peer, child = %r.reporter_id, reason = reason.as_str(), "report refused");
                 return Err(reason);
             }
         };
         if let Some(reason) = first {
             warn!(
-                %peer, child = %r.reporter_id, reason = reason.as_str(), refused_rows,
+                ?peer, child = %r.reporter_id, reason = reason.as_str(), refused_rows,
                 "report rows refused, the child's previous rates kept"
             );
         }
         if new {
-            info!(child = %r.reporter_id, %peer, zone = %r.zone, region = %r.region, "child connected");
+            info!(child = %r.reporter_id, ?peer, zone = %r.zone, region = %r.region, "child connected");
             self.instruct_children(&mut s, Some(&r.reporter_id), now);
         }
         Ok(())
