@@ -49,7 +49,9 @@ async fn connect(inner: &Inner) -> Result<Session, ClientError> {
     let (reports, rx) = mpsc::channel(16);
     // The hello tells the aggregator which service's config to send.
     let _ = reports.try_send(inner.hello());
-    let mut client = TierClient::new(channel);
+    let mut client = TierClient::new(channel)
+        .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
+        .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);
     let response = tokio::time::timeout(timeout, client.exchange(ReceiverStream::new(rx)))
         .await
         .map_err(|_| ClientError::Timeout(timeout))??;

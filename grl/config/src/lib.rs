@@ -15,6 +15,7 @@
 //! assert_eq!(bucket.limit, Some(500.0));
 //! ```
 
+pub mod bounds;
 mod error;
 mod load;
 pub mod raw;

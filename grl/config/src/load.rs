@@ -6,6 +6,7 @@ use std::path::Path;
 
 use policies::guard_settings::GuardSettings;
 
+use crate::bounds;
 use crate::raw::{LimitsFile, ServiceFile};
 use crate::yaml::{self, LineIndex};
 use crate::{
@@ -16,36 +17,75 @@ use crate::{
 /// Reads `services/*.yaml` and `limits/*.yaml` below `root`. The version is `version` if
 /// given, else a hash of the contents.
 pub fn load_dir(root: &Path, version: Option<&str>) -> Result<Snapshot, ConfigErrors> {
-    let files = read_config_files(root).map_err(|e| {
-        ConfigErrors(vec![ConfigError::new(
-            root.display().to_string(),
-            None,
-            "",
-            e.to_string(),
-        )])
-    })?;
+    let files = read_config_files(root).map_err(|e| ConfigErrors(vec![e]))?;
     let version = version.map_or_else(|| content_version(&files), str::to_string);
     from_files(&version, files)
 }
 
 /// The config files below `root` as `(relative path, content)`, sorted by path.
-pub fn read_config_files(root: &Path) -> std::io::Result<Vec<(String, String)>> {
+///
+/// `root` must be a directory. Only regular files are read: anything else named `*.yaml`
+/// (a FIFO, a device, a directory) is refused without being opened, so it cannot block the
+/// reader; so is a file larger than [`bounds::MAX_FILE_BYTES`] or a directory with more
+/// than [`bounds::MAX_FILES`] config files. Every refusal names the file.
+pub fn read_config_files(root: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let at = |file: &str, message: String| ConfigError::new(file, None, "", message);
+    let shown = root.display().to_string();
+    match std::fs::metadata(root) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(at(&shown, "is not a directory".into())),
+        Err(e) => return Err(at(&shown, e.to_string())),
+    }
     let mut files = Vec::new();
     for dir in ["services", "limits"] {
         let d = root.join(dir);
         if !d.is_dir() {
             continue;
         }
-        for entry in std::fs::read_dir(&d)? {
-            let path = entry?.path();
-            if is_yaml(&path) {
-                let name = path.file_name().unwrap_or_default().to_string_lossy();
-                files.push((format!("{dir}/{name}"), std::fs::read_to_string(&path)?));
+        let entries = std::fs::read_dir(&d).map_err(|e| at(dir, e.to_string()))?;
+        for entry in entries {
+            let path = entry.map_err(|e| at(dir, e.to_string()))?.path();
+            if !is_yaml(&path) {
+                continue;
             }
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let rel = format!("{dir}/{name}");
+            if files.len() >= bounds::MAX_FILES {
+                return Err(at(
+                    dir,
+                    format!("more than {} config files", bounds::MAX_FILES),
+                ));
+            }
+            files.push((rel.clone(), read_regular(&path).map_err(|m| at(&rel, m))?));
         }
     }
     files.sort();
     Ok(files)
+}
+
+/// Reads one config file if it is a regular file of at most [`bounds::MAX_FILE_BYTES`].
+fn read_regular(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    // Checked before opening: opening a FIFO for reading blocks until a writer appears.
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    let limit = bounds::MAX_FILE_BYTES as u64;
+    if meta.len() > limit {
+        return Err(format!(
+            "file is {} bytes, more than the {limit} allowed",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(limit + 1).read_to_string(&mut text))
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > limit {
+        return Err(format!("file grew beyond the {limit} bytes allowed"));
+    }
+    Ok(text)
 }
 
 fn is_yaml(path: &Path) -> bool {
@@ -76,10 +116,20 @@ pub fn from_files(
     let mut errors = Vec::new();
     let mut services: BTreeMap<String, ServiceConfig> = BTreeMap::new();
     let mut limit_files = Vec::new();
-    let mut files: Vec<_> = files.into_iter().collect();
+    let mut files: Vec<_> = files
+        .into_iter()
+        .filter(|(path, _)| {
+            is_yaml(Path::new(path))
+                && (path.starts_with("services/") || path.starts_with("limits/"))
+        })
+        .collect();
     files.sort();
+    if let Err(e) = check_sizes(&files) {
+        return Err(ConfigErrors(vec![e]));
+    }
     for (path, text) in files {
-        if !is_yaml(Path::new(&path)) {
+        if let Err(e) = bounds::prescan(&path, &text) {
+            errors.push(e);
             continue;
         }
         if path.starts_with("services/") {
@@ -110,6 +160,18 @@ pub fn from_files(
             errors.append(&mut e);
         }
     }
+    let total: usize = services.values().map(|s| s.buckets.len()).sum();
+    if total > bounds::MAX_BUCKETS {
+        errors.push(ConfigError::new(
+            "services",
+            None,
+            "",
+            format!(
+                "{total} buckets in all services, more than the {} allowed",
+                bounds::MAX_BUCKETS
+            ),
+        ));
+    }
     if errors.is_empty() {
         Ok(Snapshot {
             version: version.to_string(),
@@ -120,6 +182,35 @@ pub fn from_files(
     }
 }
 
+/// Refuses too many files, a file too large, or too many bytes in all (before any parsing).
+fn check_sizes(files: &[(String, String)]) -> Result<(), ConfigError> {
+    if files.len() > bounds::MAX_FILES {
+        return Err(ConfigError::new(
+            "services",
+            None,
+            "",
+            format!(
+                "{} config files, more than the {} allowed",
+                files.len(),
+                bounds::MAX_FILES
+            ),
+        ));
+    }
+    let total: usize = files.iter().map(|(_, t)| t.len()).sum();
+    if total > bounds::MAX_TOTAL_BYTES {
+        return Err(ConfigError::new(
+            "services",
+            None,
+            "",
+            format!(
+                "config files hold {total} bytes, more than the {} allowed",
+                bounds::MAX_TOTAL_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn file_stem(path: &str) -> &str {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.rsplit_once('.').map_or(name, |(stem, _)| stem)
@@ -127,6 +218,7 @@ fn file_stem(path: &str) -> &str {
 
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
+        && s.len() <= bounds::MAX_NAME_BYTES
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
 }
@@ -141,8 +233,9 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
         errors.push(err(
             "service".into(),
             format!(
-                "`{}` is not a valid service name (letters, digits, - _ . :)",
-                raw.service
+                "`{}` is not a valid service name (letters, digits, - _ . :, at most {} bytes)",
+                shorten(&raw.service),
+                bounds::MAX_NAME_BYTES
             ),
         ));
     } else if raw.service != file_stem(path) {
@@ -154,6 +247,16 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             ),
         ));
     }
+    if raw.buckets.len() > bounds::MAX_BUCKETS_PER_SERVICE {
+        return Err(vec![err(
+            "buckets".into(),
+            format!(
+                "{} buckets, more than the {} allowed per service",
+                raw.buckets.len(),
+                bounds::MAX_BUCKETS_PER_SERVICE
+            ),
+        )]);
+    }
     let mut names: HashMap<String, usize> = HashMap::new();
     let mut rules: HashMap<MatchRule, usize> = HashMap::new();
     let mut buckets = Vec::new();
@@ -162,7 +265,11 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
         if !valid_name(&b.name) {
             errors.push(err(
                 at("name"),
-                format!("`{}` is not a valid bucket name", b.name),
+                format!(
+                    "`{}` is not a valid bucket name (letters, digits, - _ . :, at most {} bytes)",
+                    shorten(&b.name),
+                    bounds::MAX_NAME_BYTES
+                ),
             ));
         } else if let Some(first) = names.insert(b.name.clone(), i) {
             let first_line = index.line(&format!("buckets[{first}].name"));
@@ -189,6 +296,16 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             }
             (_, Some(p)) if p.is_empty() => {
                 errors.push(err(at("match.procedure"), "must not be empty".into()));
+                continue;
+            }
+            (Some(c), _) if bounds::name_problem(c).is_some() => {
+                let problem = bounds::name_problem(c).unwrap_or_default();
+                errors.push(err(at("match.caller"), problem));
+                continue;
+            }
+            (_, Some(p)) if bounds::name_problem(p).is_some() => {
+                let problem = bounds::name_problem(p).unwrap_or_default();
+                errors.push(err(at("match.procedure"), problem));
                 continue;
             }
             (c, p) => MatchRule {
@@ -227,8 +344,12 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
         }
         let (limit, limit_source) = if b.policy.kind == "fixed" {
             match params.get("rps").and_then(serde_json::Value::as_f64) {
-                Some(rps) if rps.is_finite() && rps > 0.0 => (Some(rps), LimitSource::Fixed),
-                _ => {
+                Some(rps) if bounds::limit_in_range(rps) => (Some(rps), LimitSource::Fixed),
+                Some(rps) => {
+                    errors.push(err(at("policy.rps"), bounds::limit_problem(rps)));
+                    continue;
+                }
+                None => {
                     errors.push(err(
                         at("policy.rps"),
                         "a fixed policy needs `rps`, a finite number > 0".into(),
@@ -299,10 +420,10 @@ fn apply_limits(
             ));
             continue;
         };
-        if !(entry.rps.is_finite() && entry.rps > 0.0) {
+        if !bounds::limit_in_range(entry.rps) {
             errors.push(err(
                 format!("{field}.rps"),
-                format!("limit {} is not a finite number > 0", entry.rps),
+                bounds::limit_problem(entry.rps),
             ));
             continue;
         }
@@ -325,4 +446,23 @@ fn apply_limits(
         }
     }
     Ok(())
+}
+
+/// A name cut to 64 characters for an error message (a 10 KB name is not echoed whole).
+fn shorten(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(64)
+        .map(|c| {
+            if bounds::is_forbidden_char(c) {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if s.chars().count() > 64 {
+        out.push('…');
+    }
+    out
 }

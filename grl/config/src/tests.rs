@@ -270,7 +270,7 @@ fn computed_limit_must_be_finite_and_positive() {
             "limits/payments.yaml",
             3,
             "limits.gateway-pay.rps",
-            "not a finite number > 0",
+            "is not a finite number between",
         );
     }
 }
@@ -352,4 +352,294 @@ fn service_name_must_match_file() {
         "service",
         "must live in services/payments.yaml",
     );
+}
+
+/// Issue 12: a 200 KB file of `[` nested 100,000 deep took over 30 s to refuse.
+#[test]
+fn deeply_nested_brackets_are_refused_before_parsing_and_fast() {
+    let text = format!("service: payments\nbuckets: {}", "[".repeat(200_000));
+    let start = std::time::Instant::now();
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(1),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        (e.file.as_str(), e.line),
+        ("services/payments.yaml", Some(2))
+    );
+    assert!(e.message.contains("nested more than"), "{e}");
+}
+
+#[test]
+fn a_file_over_the_size_limit_is_refused() {
+    let text = format!(
+        "{PAYMENTS}description: \"{}\"\n",
+        "x".repeat(bounds::MAX_FILE_BYTES)
+    );
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert_eq!(e.file, "services/payments.yaml");
+    assert!(e.message.contains("more than the 1048576 allowed"), "{e}");
+}
+
+#[test]
+fn absurd_limits_are_refused() {
+    for bad in ["1e300", "1e-300", "0.0000001", "2e9"] {
+        let text = PAYMENTS.replace("rps: 500", &format!("rps: {bad}"));
+        let e = refused(&[("services/payments.yaml", &text)]);
+        assert_refusal(
+            &e,
+            "services/payments.yaml",
+            12,
+            "buckets[1].policy.rps",
+            "between 0.001 and 1000000000",
+        );
+        let limits = LIMITS.replace("rps: 1250", &format!("rps: {bad}"));
+        let e = refused(&[
+            ("services/payments.yaml", PAYMENTS),
+            ("limits/payments.yaml", &limits),
+        ]);
+        assert_refusal(
+            &e,
+            "limits/payments.yaml",
+            3,
+            "limits.gateway-pay.rps",
+            "between 0.001 and 1000000000",
+        );
+    }
+    let edge = PAYMENTS.replace("rps: 500", "rps: 1e9");
+    from_files("v", files(&[("services/payments.yaml", &edge)])).unwrap();
+}
+
+#[test]
+fn long_names_are_refused_and_not_echoed_whole() {
+    let long = "a".repeat(10_000);
+    let text = PAYMENTS.replace("name: refunds", &format!("name: {long}"));
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        13,
+        "buckets[2].name",
+        "at most 256 bytes",
+    );
+    assert!(e.message.len() < 300, "{e}");
+    let text = PAYMENTS.replace("caller: partner-acme", &format!("caller: {long}"));
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        9,
+        "buckets[1].match.caller",
+        "10000 bytes",
+    );
+}
+
+#[test]
+fn control_and_bidi_characters_in_names_are_refused() {
+    for (bad, code) in [
+        ("\u{202E}", "U+202E"),
+        ("\u{2066}", "U+2066"),
+        ("\\u0007", "U+0007"),
+    ] {
+        let text = PAYMENTS.replace("procedure: Refund", &format!("procedure: \"Ref{bad}und\""));
+        let e = refused(&[("services/payments.yaml", &text)]);
+        assert_refusal(
+            &e,
+            "services/payments.yaml",
+            14,
+            "buckets[2].match.procedure",
+            code,
+        );
+        let text = PAYMENTS.replace("caller: gateway,", &format!("caller: \"gate{bad}way\","));
+        let e = refused(&[("services/payments.yaml", &text)]);
+        assert_refusal(
+            &e,
+            "services/payments.yaml",
+            4,
+            "buckets[0].match.caller",
+            code,
+        );
+    }
+    let text = PAYMENTS.replace("name: refunds", "name: \"ref\u{202E}unds\"");
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert_eq!(e.field, "buckets[2].name");
+    assert!(
+        !e.message.contains('\u{202E}'),
+        "the refusal does not echo the character: {e}"
+    );
+}
+
+#[test]
+fn too_many_buckets_in_a_service_are_refused() {
+    let mut text = String::from("service: payments\nbuckets:\n");
+    for i in 0..=bounds::MAX_BUCKETS_PER_SERVICE {
+        text.push_str(&format!(
+            "  - {{ name: b{i}, match: {{ caller: c{i} }}, scope: zone, mode: deny, policy: {{ kind: fixed, rps: 5 }} }}\n"
+        ));
+    }
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert_refusal(
+        &e,
+        "services/payments.yaml",
+        2,
+        "buckets",
+        "1001 buckets, more than the 1000",
+    );
+}
+
+#[test]
+fn too_many_buckets_in_a_snapshot_are_refused() {
+    let per = bounds::MAX_BUCKETS_PER_SERVICE;
+    let services = bounds::MAX_BUCKETS / per + 1;
+    let list: Vec<(String, String)> = (0..services)
+        .map(|s| {
+            let mut text = format!("service: s{s}\nbuckets:\n");
+            for i in 0..per {
+                text.push_str(&format!(
+                    "  - {{ name: b{i}, match: {{ caller: c{i} }}, scope: zone, mode: deny, policy: {{ kind: fixed, rps: 5 }} }}\n"
+                ));
+            }
+            (format!("services/s{s}.yaml"), text)
+        })
+        .collect();
+    let errs = from_files("v", list).expect_err("too many buckets");
+    assert!(
+        errs.to_string().contains("21000 buckets in all services"),
+        "{errs}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_named_yaml_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("services")).unwrap();
+    std::fs::write(dir.path().join("services/payments.yaml"), PAYMENTS).unwrap();
+    let fifo = dir.path().join("services/zz.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let root = dir.path().to_path_buf();
+    std::thread::spawn(move || tx.send(load_dir(&root, None)));
+    let errs = rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("loading blocked on the FIFO")
+        .expect_err("a FIFO is refused");
+    assert_eq!(errs.0[0].file, "services/zz.yaml", "{errs}");
+    assert!(errs.0[0].message.contains("not a regular file"), "{errs}");
+}
+
+#[test]
+fn a_missing_path_or_a_plain_file_as_root_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let errs = load_dir(&dir.path().join("nope"), None).expect_err("missing root");
+    assert!(errs.to_string().contains("nope"), "{errs}");
+    let file = dir.path().join("file.yaml");
+    std::fs::write(&file, PAYMENTS).unwrap();
+    let errs = load_dir(&file, None).expect_err("a file as root");
+    assert!(errs.to_string().contains("is not a directory"), "{errs}");
+}
+
+mod properties {
+    //! Property tests of the loader: any text is answered without a panic, every refusal
+    //! names a given file and a line inside it, and generated valid configs load with every
+    //! bucket found by its own match.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// YAML-ish text: indicators, quotes, brackets, newlines and words.
+    fn yamlish() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop_oneof![
+                Just("[".to_string()),
+                Just("]".to_string()),
+                Just("{".to_string()),
+                Just("}".to_string()),
+                Just("\"".to_string()),
+                Just("'".to_string()),
+                Just(": ".to_string()),
+                Just("- ".to_string()),
+                Just("\n".to_string()),
+                Just("  ".to_string()),
+                Just("# ".to_string()),
+                Just("&a ".to_string()),
+                Just("*a".to_string()),
+                Just("service".to_string()),
+                Just("buckets".to_string()),
+                Just("payments".to_string()),
+                Just("rps: 1e300".to_string()),
+                "[a-z0-9]{1,8}",
+                any::<char>().prop_map(|c| c.to_string()),
+            ],
+            0..200,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_text_is_answered_and_refusals_name_the_file(text in yamlish()) {
+            let lines = text.lines().count().max(1);
+            for path in ["services/payments.yaml", "limits/payments.yaml"] {
+                if let Err(errs) = from_files("v", files(&[(path, &text)])) {
+                    for e in &errs.0 {
+                        prop_assert_eq!(&e.file, path);
+                        if let Some(l) = e.line {
+                            prop_assert!(l >= 1 && l <= lines + 1, "line {} of {}: {}", l, lines, e);
+                        }
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn mutated_valid_files_are_answered(at in 0usize..PAYMENTS.len(), insert in "[\\[\\]{}:\"' \n-]{1,4}") {
+            let mut text = PAYMENTS.to_string();
+            let at = (0..=at).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+            text.insert_str(at, &insert);
+            if let Err(errs) = from_files("v", files(&[("services/payments.yaml", &text)])) {
+                prop_assert!(errs.0.iter().all(|e| e.file == "services/payments.yaml"));
+            }
+        }
+
+        #[test]
+        fn generated_valid_configs_load_and_every_bucket_matches_itself(
+            buckets in proptest::collection::btree_map(
+                "[a-z][a-z0-9-]{0,11}",
+                ("[a-z]{1,6}", proptest::option::of("[A-Z][a-z]{0,5}(/\\*)?"), 0.001f64..1e9),
+                1..12,
+            )
+        ) {
+            let mut text = String::from("service: payments\nbuckets:\n");
+            for (i, (name, (caller, procedure, rps))) in buckets.iter().enumerate() {
+                // Callers are made unique so no two buckets share a match.
+                let caller = format!("{caller}{i}");
+                let procedure = procedure
+                    .as_ref()
+                    .map_or(String::new(), |p| format!(", procedure: \"{p}\""));
+                text.push_str(&format!(
+                    "  - name: {name}\n    match: {{ caller: {caller}{procedure} }}\n    scope: zone\n    mode: deny\n    policy: {{ kind: fixed, rps: {rps} }}\n"
+                ));
+            }
+            let snap = from_files("v", files(&[("services/payments.yaml", &text)]))
+                .map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+            let svc = snap.service("payments").unwrap();
+            prop_assert_eq!(svc.buckets.len(), buckets.len());
+            for (i, (name, (caller, procedure, rps))) in buckets.iter().enumerate() {
+                let caller = format!("{caller}{i}");
+                let probe = procedure.as_deref().map_or("Any/Thing".to_string(), |p| p.replace('*', "x"));
+                let found = svc.find(&caller, &probe).expect("its own request matches");
+                prop_assert_eq!(&found.name, name);
+                prop_assert_eq!(found.limit, Some(*rps));
+            }
+        }
+    }
 }

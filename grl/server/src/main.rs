@@ -30,13 +30,27 @@ enum Command {
     Sidecar(cmd::sidecar::Args),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // Flags are parsed (and bad ones refused with exit code 2) before anything starts.
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    let result = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(run(cli)));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::from(cmd::validate::exit_code(&e) as u8)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Aggregator(a) => cmd::aggregator::run(a).await,
         Command::Controller(a) => cmd::controller::run(a).await,
         Command::Loadgen(a) => cmd::loadgen::run(a).await,

@@ -2,6 +2,7 @@
 //! in one process ([`enforce`], [`config`], and faults on their links: [`faults`]), and the `grl` binary as real processes
 //! ([`binary`], and the sidecar with clients from other ecosystems: [`sidecar`], [`rls`]).
 
+mod bad_input;
 mod binary;
 mod config;
 mod enforce;

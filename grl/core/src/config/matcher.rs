@@ -164,4 +164,70 @@ mod tests {
             proptest::prop_assert!(rules[found.unwrap()].matches(&caller, &procedure));
         }
     }
+
+    /// The documented order, written as plainly as possible: overrides first (in order),
+    /// then caller+procedure, caller only, procedure only; within a class the most
+    /// specific procedure (exact, then the longest prefix), then the first declared.
+    fn oracle(rules: &[(MatchRule, bool)], caller: &str, procedure: &str) -> Option<usize> {
+        if let Some(i) = rules
+            .iter()
+            .position(|(r, o)| *o && r.matches(caller, procedure))
+        {
+            return Some(i);
+        }
+        let class = |r: &MatchRule| match (&r.caller, &r.procedure) {
+            (Some(_), Some(_)) => 0,
+            (Some(_), None) => 1,
+            (None, Some(_)) => 2,
+            (None, None) => 3,
+        };
+        let spec = |r: &MatchRule| {
+            r.procedure
+                .as_ref()
+                .map_or(0, ProcedurePattern::specificity)
+        };
+        rules
+            .iter()
+            .enumerate()
+            .filter(|(_, (r, o))| !*o && class(r) < 3 && r.matches(caller, procedure))
+            .min_by_key(|(i, (r, _))| (class(r), std::cmp::Reverse(spec(r)), *i))
+            .map(|(i, _)| i)
+    }
+
+    fn any_rule() -> impl proptest::strategy::Strategy<Value = (MatchRule, bool)> {
+        use proptest::prelude::*;
+        (
+            proptest::option::of("[ab]{1,2}"),
+            proptest::option::of("[XY/]{0,3}\\*?"),
+            proptest::bool::weighted(0.15),
+        )
+            .prop_map(|(c, p, o)| (rule(c.as_deref(), p.as_deref()), o))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn the_index_agrees_with_the_documented_order(
+            rules in proptest::collection::vec(any_rule(), 0..12),
+            caller in "[ab]{0,2}",
+            procedure in "[XY/]{0,4}",
+        ) {
+            let m = Matcher::new(rules.iter().map(|(r, o)| (r, *o)));
+            proptest::prop_assert_eq!(m.find(&caller, &procedure), oracle(&rules, &caller, &procedure));
+        }
+
+        #[test]
+        fn any_names_are_matched_without_panic(
+            caller in ".{0,40}",
+            procedure in ".{0,80}",
+            pattern in ".{0,40}",
+        ) {
+            let rules = [rule(Some(&caller), Some(&pattern)), rule(None, Some(&pattern))];
+            let m = Matcher::new(rules.iter().map(|r| (r, false)));
+            if let Some(i) = m.find(&caller, &procedure) {
+                proptest::prop_assert!(rules[i].matches(&caller, &procedure));
+            }
+        }
+    }
 }

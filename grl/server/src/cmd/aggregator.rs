@@ -24,8 +24,12 @@ pub(crate) struct Args {
     #[arg(long)]
     metrics_listen: Option<String>,
     /// Reporting interval in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::validate::interval_ms)]
     interval_ms: u64,
+    /// Highest offered rate one client may report, per second; a report row above it (per
+    /// contributing client) is refused and counted (`grl_tier_reports_refused_total`).
+    #[arg(long, default_value_t = 1e6, value_parser = super::validate::max_client_rps)]
+    max_client_rps: f64,
 }
 
 /// Runs until SIGTERM or Ctrl-C.
@@ -42,6 +46,9 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         interval: Duration::from_millis(a.interval_ms),
     };
     let running = aggregator::start(opts, listener, metrics)?;
+    running
+        .node
+        .set_report_limits(super::validate::report_limits(a.max_client_rps));
     info!(addr = %running.addr, metrics = ?running.metrics_addr, "aggregator serving");
     tokio::select! {
         () = running.wait() => {}

@@ -14,7 +14,7 @@ pub(crate) struct Args {
     #[arg(long, default_value = "127.0.0.1:7300")]
     listen: String,
     /// Config directory (`services/`, `limits/`), followed for changes.
-    #[arg(long, conflicts_with = "config_git")]
+    #[arg(long, conflicts_with = "config_git", value_parser = super::validate::config_dir)]
     config: Option<PathBuf>,
     /// Config repo URL, cloned and fetched; read at `origin/main`.
     #[arg(long)]
@@ -29,10 +29,14 @@ pub(crate) struct Args {
     #[arg(long)]
     metrics_listen: Option<String>,
     /// Reporting interval in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::validate::interval_ms)]
     interval_ms: u64,
+    /// Highest offered rate one client may report, per second; a report row above it (per
+    /// contributing client) is refused and counted (`grl_tier_reports_refused_total`).
+    #[arg(long, default_value_t = 1e6, value_parser = super::validate::max_client_rps)]
+    max_client_rps: f64,
     /// How often to look for config changes, in milliseconds.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = super::validate::poll_ms)]
     poll_ms: u64,
 }
 
@@ -59,6 +63,9 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let (running, ctl) = controller::start(opts, listener, metrics)
         .await
         .context("controller refused to start")?;
+    running
+        .node
+        .set_report_limits(super::validate::report_limits(a.max_client_rps));
     info!(addr = %running.addr, metrics = ?running.metrics_addr, version = %ctl.snapshot().version, "controller serving");
     tokio::select! {
         () = running.wait() => {}

@@ -22,7 +22,7 @@ pub(crate) struct Args {
     #[arg(long, default_value = "")]
     region: String,
     /// Number of clients.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = super::validate::clients)]
     clients: usize,
     /// CSV `second,caller,procedure,rps`: total rps over all clients from that second on.
     #[arg(long)]
@@ -34,7 +34,7 @@ pub(crate) struct Args {
     #[arg(long, default_value = "payments")]
     service: String,
     /// Reporting interval in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::validate::interval_ms)]
     interval_ms: u64,
     /// Serve the clients' `/metrics` here (each client's series labelled `client="i"`).
     #[arg(long)]
@@ -63,12 +63,8 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
         let rps: f64 = f[3]
             .parse()
             .with_context(|| format!("profile line {}: rps", i + 1))?;
-        if !rps.is_finite() || rps < 0.0 {
-            bail!(
-                "profile line {}: rps must be finite and >= 0, got {rps}",
-                i + 1
-            );
-        }
+        let rps = super::validate::profile_rps(rps)
+            .map_err(|e| anyhow::anyhow!("profile line {}: {e}", i + 1))?;
         out.push(Step {
             second: f[0]
                 .parse()
@@ -107,10 +103,8 @@ fn totals(c: &Client) -> BTreeMap<String, [u64; 4]> {
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&a.profile)
         .with_context(|| format!("cannot read {}", a.profile.display()))?;
-    let profile = parse_profile(&text)?;
-    if a.clients == 0 {
-        bail!("--clients must be > 0");
-    }
+    let profile = parse_profile(&text)
+        .map_err(|e| super::validate::Usage(format!("--profile {}: {e:#}", a.profile.display())))?;
     let url = grl::tier::uplink::url(&a.aggregator);
     let clients: Vec<Client> = (0..a.clients)
         .map(|i| {

@@ -29,10 +29,10 @@ enum Action {
         #[arg(long, default_value = "")]
         procedure: String,
         /// The limit in requests per second.
-        #[arg(long)]
+        #[arg(long, value_parser = super::validate::limit_rps)]
         rps: f64,
         /// How long it lasts, e.g. `30m`.
-        #[arg(long, value_parser = super::parse_duration)]
+        #[arg(long, value_parser = super::validate::override_ttl)]
         ttl: Duration,
         /// Why (logged and listed).
         #[arg(long, default_value = "")]
@@ -59,7 +59,10 @@ enum Action {
 }
 
 async fn client(addr: &str) -> anyhow::Result<ControlClient<tonic::transport::Channel>> {
-    Ok(ControlClient::connect(grl::tier::uplink::url(addr)).await?)
+    Ok(ControlClient::connect(grl::tier::uplink::url(addr))
+        .await?
+        .max_decoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES)
+        .max_encoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES))
 }
 
 /// Runs one override action and prints the result as JSON.

@@ -46,13 +46,13 @@ pub(crate) struct Args {
     #[arg(long, default_value = "path")]
     rls_procedure_key: String,
     /// Longest wait for the upstream's response head, connecting included, in milliseconds.
-    #[arg(long, default_value_t = 15_000)]
+    #[arg(long, default_value_t = 15_000, value_parser = super::validate::timeout_ms)]
     upstream_timeout_ms: u64,
     /// HTTP version of forwarded requests: the caller's (`auto`), or always one.
     #[arg(long, value_enum, default_value_t = UpstreamProtocol::Auto)]
     upstream_protocol: UpstreamProtocol,
     /// Reporting interval in milliseconds.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::validate::interval_ms)]
     interval_ms: u64,
     /// This instance's id at the aggregator (default: `$HOSTNAME` and the process id).
     #[arg(long, env = "GRL_INSTANCE_ID")]

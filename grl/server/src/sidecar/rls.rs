@@ -61,7 +61,10 @@ impl Rls {
 
     /// The tonic service to add to a server.
     pub fn into_server(self) -> RateLimitServiceServer<Self> {
+        // A rate limit request is a few descriptors: 1 MiB is generous.
         RateLimitServiceServer::new(self)
+            .max_decoding_message_size(1024 * 1024)
+            .max_encoding_message_size(1024 * 1024)
     }
 
     /// The (caller, procedure) a descriptor names.

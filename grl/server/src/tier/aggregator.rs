@@ -46,9 +46,11 @@ pub fn start(
         validity_intervals: 5,
     }));
     let (tx, rx) = watch::channel(false);
-    let routes = tonic::service::Routes::new(proto::tier_server::TierServer::new(
-        TierService::new(node.clone(), rx.clone(), None),
-    ));
+    let routes = tonic::service::Routes::new(super::service::tier_server(TierService::new(
+        node.clone(),
+        rx.clone(),
+        None,
+    )));
     let up = tokio::spawn(uplink::run(
         node.clone(),
         opts.controller.clone(),
@@ -74,5 +76,9 @@ pub(crate) fn counters(n: &Node) -> Counters {
         config_refused: 0,
         reports_in: n.bytes.reports_in.load(Relaxed),
         instructions_out: n.bytes.instructions_out.load(Relaxed),
+        reports_refused: {
+            let refused = n.refused.snapshot();
+            std::array::from_fn(|i| refused[i].1)
+        },
     }
 }

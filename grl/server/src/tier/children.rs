@@ -8,8 +8,35 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::admission::{Reason, ReportLimits};
 use super::ratios::{self, Totals};
 use grl_core::proto;
+
+/// Whether the stream to a child is still open (its receiving half not dropped).
+pub trait Liveness {
+    /// True while the child can still be reached on this link.
+    fn is_open(&self) -> bool;
+}
+
+impl<T> Liveness for tokio::sync::mpsc::Sender<T> {
+    fn is_open(&self) -> bool {
+        !self.is_closed()
+    }
+}
+
+/// A link that cannot tell (unit tests): taken as closed, so a new stream replaces it.
+impl Liveness for () {
+    fn is_open(&self) -> bool {
+        false
+    }
+}
+
+/// A link whose openness is given (unit tests).
+impl Liveness for bool {
+    fn is_open(&self) -> bool {
+        *self
+    }
+}
 
 /// What a tier last told one child.
 #[derive(Debug, Clone, Default)]
@@ -57,28 +84,78 @@ pub struct Children<L> {
     map: BTreeMap<String, Child<L>>,
     stale_after: Duration,
     forget_after: Duration,
+    max: usize,
+    max_rows: usize,
+    /// Rows held over all children (bounded by `max_rows`: memory stays bounded however
+    /// many names children invent).
+    rows: usize,
 }
 
-impl<L> Children<L> {
+impl<L: Liveness> Children<L> {
     /// A registry whose children are stale after 3 intervals (left out of sums) and
-    /// forgotten after 10.
-    pub fn new(interval: Duration) -> Self {
+    /// forgotten after 10, tracking at most `limits.max_children` children and
+    /// `limits.max_total_rows` rows over all of them.
+    pub fn new(interval: Duration, limits: &ReportLimits) -> Self {
         Self {
             map: BTreeMap::new(),
             stale_after: interval * 3,
             forget_after: interval * 10,
+            max: limits.max_children,
+            max_rows: limits.max_total_rows,
+            rows: 0,
         }
     }
 
-    /// Records a report from the child on stream `conn`; returns true for a new child.
-    pub fn report(&mut self, conn: u64, link: L, r: &proto::Report, now: Instant) -> bool {
+    /// Sets the bounds (children and rows already tracked stay).
+    pub fn set_limits(&mut self, limits: &ReportLimits) {
+        self.max = limits.max_children;
+        self.max_rows = limits.max_total_rows;
+    }
+
+    /// Records a report from the child on stream `conn`, taking only the rows `admit`
+    /// accepts (a refused row leaves the child's previous rate for its bucket in place).
+    /// Returns true for a new child.
+    ///
+    /// Refused whole: a report under an id that another stream holds while that stream is
+    /// open and fresh (`DuplicateClient`; a reconnect after the old stream ended or went
+    /// stale replaces it), and a new child beyond the maximum (`TooManyChildren`).
+    pub fn report(
+        &mut self,
+        conn: u64,
+        link: L,
+        r: &proto::Report,
+        now: Instant,
+        mut admit: impl FnMut(&proto::BucketRate) -> bool,
+    ) -> Result<bool, Reason> {
+        match self.map.get(&r.reporter_id) {
+            Some(c) if c.conn != conn && c.link.is_open() && !self.is_stale(c, now) => {
+                return Err(Reason::DuplicateClient);
+            }
+            None if self.map.len() >= self.max => return Err(Reason::TooManyChildren),
+            _ => {}
+        }
+        let previous = self
+            .map
+            .get(&r.reporter_id)
+            .filter(|c| c.conn == conn)
+            .map(|c| &c.rates);
         let mut rates = Totals::new();
         for row in &r.rates {
             let (k, v) = ratios::from_wire(row, &r.zone, &r.region);
-            rates.entry(k).or_default().add(&v);
+            if admit(row) {
+                rates.entry(k).or_default().add(&v);
+            } else if let Some(old) = previous.and_then(|p| p.get(&k)) {
+                rates.insert(k, *old);
+            }
         }
+        let held = self.map.get(&r.reporter_id).map_or(0, |c| c.rates.len());
+        let rows = self.rows - held + rates.len();
+        if rows > self.max_rows {
+            return Err(Reason::TooManyRows);
+        }
+        self.rows = rows;
         let level = proto::Level::try_from(r.level).unwrap_or(proto::Level::Client);
-        match self.map.get_mut(&r.reporter_id) {
+        Ok(match self.map.get_mut(&r.reporter_id) {
             Some(c) if c.conn == conn => {
                 c.services.clone_from(&r.services);
                 c.config_version.clone_from(&r.config_version);
@@ -104,13 +181,19 @@ impl<L> Children<L> {
                 self.map.insert(r.reporter_id.clone(), child);
                 true
             }
-        }
+        })
     }
 
     /// Removes the child when its stream `conn` ended (a newer stream keeps it).
     pub fn disconnected(&mut self, id: &str, conn: u64) {
         if self.map.get(id).is_some_and(|c| c.conn == conn) {
-            self.map.remove(id);
+            self.remove(id);
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(c) = self.map.remove(id) {
+            self.rows -= c.rates.len();
         }
     }
 
@@ -129,7 +212,7 @@ impl<L> Children<L> {
             .map(|c| c.id.clone())
             .collect();
         for id in &gone {
-            self.map.remove(id);
+            self.remove(id);
         }
         gone
     }
@@ -211,17 +294,24 @@ mod tests {
         }
     }
 
-    fn sum(c: &Children<()>, now: Instant) -> f64 {
+    fn sum<L: Liveness>(c: &Children<L>, now: Instant) -> f64 {
         c.totals(now).values().map(|r| r.offered).sum()
     }
 
     #[test]
     fn latest_report_per_child_is_summed() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1));
-        assert!(c.report(1, (), &report("a", "z1", 10.0), t0));
-        assert!(!c.report(1, (), &report("a", "z1", 20.0), t0));
-        c.report(2, (), &report("b", "z1", 5.0), t0);
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
+        assert!(
+            c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
+                .unwrap()
+        );
+        assert!(
+            !c.report(1, (), &report("a", "z1", 20.0), t0, |_| true)
+                .unwrap()
+        );
+        c.report(2, (), &report("b", "z1", 5.0), t0, |_| true)
+            .unwrap();
         assert_eq!(sum(&c, t0), 25.0);
         let key = c.totals(t0).into_keys().next().unwrap();
         assert_eq!((key.zone.as_str(), key.region.as_str()), ("z1", "eu"));
@@ -230,9 +320,17 @@ mod tests {
     #[test]
     fn stale_children_leave_the_sum_then_the_registry() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1));
-        c.report(1, (), &report("a", "z1", 10.0), t0);
-        c.report(2, (), &report("b", "z1", 5.0), t0 + Duration::from_secs(2));
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
+        c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
+            .unwrap();
+        c.report(
+            2,
+            (),
+            &report("b", "z1", 5.0),
+            t0 + Duration::from_secs(2),
+            |_| true,
+        )
+        .unwrap();
         let t = t0 + Duration::from_millis(3100);
         assert_eq!(sum(&c, t), 5.0);
         assert_eq!(c.stale_count(t), 1);
@@ -245,12 +343,90 @@ mod tests {
     #[test]
     fn an_old_stream_ending_keeps_the_reconnected_child() {
         let t0 = Instant::now();
-        let mut c = Children::new(Duration::from_secs(1));
-        c.report(1, (), &report("a", "z1", 10.0), t0);
-        assert!(c.report(2, (), &report("a", "z1", 10.0), t0));
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
+        c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
+            .unwrap();
+        assert!(
+            c.report(2, (), &report("a", "z1", 10.0), t0, |_| true)
+                .unwrap()
+        );
         c.disconnected("a", 1);
         assert_eq!(c.len(), 1);
         c.disconnected("a", 2);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn a_second_live_stream_with_the_same_id_is_refused() {
+        let t0 = Instant::now();
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
+        c.report(1, true, &report("a", "z1", 10.0), t0, |_| true)
+            .unwrap();
+        assert_eq!(
+            c.report(2, true, &report("a", "z1", 1e6), t0, |_| true),
+            Err(Reason::DuplicateClient)
+        );
+        assert_eq!(sum(&c, t0), 10.0, "the refused report changed nothing");
+        let later = t0 + Duration::from_millis(3100);
+        assert_eq!(
+            c.report(2, true, &report("a", "z1", 7.0), later, |_| true),
+            Ok(true)
+        );
+        assert_eq!(
+            sum(&c, later),
+            7.0,
+            "a stale holder gives way to the new stream"
+        );
+    }
+
+    #[test]
+    fn refused_rows_keep_the_previous_rate_and_children_are_capped() {
+        let t0 = Instant::now();
+        let limits = ReportLimits {
+            max_children: 2,
+            ..ReportLimits::default()
+        };
+        let mut c = Children::new(Duration::from_secs(1), &limits);
+        c.report(1, (), &report("a", "z1", 10.0), t0, |_| true)
+            .unwrap();
+        c.report(1, (), &report("a", "z1", -1e9), t0, |r| r.offered >= 0.0)
+            .unwrap();
+        assert_eq!(sum(&c, t0), 10.0);
+        c.report(2, (), &report("b", "z1", 1.0), t0, |_| true)
+            .unwrap();
+        assert_eq!(
+            c.report(3, (), &report("c", "z1", 1.0), t0, |_| true),
+            Err(Reason::TooManyChildren)
+        );
+        assert_eq!(c.len(), 2);
+    }
+
+    #[test]
+    fn rows_over_all_children_are_bounded() {
+        let t0 = Instant::now();
+        let limits = ReportLimits {
+            max_total_rows: 3,
+            ..ReportLimits::default()
+        };
+        let mut c = Children::new(Duration::from_secs(1), &limits);
+        let mut wide = report("a", "z1", 1.0);
+        for zone in ["z2", "z3"] {
+            let mut r = wide.rates[0].clone();
+            r.zone = zone.into();
+            wide.rates.push(r);
+        }
+        c.report(1, (), &wide, t0, |_| true).unwrap();
+        assert_eq!(
+            c.report(2, (), &report("b", "z1", 1.0), t0, |_| true),
+            Err(Reason::TooManyRows)
+        );
+        c.report(1, (), &report("a", "z1", 1.0), t0, |_| true)
+            .unwrap();
+        c.report(2, (), &report("b", "z1", 1.0), t0, |_| true)
+            .unwrap();
+        c.disconnected("a", 1);
+        c.report(3, (), &wide, t0, |_| true).unwrap_err();
+        c.report(3, (), &report("c", "z1", 1.0), t0, |_| true)
+            .unwrap();
     }
 }

@@ -31,6 +31,9 @@ pub enum FollowError {
 }
 
 /// Polls `root` every `period`; applies each valid change from content version `last`.
+///
+/// Reading and validating run on a blocking thread, off the runtime that serves `Tier`,
+/// `Control` and `/metrics`, so a slow or hostile file delays only the next config.
 pub async fn follow_dir(
     root: PathBuf,
     period: Duration,
@@ -39,33 +42,70 @@ pub async fn follow_dir(
     refused: Refused,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut unreadable: Option<String> = None;
     loop {
         tokio::select! {
             () = tokio::time::sleep(period) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        let files = match config::read_config_files(&root) {
-            Ok(f) => f,
-            Err(e) => {
-                warn!(dir = %root.display(), error = %e, "config dir unreadable");
+        let (dir, seen) = (root.clone(), last.clone());
+
+        let loaded = tokio::task::spawn_blocking(move || load_changed(&dir, &seen)).await;
+        if !matches!(loaded, Ok(Loaded::Unreadable(_))) {
+            unreadable = None;
+        }
+        match loaded {
+            Ok(Loaded::Same) => {}
+            Ok(Loaded::Unreadable(e)) => {
+                // Counted and logged once per distinct problem, not on every poll.
+                let text = e.to_string();
+                if unreadable.as_ref() != Some(&text) {
+                    warn!(dir = %root.display(), error = %text, "config dir unreadable, old snapshot kept");
+                    refused();
+                    unreadable = Some(text);
+                }
                 continue;
             }
-        };
-        let version = config::content_version(&files);
-        if version == last {
-            continue;
-        }
-        last.clone_from(&version);
-        match config::from_files(&version, files) {
-            Ok(s) => {
+            Ok(Loaded::Valid(version, s)) => {
                 info!(dir = %root.display(), version = %version, "config dir changed");
+                last = version;
                 apply(s);
             }
-            Err(e) => {
+            Ok(Loaded::Invalid(version, e)) => {
                 warn!(dir = %root.display(), error = %e, "config change refused, old snapshot kept");
+                last = version;
                 refused();
             }
+            Err(e) => warn!(dir = %root.display(), error = %e, "config load failed"),
         }
+    }
+}
+
+/// What one look at a config dir found.
+enum Loaded {
+    /// The content version is the one in force (or last refused).
+    Same,
+    /// A file could not be read (not a regular file, too large, I/O error).
+    Unreadable(config::ConfigError),
+    /// A new valid snapshot, with its content version.
+    Valid(String, Snapshot),
+    /// A new content version that is invalid.
+    Invalid(String, ConfigErrors),
+}
+
+/// Reads and validates `root` unless its content version is `last` (blocking).
+fn load_changed(root: &Path, last: &str) -> Loaded {
+    let files = match config::read_config_files(root) {
+        Ok(f) => f,
+        Err(e) => return Loaded::Unreadable(e),
+    };
+    let version = config::content_version(&files);
+    if version == last {
+        return Loaded::Same;
+    }
+    match config::from_files(&version, files) {
+        Ok(s) => Loaded::Valid(version, s),
+        Err(e) => Loaded::Invalid(version, e),
     }
 }
 
@@ -121,8 +161,22 @@ impl GitFollower {
             let Some(sub) = entry.to_object(&self.repo)?.into_tree().ok() else {
                 continue;
             };
+            let odb = self.repo.odb()?;
             for e in &sub {
                 let Ok(name) = e.name() else { continue };
+                // The size is read from the header, so a huge blob is refused unread.
+                let (size, kind) = odb.read_header(e.id())?;
+                let limit = config::bounds::MAX_FILE_BYTES;
+                if kind == git2::ObjectType::Blob && size > limit {
+                    return Err(FollowError::Invalid(ConfigErrors(vec![
+                        config::ConfigError::new(
+                            format!("{dir}/{name}"),
+                            None,
+                            "",
+                            format!("file is {size} bytes, more than the {limit} allowed"),
+                        ),
+                    ])));
+                }
                 if let Ok(blob) = e.to_object(&self.repo)?.into_blob() {
                     let text = String::from_utf8_lossy(blob.content()).into_owned();
                     files.push((format!("{dir}/{name}"), text));

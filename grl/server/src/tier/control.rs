@@ -36,8 +36,13 @@ impl proto::control_server::Control for ControlService {
         req: Request<proto::ApplyConfigRequest>,
     ) -> Result<Response<proto::ApplyConfigResponse>, Status> {
         let req = req.into_inner();
-        let files = req.files.into_iter().map(|f| (f.path, f.content));
-        match config::from_files(&req.version, files) {
+        let version = req.version.clone();
+        let files: Vec<_> = req.files.into_iter().map(|f| (f.path, f.content)).collect();
+        // Validation runs off the serving threads: a hostile config costs a blocking thread.
+        let loaded = tokio::task::spawn_blocking(move || config::from_files(&version, files))
+            .await
+            .map_err(|e| Status::internal(format!("config validation failed: {e}")))?;
+        match loaded {
             Ok(s) => {
                 self.ctl.count_apply(true);
                 let resp = proto::ApplyConfigResponse {

@@ -168,10 +168,13 @@ pub async fn start(
 ) -> Result<(Running, Arc<Controller>), StartError> {
     let addr = listener.local_addr()?;
     let (initial, git) = match &opts.config {
-        ConfigSource::Dir(d) => (
-            config::load_dir(d, None).map_err(FollowError::Invalid)?,
-            None,
-        ),
+        ConfigSource::Dir(d) => {
+            let d = d.clone();
+            let loaded = tokio::task::spawn_blocking(move || config::load_dir(&d, None))
+                .await
+                .map_err(std::io::Error::other)?;
+            (loaded.map_err(FollowError::Invalid)?, None)
+        }
         ConfigSource::Git(url) => {
             let url = url.clone();
             let (g, s) = tokio::task::spawn_blocking(move || {
@@ -259,12 +262,16 @@ pub async fn start(
         }
     }));
     let hook = ctl.status_hook();
-    let routes = tonic::service::Routes::new(proto::tier_server::TierServer::new(
-        TierService::new(node.clone(), rx.clone(), Some(hook.clone())),
-    ))
-    .add_service(proto::control_server::ControlServer::new(
-        super::control::ControlService::new(ctl.clone()),
-    ));
+    let routes = tonic::service::Routes::new(super::service::tier_server(TierService::new(
+        node.clone(),
+        rx.clone(),
+        Some(hook.clone()),
+    )))
+    .add_service(
+        proto::control_server::ControlServer::new(super::control::ControlService::new(ctl.clone()))
+            .max_decoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES)
+            .max_encoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES),
+    );
     let m = metrics_listener.map(|l| {
         let c = ctl.clone();
         let render: super::admin::Render = Arc::new(move || {

@@ -8,6 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use super::admission::Reason;
 use grl_config::Scope;
 use grl_core::proto;
 use grl_core::wire;
@@ -38,6 +39,10 @@ pub const CONTROL_BYTES: &str = "grl_tier_control_bytes";
 /// `ApplyConfig` calls by `{result}` (`ok`, `invalid`). Exposed as `<name>_total`, i.e.
 /// `grl_controller_apply_total`.
 pub const APPLY: &str = "grl_controller_apply";
+/// Children's reports (or rows of them) refused: `{reason}` (`negative`, `not_finite`,
+/// `implausible`, `unknown_bucket`, `too_many_rows`, `too_many_children`,
+/// `duplicate_client`, `bad_name`). Exposed as `grl_tier_reports_refused_total`.
+pub const REPORTS_REFUSED: &str = "grl_tier_reports_refused";
 /// Followed config changes (config dir or git commit) refused as invalid; the snapshot in
 /// force stays. Exposed as `grl_controller_config_refused_total`.
 pub const CONFIG_REFUSED: &str = "grl_controller_config_refused";
@@ -58,6 +63,8 @@ pub struct Counters {
     pub reports_in: u64,
     /// Instruction bytes sent.
     pub instructions_out: u64,
+    /// Refused reports and rows, in the order of [`Reason::ALL`].
+    pub reports_refused: [u64; Reason::ALL.len()],
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -164,6 +171,17 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         CONTROL_BYTES,
         "Control-plane bytes exchanged with children",
         bytes,
+    );
+    let refused = Family::<Labels, Counter>::default();
+    for (reason, n) in Reason::ALL.iter().zip(c.reports_refused) {
+        refused
+            .get_or_create(&labels(&[("reason", reason.as_str())]))
+            .inc_by(n);
+    }
+    reg.register(
+        REPORTS_REFUSED,
+        "Children's reports or rows refused, by reason (they changed nothing)",
+        refused,
     );
     if let Some(ok) = c.apply_ok {
         let apply = Family::<Labels, Counter>::default();

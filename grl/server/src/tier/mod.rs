@@ -6,6 +6,7 @@
 //! listeners the caller made (port 0 in tests) and return a [`Running`] handle.
 
 pub mod admin;
+pub mod admission;
 pub mod aggregator;
 pub mod children;
 pub mod config_follow;

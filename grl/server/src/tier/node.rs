@@ -10,8 +10,9 @@ use std::time::Duration;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use super::admission::{self, Reason, RefusalCounts, ReportLimits};
 use super::children::{Child, Children};
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
@@ -70,6 +71,7 @@ pub(crate) struct State {
     pub parent: Parent,
     pub computed: BTreeMap<RatioKey, Computed>,
     pub seq: u64,
+    pub limits: ReportLimits,
 }
 
 /// Control-plane byte counters (encoded protobuf sizes).
@@ -90,6 +92,8 @@ pub struct Node {
     conns: AtomicU64,
     /// Control-plane traffic with the children.
     pub bytes: Bytes,
+    /// Reports and rows refused, by reason.
+    pub refused: RefusalCounts,
 }
 
 impl Node {
@@ -98,16 +102,18 @@ impl Node {
         let state = State {
             rules: Arc::new(Rules::default()),
             config_gen: 0,
-            children: Children::new(cfg.interval),
+            children: Children::new(cfg.interval, &ReportLimits::default()),
             parent: Parent::default(),
             computed: BTreeMap::new(),
             seq: 0,
+            limits: ReportLimits::default(),
         };
         Self {
             cfg,
             state: Mutex::new(state),
             conns: AtomicU64::new(0),
             bytes: Bytes::default(),
+            refused: RefusalCounts::default(),
         }
     }
 
@@ -141,16 +147,70 @@ impl Node {
         self.tick(now);
     }
 
-    /// A child's report arrived on stream `conn`.
-    pub fn on_report(&self, conn: u64, link: Link, r: &proto::Report, now: Instant) {
+    /// Sets the bounds children's reports are held to.
+    pub fn set_report_limits(&self, limits: ReportLimits) {
+        let mut s = self.lock();
+        s.children.set_limits(&limits);
+        s.limits = limits;
+    }
+
+    /// A child's report arrived from `peer` on stream `conn`. A report or row outside the
+    /// bounds is refused (see [`admission`]): counted by reason, logged with the peer, and
+    /// it changes nothing. Returns the reason when the whole report was refused.
+    pub fn on_report(
+        &self,
+        conn: u64,
+        link: Link,
+        r: &proto::Report,
+        peer: Option<std::net::SocketAddr>,
+        now: Instant,
+    ) -> Result<(), Reason> {
         self.bytes
             .reports_in
             .fetch_add(r.encoded_len() as u64, Ordering::Relaxed);
         let mut s = self.lock();
-        if s.children.report(conn, link, r, now) {
-            info!(child = %r.reporter_id, zone = %r.zone, region = %r.region, "child connected");
+        let limits = s.limits;
+        if let Err(reason) = admission::check_report(r, &limits) {
+            self.refused.add(reason, 1);
+            warn!(
+                ?peer,
+                reason = reason.as_str(),
+                rows = r.rates.len(),
+                "report refused"
+            );
+            return Err(reason);
+        }
+        let rules = s.rules.clone();
+        let mut first: Option<Reason> = None;
+        let mut refused_rows = 0u64;
+        let admit = |row: &proto::BucketRate| match admission::check_row(row, &rules, &limits) {
+            Ok(()) => true,
+            Err(reason) => {
+                self.refused.add(reason, 1);
+                refused_rows += 1;
+                first.get_or_insert(reason);
+                false
+            }
+        };
+        let new = match s.children.report(conn, link, r, now, admit) {
+            Ok(new) => new,
+            Err(reason) => {
+                self.refused.add(reason, 1);
+                warn!(?peer, child = %r.reporter_id, reason = reason.as_str(), "report refused");
+                return Err(reason);
+            }
+        };
+        if let Some(reason) = first {
+            warn!(
+                ?peer, child = %r.reporter_id, reason = reason.as_str(), refused_rows,
+                "report rows refused, the child's previous rates kept"
+            );
+        }
+        if new {
+            info!(child = %r.reporter_id, ?peer, zone = %r.zone, region = %r.region, "child connected");
             self.instruct_children(&mut s, Some(&r.reporter_id), now);
         }
+        Ok(())
     }
 
     /// A child's stream `conn` ended.
@@ -161,7 +221,8 @@ impl Node {
 
     /// Drops all children (their streams end): used at shutdown.
     pub fn drop_children(&self) {
-        self.lock().children = Children::new(self.cfg.interval);
+        let mut s = self.lock();
+        s.children = Children::new(self.cfg.interval, &s.limits);
     }
 
     /// Recomputes this tier's ratios and instructs every child that needs it.

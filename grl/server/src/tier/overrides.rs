@@ -14,13 +14,38 @@ pub enum InvalidOverride {
     /// Neither caller nor procedure named.
     #[error("caller or procedure is required")]
     NoMatch,
-    /// The rate is not a finite number > 0.
-    #[error("rps must be a finite number > 0")]
+    /// The rate is outside the range a config limit may take.
+    #[error(
+        "rps must be a finite number between {} and {}",
+        grl_config::bounds::MIN_LIMIT_RPS,
+        grl_config::bounds::MAX_LIMIT_RPS
+    )]
     BadRps,
     /// The ttl is zero.
     #[error("ttl must be > 0")]
     NoTtl,
+    /// The ttl is longer than [`MAX_TTL_SECONDS`] (a raw 2^64-1 would wrap to "now").
+    #[error("ttl must be at most {MAX_TTL_SECONDS} seconds (30 days)")]
+    TtlTooLong,
+    /// A name is too long or holds control or bidirectional characters.
+    #[error("{field} {problem}")]
+    BadName {
+        /// Which field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Too many overrides are in force already.
+    #[error("{MAX_OVERRIDES} overrides are in force already")]
+    TooMany,
 }
+
+/// The longest an override may last: 30 days.
+pub const MAX_TTL_SECONDS: u64 = 30 * 24 * 3600;
+/// The most overrides in force at once.
+pub const MAX_OVERRIDES: usize = 1_000;
+/// Longest `reason` or `who` kept, in bytes (longer ones are refused).
+pub const MAX_TEXT_BYTES: usize = 1_024;
 
 /// The overrides in force, with a generation that changes whenever they do.
 #[derive(Debug, Default)]
@@ -43,11 +68,38 @@ impl Overrides {
         if req.caller.is_empty() && req.procedure.is_empty() {
             return Err(InvalidOverride::NoMatch);
         }
-        if !(req.rps.is_finite() && req.rps > 0.0) {
+        for (field, value) in [
+            ("service", &req.service),
+            ("caller", &req.caller),
+            ("procedure", &req.procedure),
+        ] {
+            if let Some(problem) = grl_config::bounds::name_problem(value) {
+                return Err(InvalidOverride::BadName { field, problem });
+            }
+        }
+        for (field, value) in [("reason", &req.reason), ("who", &req.who)] {
+            if value.len() > MAX_TEXT_BYTES
+                || value.chars().any(grl_config::bounds::is_forbidden_char)
+            {
+                return Err(InvalidOverride::BadName {
+                    field,
+                    problem: format!(
+                        "must be at most {MAX_TEXT_BYTES} bytes without control or bidirectional characters"
+                    ),
+                });
+            }
+        }
+        if !grl_config::bounds::limit_in_range(req.rps) {
             return Err(InvalidOverride::BadRps);
         }
         if req.ttl_seconds == 0 {
             return Err(InvalidOverride::NoTtl);
+        }
+        if req.ttl_seconds > MAX_TTL_SECONDS {
+            return Err(InvalidOverride::TtlTooLong);
+        }
+        if self.items.len() >= MAX_OVERRIDES {
+            return Err(InvalidOverride::TooMany);
         }
         self.next += 1;
         let o = proto::Override {
@@ -56,7 +108,7 @@ impl Overrides {
             caller: req.caller.clone(),
             procedure: req.procedure.clone(),
             rps: req.rps,
-            expires_at_unix: now_unix + req.ttl_seconds,
+            expires_at_unix: now_unix.saturating_add(req.ttl_seconds),
             reason: req.reason.clone(),
             who: req.who.clone(),
         };
@@ -171,6 +223,10 @@ mod tests {
             o.set(&req("s", "c", 1.0, 0), 0),
             Err(InvalidOverride::NoTtl)
         );
+        assert_eq!(
+            o.set(&req("s", "c", 1e300, 1), 0),
+            Err(InvalidOverride::BadRps)
+        );
         let a = o.set(&req("s", "c", 5.0, 10), 100).unwrap();
         o.set(&req("s", "d", 5.0, 60), 100).unwrap();
         o.set(&req("t", "d", 5.0, 60), 100).unwrap();
@@ -183,5 +239,44 @@ mod tests {
         assert!(o.generation() > g);
         assert_eq!(o.clear("", "s").len(), 1);
         assert_eq!(o.list().len(), 1);
+    }
+
+    /// Issue 12: a raw TTL of 2^64-1 wrapped `expires_at` around to "now"; a TTL of
+    /// `99999999999d` was accepted.
+    #[test]
+    fn huge_ttls_are_refused_not_wrapped() {
+        let mut o = Overrides::default();
+        assert_eq!(
+            o.set(&req("s", "c", 1.0, u64::MAX), 1_700_000_000),
+            Err(InvalidOverride::TtlTooLong)
+        );
+        assert_eq!(
+            o.set(&req("s", "c", 1.0, MAX_TTL_SECONDS + 1), 1_700_000_000),
+            Err(InvalidOverride::TtlTooLong)
+        );
+        let ok = o
+            .set(&req("s", "c", 1.0, MAX_TTL_SECONDS), 1_700_000_000)
+            .unwrap();
+        assert_eq!(ok.expires_at_unix, 1_700_000_000 + MAX_TTL_SECONDS);
+        assert!(o.expire(1_700_000_001).is_empty());
+    }
+
+    #[test]
+    fn bidi_names_and_too_many_overrides_are_refused() {
+        let mut o = Overrides::default();
+        assert!(matches!(
+            o.set(&req("s", "c\u{202E}", 1.0, 1), 0),
+            Err(InvalidOverride::BadName {
+                field: "caller",
+                ..
+            })
+        ));
+        for i in 0..MAX_OVERRIDES {
+            o.set(&req("s", &format!("c{i}"), 1.0, 60), 0).unwrap();
+        }
+        assert_eq!(
+            o.set(&req("s", "x", 1.0, 60), 0),
+            Err(InvalidOverride::TooMany)
+        );
     }
 }

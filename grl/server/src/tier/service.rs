@@ -42,6 +42,13 @@ impl TierService {
     }
 }
 
+/// The `Tier` server over `svc`, with its maximum message size set explicitly.
+pub fn tier_server(svc: TierService) -> proto::tier_server::TierServer<TierService> {
+    proto::tier_server::TierServer::new(svc)
+        .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
+        .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
+}
+
 type InstructionStream = Pin<Box<dyn Stream<Item = Result<proto::Instruction, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -52,6 +59,7 @@ impl proto::tier_server::Tier for TierService {
         &self,
         req: Request<Streaming<proto::Report>>,
     ) -> Result<Response<Self::ExchangeStream>, Status> {
+        let peer = req.remote_addr();
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let node = self.node.clone();
@@ -66,11 +74,12 @@ impl proto::tier_server::Tier for TierService {
                             if id.as_deref() != Some(r.reporter_id.as_str()) {
                                 id = Some(r.reporter_id.clone());
                             }
-                            node.on_report(conn, tx.clone(), &r, Instant::now());
+                            // A refusal is counted and logged by the node; the stream stays.
+                            let _ = node.on_report(conn, tx.clone(), &r, peer, Instant::now());
                         }
                         Ok(None) => break,
                         Err(e) => {
-                            debug!(error = %e, "child stream failed");
+                            debug!(?peer, error = %e, "child stream failed");
                             break;
                         }
                     },

@@ -74,11 +74,15 @@ pub async fn run(node: Arc<Node>, parent: String, mut shutdown: watch::Receiver<
 
 async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
     let ch = channel(parent).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let mut client = TierClient::new(ch);
+    let mut client = TierClient::new(ch)
+        .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
+        .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);
     let (tx, rx) = mpsc::channel::<proto::Report>(4);
     tx.try_send(node.upward_report(Instant::now()))
         .map_err(|e| tonic::Status::internal(e.to_string()))?;
-    let reporter = {
+    // Aborted when the session ends or is dropped (its task aborted): a reporter left
+    // running would keep the old stream alive and speak for this tier under its id.
+    let _reporter = AbortOnDrop({
         let node = node.clone();
         tokio::spawn(async move {
             let mut t = tokio::time::interval(node.cfg.interval / 4);
@@ -91,8 +95,8 @@ async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
                 }
             }
         })
-    };
-    let result = async {
+    });
+    async {
         let mut inbound = client.exchange(ReceiverStream::new(rx)).await?.into_inner();
         info!(parent = %parent, "parent connected");
         node.set_parent_connected(true);
@@ -101,9 +105,16 @@ async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
         }
         Ok(())
     }
-    .await;
-    reporter.abort();
-    result
+    .await
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,257 @@
+//! Which children's reports a tier takes: every row is checked against bounds before it can
+//! move a sum, and each refusal has a reason that is counted (`grl_tier_reports_refused_total
+//! {reason}`) and logged with the peer's address.
+//!
+//! A fake report once made an aggregator drop all legitimate traffic (`offered=1e9`) or
+//! switch the limit off (`offered=-1e9`, `NaN`). Here a row is refused when a rate is
+//! negative, not finite, or implausible (above `max_client_rps` per contributing client),
+//! or when it names a bucket the tier does not know; a whole report is refused when it has
+//! too many rows, names that are too long or hold control characters, or comes from a
+//! second live stream claiming an id that is already connected; a new child is refused
+//! when the tier already tracks its maximum. Refused rows change nothing: the child's
+//! previous rate for that bucket stays.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use grl_core::proto;
+
+use super::rules::Rules;
+
+/// Why a report or a row of it was refused: the `reason` label of the counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// A rate below zero.
+    Negative,
+    /// A rate that is NaN or infinite.
+    NotFinite,
+    /// A rate above `max_client_rps` per contributing client, or more clients than a tier
+    /// can have.
+    Implausible,
+    /// A bucket (or service) this tier has no rule for.
+    UnknownBucket,
+    /// More rows or services than [`ReportLimits::max_rows`], or more rows over all
+    /// children than [`ReportLimits::max_total_rows`].
+    TooManyRows,
+    /// A new child while [`ReportLimits::max_children`] are tracked.
+    TooManyChildren,
+    /// A second live stream reporting under an id that is connected and fresh.
+    DuplicateClient,
+    /// An id, zone, region, service or bucket name too long or with control characters.
+    BadName,
+}
+
+impl Reason {
+    /// Every reason, in the order of [`Reason::index`].
+    pub const ALL: [Reason; 8] = [
+        Reason::Negative,
+        Reason::NotFinite,
+        Reason::Implausible,
+        Reason::UnknownBucket,
+        Reason::TooManyRows,
+        Reason::TooManyChildren,
+        Reason::DuplicateClient,
+        Reason::BadName,
+    ];
+
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Negative => "negative",
+            Reason::NotFinite => "not_finite",
+            Reason::Implausible => "implausible",
+            Reason::UnknownBucket => "unknown_bucket",
+            Reason::TooManyRows => "too_many_rows",
+            Reason::TooManyChildren => "too_many_children",
+            Reason::DuplicateClient => "duplicate_client",
+            Reason::BadName => "bad_name",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The bounds a tier holds its children's reports to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportLimits {
+    /// The highest offered (or dropped) rate one client can plausibly report, per second.
+    pub max_client_rps: f64,
+    /// Most rows (and most services) in one report.
+    pub max_rows: usize,
+    /// Most children tracked at once (also the most clients one row may stand for).
+    pub max_children: usize,
+    /// Most rows held over all children: memory stays bounded however many names
+    /// (zones, regions) children invent.
+    pub max_total_rows: usize,
+}
+
+impl Default for ReportLimits {
+    fn default() -> Self {
+        Self {
+            max_client_rps: 1e6,
+            max_rows: 10_000,
+            max_children: 100_000,
+            max_total_rows: 1_000_000,
+        }
+    }
+}
+
+/// Refusal counters by reason.
+#[derive(Debug, Default)]
+pub struct RefusalCounts([AtomicU64; Reason::ALL.len()]);
+
+impl RefusalCounts {
+    /// Counts `n` refusals for `reason`.
+    pub fn add(&self, reason: Reason, n: u64) {
+        self.0[reason.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Every reason with its count.
+    pub fn snapshot(&self) -> Vec<(Reason, u64)> {
+        Reason::ALL
+            .iter()
+            .map(|r| (*r, self.0[r.index()].load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// Checks the parts of a report that refuse it whole: size and names.
+pub fn check_report(r: &proto::Report, limits: &ReportLimits) -> Result<(), Reason> {
+    if r.rates.len() > limits.max_rows || r.services.len() > limits.max_rows {
+        return Err(Reason::TooManyRows);
+    }
+    let names = [&r.reporter_id, &r.zone, &r.region, &r.config_version]
+        .into_iter()
+        .chain(&r.services);
+    for n in names {
+        if grl_config::bounds::name_problem(n).is_some() {
+            return Err(Reason::BadName);
+        }
+    }
+    if r.reporter_id.is_empty() {
+        return Err(Reason::BadName);
+    }
+    Ok(())
+}
+
+/// Checks one row of a report against the bounds and the rules this tier holds.
+pub fn check_row(
+    row: &proto::BucketRate,
+    rules: &Rules,
+    limits: &ReportLimits,
+) -> Result<(), Reason> {
+    let rates = [row.offered, row.dropped, row.shadow_dropped];
+    if rates.iter().any(|v| !v.is_finite()) {
+        return Err(Reason::NotFinite);
+    }
+    if rates.iter().any(|v| *v < 0.0) {
+        return Err(Reason::Negative);
+    }
+    let clients = row.clients.max(1) as usize;
+    if clients > limits.max_children
+        || rates
+            .iter()
+            .any(|v| *v > limits.max_client_rps * clients as f64)
+    {
+        return Err(Reason::Implausible);
+    }
+    if rules.bucket(&row.service, &row.bucket).is_none() {
+        return Err(Reason::UnknownBucket);
+    }
+    if [&row.zone, &row.region]
+        .iter()
+        .any(|n| grl_config::bounds::name_problem(n).is_some())
+    {
+        return Err(Reason::BadName);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> Rules {
+        let mut r = Rules::default();
+        r.services.insert(
+            "pay".into(),
+            vec![proto::BucketRule {
+                name: "g".into(),
+                limit_rps: Some(100.0),
+                ..Default::default()
+            }],
+        );
+        r
+    }
+
+    fn row(offered: f64) -> proto::BucketRate {
+        proto::BucketRate {
+            service: "pay".into(),
+            bucket: "g".into(),
+            offered,
+            clients: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn rows_outside_the_bounds_are_refused_with_their_reason() {
+        let (r, l) = (rules(), ReportLimits::default());
+        assert_eq!(check_row(&row(10.0), &r, &l), Ok(()));
+        assert_eq!(check_row(&row(-1e9), &r, &l), Err(Reason::Negative));
+        assert_eq!(check_row(&row(f64::NAN), &r, &l), Err(Reason::NotFinite));
+        assert_eq!(
+            check_row(&row(f64::INFINITY), &r, &l),
+            Err(Reason::NotFinite)
+        );
+        assert_eq!(check_row(&row(1e9), &r, &l), Err(Reason::Implausible));
+        let mut many = row(1e9);
+        many.clients = 2_000;
+        assert_eq!(
+            check_row(&many, &r, &l),
+            Ok(()),
+            "1e9 from 2000 clients is plausible"
+        );
+        many.clients = u32::MAX;
+        assert_eq!(check_row(&many, &r, &l), Err(Reason::Implausible));
+        let mut ghost = row(1.0);
+        ghost.bucket = "ghost".into();
+        assert_eq!(check_row(&ghost, &r, &l), Err(Reason::UnknownBucket));
+        let mut dropped = row(1.0);
+        dropped.dropped = -1.0;
+        assert_eq!(check_row(&dropped, &r, &l), Err(Reason::Negative));
+    }
+
+    #[test]
+    fn reports_too_large_or_with_bad_names_are_refused() {
+        let l = ReportLimits {
+            max_rows: 2,
+            ..ReportLimits::default()
+        };
+        let mut rep = proto::Report {
+            reporter_id: "c1".into(),
+            rates: vec![row(1.0); 3],
+            ..Default::default()
+        };
+        assert_eq!(check_report(&rep, &l), Err(Reason::TooManyRows));
+        rep.rates.truncate(2);
+        assert_eq!(check_report(&rep, &l), Ok(()));
+        rep.zone = "z\u{202E}".into();
+        assert_eq!(check_report(&rep, &l), Err(Reason::BadName));
+        rep.zone = "z".repeat(10_000);
+        assert_eq!(check_report(&rep, &l), Err(Reason::BadName));
+    }
+
+    #[test]
+    fn counts_are_kept_per_reason() {
+        let c = RefusalCounts::default();
+        c.add(Reason::Implausible, 2);
+        c.add(Reason::DuplicateClient, 1);
+        let s = c.snapshot();
+        assert_eq!(s.len(), Reason::ALL.len());
+        assert!(s.contains(&(Reason::Implausible, 2)));
+        assert!(s.contains(&(Reason::DuplicateClient, 1)));
+        assert!(Reason::ALL.iter().enumerate().all(|(i, r)| r.index() == i));
+    }
+}
