@@ -1,9 +1,23 @@
-//! Pushes a config snapshot to a GRL controller's `ApplyConfig`.
+//! Pushes a config snapshot to a GRL controller's `ApplyConfig`, over TLS when given a CA
+//! (`--tls-ca`, with `--tls-cert/--tls-key` for mutual TLS) and with the admin bearer token
+//! of `--token-file` (never logged or put in an error).
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use grl_core::tls::ClientTls;
 
 use grl_core::proto::control_client::ControlClient;
 use grl_core::proto::{ApplyConfigRequest, ApplyConfigResponse, ConfigFile};
+
+/// How rlc authenticates to the controller (default: plaintext, no token).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControllerAuth {
+    /// TLS to the controller (its CA, and optionally rlc's client certificate).
+    pub tls: Option<ClientTls>,
+    /// A file holding the admin bearer token, sent as `authorization: Bearer <token>`.
+    pub token_file: Option<PathBuf>,
+}
 
 /// The controller refused the snapshot or could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +29,14 @@ pub enum PushError {
         addr: String,
         /// What the transport said.
         source: tonic::transport::Error,
+    },
+    /// The TLS files or the token file are unusable.
+    #[error("controller at {addr}: {why}")]
+    Credentials {
+        /// The controller's address.
+        addr: String,
+        /// What is wrong (names the file, never its content).
+        why: String,
     },
     /// The controller answered with an error (e.g. it refused an invalid snapshot).
     #[error("controller at {addr} refused config {version}: {status}")]
@@ -28,24 +50,37 @@ pub enum PushError {
     },
 }
 
-/// Sends `files` (paths relative to the config root) as snapshot `version` to `addr`.
+/// Sends `files` (paths relative to the config root) as snapshot `version` to `addr`,
+/// authenticated as `auth` says.
 pub async fn apply_config(
     addr: &str,
     version: &str,
     files: Vec<(String, String)>,
+    auth: &ControllerAuth,
 ) -> Result<ApplyConfigResponse, PushError> {
-    let url = if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
+    let credentials = |why: String| PushError::Credentials {
+        addr: addr.to_string(),
+        why,
     };
-    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-        .map_err(|source| PushError::Unreachable {
-            addr: addr.to_string(),
-            source,
-        })?
+    let endpoint = grl_core::tls::endpoint(addr, auth.tls.as_ref())
+        .map_err(|e| credentials(e.to_string()))?
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(30));
+    let token = match &auth.token_file {
+        Some(path) => {
+            let t = std::fs::read_to_string(path)
+                .map_err(|e| credentials(format!("token file {}: {e}", path.display())))?;
+            let v = tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.trim()))
+                .map_err(|_| {
+                    credentials(format!(
+                        "token file {}: characters not allowed in a header",
+                        path.display()
+                    ))
+                })?;
+            Some(v)
+        }
+        None => None,
+    };
     let channel = endpoint
         .connect()
         .await
@@ -60,6 +95,10 @@ pub async fn apply_config(
             .map(|(path, content)| ConfigFile { path, content })
             .collect(),
     };
+    let mut request = tonic::Request::new(request);
+    if let Some(v) = token {
+        request.metadata_mut().insert("authorization", v);
+    }
     let response = ControlClient::new(channel)
         .apply_config(request)
         .await

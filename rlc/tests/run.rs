@@ -141,6 +141,7 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
             interval: Duration::from_millis(500),
             config: grl::tier::controller::ConfigSource::None,
             poll: Duration::from_secs(60),
+            security: Default::default(),
         },
         tokio::net::TcpListener::bind("127.0.0.1:0").await?,
         None,

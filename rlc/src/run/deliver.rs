@@ -12,16 +12,22 @@ use crate::github::{GitHubClient, GitHubError, PullRequest};
 pub(super) async fn push_commit(
     store: GitStore,
     addr: &str,
+    auth: &crate::push::ControllerAuth,
     commit: &str,
 ) -> Result<(), DeliveryError> {
-    let result = send(store, addr, commit).await;
+    let result = send(store, addr, auth, commit).await;
     if let Err(e) = &result {
         warn!(controller = addr, error = %e, "controller push failed; it will pick the commit up from the repo");
     }
     result
 }
 
-async fn send(store: GitStore, addr: &str, commit: &str) -> Result<(), DeliveryError> {
+async fn send(
+    store: GitStore,
+    addr: &str,
+    auth: &crate::push::ControllerAuth,
+    commit: &str,
+) -> Result<(), DeliveryError> {
     let c = commit.to_string();
     let files = tokio::task::spawn_blocking(move || -> Result<_, GitStoreError> {
         let mut files = store.files_under(&c, "services")?;
@@ -33,7 +39,7 @@ async fn send(store: GitStore, addr: &str, commit: &str) -> Result<(), DeliveryE
         commit: commit.to_string(),
         source,
     })?;
-    let resp = crate::push::apply_config(addr, commit, files).await?;
+    let resp = crate::push::apply_config(addr, commit, files, auth).await?;
     info!(controller = addr, version = %resp.version, buckets = resp.buckets, "controller updated");
     Ok(())
 }

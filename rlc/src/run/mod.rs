@@ -43,6 +43,8 @@ pub struct RunSettings {
     pub db: String,
     /// The controller to push to after a direct-mode commit.
     pub controller: Option<String>,
+    /// TLS and bearer token for the controller push.
+    pub controller_auth: crate::push::ControllerAuth,
     /// Guard thresholds.
     pub guards: GuardSettings,
     /// Concurrent history queries.
@@ -153,7 +155,9 @@ pub async fn run_once(
         &settings.github,
     ) {
         (Some(c), PublishMode::Direct, Some(addr), _) => {
-            deliver::push_commit(published.store, addr, c).await.err()
+            deliver::push_commit(published.store, addr, &settings.controller_auth, c)
+                .await
+                .err()
         }
         (Some(_), PublishMode::Pr, _, Some(gh)) => {
             deliver::open_pull_request(gh, &published.description)

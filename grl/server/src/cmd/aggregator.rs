@@ -26,6 +26,10 @@ pub(crate) struct Args {
     /// Reporting interval in milliseconds.
     #[arg(long, default_value_t = 1000)]
     interval_ms: u64,
+    #[command(flatten)]
+    tls: super::tls_args::ServerTlsArgs,
+    #[command(flatten)]
+    uplink_tls: super::tls_args::UplinkTlsArgs,
 }
 
 /// Runs until SIGTERM or Ctrl-C.
@@ -40,6 +44,12 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         region: a.region,
         controller: a.controller,
         interval: Duration::from_millis(a.interval_ms),
+        security: grl::tier::Security {
+            server_tls: a.tls.server_tls()?,
+            uplink_tls: a.uplink_tls.client(&a.tls),
+            children: a.tls.children(),
+            ..Default::default()
+        },
     };
     let running = aggregator::start(opts, listener, metrics)?;
     info!(addr = %running.addr, metrics = ?running.metrics_addr, "aggregator serving");

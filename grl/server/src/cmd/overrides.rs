@@ -10,6 +10,8 @@ use grl_core::proto::control_client::ControlClient;
 pub(crate) struct Args {
     #[command(subcommand)]
     action: Action,
+    #[command(flatten)]
+    conn: super::tls_args::AdminClientArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -58,8 +60,33 @@ enum Action {
     },
 }
 
-async fn client(addr: &str) -> anyhow::Result<ControlClient<tonic::transport::Channel>> {
-    Ok(ControlClient::connect(grl::tier::uplink::url(addr)).await?)
+type Authorized = tonic::service::interceptor::InterceptedService<
+    tonic::transport::Channel,
+    Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>,
+>;
+
+/// A `Control` client of `addr` over TLS if configured, sending the bearer token if given.
+async fn client(
+    addr: &str,
+    conn: &super::tls_args::AdminClientArgs,
+) -> anyhow::Result<ControlClient<Authorized>> {
+    let channel = grl_core::tls::endpoint(addr, conn.tls().as_ref())?
+        .connect()
+        .await?;
+    let header = conn
+        .token()?
+        .map(|t| tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")))
+        .transpose()
+        .map_err(|_| anyhow::anyhow!("the token file holds characters not allowed in a header"))?;
+    let add: Box<
+        dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send,
+    > = Box::new(move |mut req: tonic::Request<()>| {
+        if let Some(h) = &header {
+            req.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(req)
+    });
+    Ok(ControlClient::with_interceptor(channel, add))
 }
 
 /// Runs one override action and prints the result as JSON.
@@ -75,7 +102,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             reason,
         } => {
             let who = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-            let o = client(&controller)
+            let o = client(&controller, &a.conn)
                 .await?
                 .set_override(proto::SetOverrideRequest {
                     service,
@@ -91,7 +118,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             println!("{}", json(&o));
         }
         Action::List { controller } => {
-            let l = client(&controller)
+            let l = client(&controller, &a.conn)
                 .await?
                 .list_overrides(proto::ListOverridesRequest {})
                 .await?
@@ -105,7 +132,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             id,
             service,
         } => {
-            let r = client(&controller)
+            let r = client(&controller, &a.conn)
                 .await?
                 .clear_override(proto::ClearOverrideRequest {
                     id: id.unwrap_or_default(),
