@@ -6,5 +6,6 @@
 mod demo;
 mod exit_codes;
 mod pull_request;
+mod push_auth;
 mod run;
 mod schedule;

@@ -104,6 +104,7 @@ impl Setup {
             mode,
             db: db.to_string(),
             controller: None,
+            controller_auth: Default::default(),
             guards: GuardSettings::default(),
             concurrency: 4,
             now: None,

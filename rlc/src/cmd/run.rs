@@ -136,7 +136,7 @@ impl RunArgs {
             },
             db: self.db.clone(),
             controller: self.controller.clone(),
-            controller_auth: crate::push::ControllerAuth {
+            controller_auth: rlc::push::ControllerAuth {
                 tls: self.tls_ca.clone().map(|ca| grl_core::tls::ClientTls {
                     ca,
                     identity: self.tls_cert.clone().zip(self.tls_key.clone()),

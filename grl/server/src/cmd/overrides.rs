@@ -60,10 +60,21 @@ enum Action {
     },
 }
 
-type Authorized = tonic::service::interceptor::InterceptedService<
-    tonic::transport::Channel,
-    Box<dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send>,
->;
+/// Adds the admin bearer token, if there is one, to every call (its value never printed).
+#[derive(Clone)]
+struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(h) = &self.0 {
+            req.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(req)
+    }
+}
+
+type Authorized =
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>;
 
 /// A `Control` client of `addr` over TLS if configured, sending the bearer token if given.
 async fn client(
@@ -78,15 +89,7 @@ async fn client(
         .map(|t| tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")))
         .transpose()
         .map_err(|_| anyhow::anyhow!("the token file holds characters not allowed in a header"))?;
-    let add: Box<
-        dyn FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Send,
-    > = Box::new(move |mut req: tonic::Request<()>| {
-        if let Some(h) = &header {
-            req.metadata_mut().insert("authorization", h.clone());
-        }
-        Ok(req)
-    });
-    Ok(ControlClient::with_interceptor(channel, add))
+    Ok(ControlClient::with_interceptor(channel, Bearer(header)))
 }
 
 /// Runs one override action and prints the result as JSON.

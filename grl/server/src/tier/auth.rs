@@ -12,7 +12,7 @@ use subtle::ConstantTimeEq;
 use tonic::Status;
 use tracing::warn;
 
-use super::tls::{Peer, stamp};
+use super::tls::{Peer, Stamp, stamp};
 
 /// Why a call was refused: the `reason` label of the refusal metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +124,7 @@ pub fn read_token(path: &Path) -> Result<String, TokenError> {
 #[derive(Debug)]
 struct Token {
     path: PathBuf,
-    current: Mutex<(Vec<Option<(std::time::SystemTime, u64)>>, String)>,
+    current: Mutex<(Stamp, String)>,
 }
 
 impl Token {
@@ -149,7 +149,7 @@ impl Token {
             match read_token(&self.path) {
                 Ok(t) => cur.1 = t,
                 Err(e) => {
-                    warn!(error = %e, "admin token file changed but does not load; keeping the previous token")
+                    warn!(error = %e, "admin token file changed but does not load; kept the old token");
                 }
             }
         }

@@ -104,7 +104,7 @@ pub fn server_config(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
 }
 
 /// What identifies a version of a file: its modification time and length (`None`: missing).
-type Stamp = Vec<Option<(SystemTime, u64)>>;
+pub(crate) type Stamp = Vec<Option<(SystemTime, u64)>>;
 
 /// Stamps of `paths`, to notice a replaced or rewritten file.
 pub(crate) fn stamp<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Stamp {
