@@ -77,6 +77,15 @@ fn register_secrets(command: &Command) {
         if let Some(token) = &a.github_token {
             register(token);
         }
+        // The controller's admin token: a file whose content is read again at every push;
+        // registered now so that no output shows it even if a push error quoted it.
+        if let Some(token) = a
+            .token_file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+        {
+            register(token.trim());
+        }
     }
 }
 

@@ -1,10 +1,24 @@
-//! Pushes a config snapshot to a GRL controller's `ApplyConfig`.
+//! Pushes a config snapshot to a GRL controller's `ApplyConfig`, over TLS when given a CA
+//! (`--tls-ca`, with `--tls-cert/--tls-key` for mutual TLS) and with the admin bearer token
+//! of `--token-file` (never logged or put in an error).
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use grl_core::tls::ClientTls;
 
 use grl_core::proto::control_client::ControlClient;
 use grl_core::proto::tier_client::TierClient;
 use grl_core::proto::{ApplyConfigRequest, ApplyConfigResponse, ConfigFile, StatusRequest};
+
+/// How rlc authenticates to the controller (default: plaintext, no token).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControllerAuth {
+    /// TLS to the controller (its CA, and optionally rlc's client certificate).
+    pub tls: Option<ClientTls>,
+    /// A file holding the admin bearer token, sent as `authorization: Bearer <token>`.
+    pub token_file: Option<PathBuf>,
+}
 
 /// The controller refused the snapshot or could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +30,14 @@ pub enum PushError {
         addr: String,
         /// What the transport said.
         source: tonic::transport::Error,
+    },
+    /// The TLS files or the token file are unusable.
+    #[error("controller at {addr}: {why}")]
+    Credentials {
+        /// The controller's address.
+        addr: String,
+        /// What is wrong (names the file, never its content).
+        why: String,
     },
     /// The controller answered with an error (e.g. it refused an invalid snapshot).
     #[error("controller at {addr} refused config {version}: {status}")]
@@ -37,31 +59,60 @@ pub enum PushError {
     },
 }
 
-/// Sends `files` (paths relative to the config root) as snapshot `version` to `addr`.
-pub async fn apply_config(
+/// A connected channel to the controller at `addr`, over TLS when `auth` has it.
+async fn channel(
     addr: &str,
-    version: &str,
-    files: Vec<(String, String)>,
-) -> Result<ApplyConfigResponse, PushError> {
-    let url = if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    };
-    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-        .map_err(|source| PushError::Unreachable {
+    auth: &ControllerAuth,
+) -> Result<tonic::transport::Channel, PushError> {
+    grl_core::tls::endpoint(addr, auth.tls.as_ref())
+        .map_err(|e| PushError::Credentials {
             addr: addr.to_string(),
-            source,
+            why: e.to_string(),
         })?
         .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30));
-    let channel = endpoint
+        .timeout(Duration::from_secs(30))
         .connect()
         .await
         .map_err(|source| PushError::Unreachable {
             addr: addr.to_string(),
             source,
-        })?;
+        })
+}
+
+/// The `authorization` header made from `auth`'s token file, if it has one.
+fn bearer(
+    addr: &str,
+    auth: &ControllerAuth,
+) -> Result<Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>, PushError> {
+    let Some(path) = &auth.token_file else {
+        return Ok(None);
+    };
+    let credentials = |why: String| PushError::Credentials {
+        addr: addr.to_string(),
+        why,
+    };
+    let t = std::fs::read_to_string(path)
+        .map_err(|e| credentials(format!("token file {}: {e}", path.display())))?;
+    tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.trim()))
+        .map(Some)
+        .map_err(|_| {
+            credentials(format!(
+                "token file {}: characters not allowed in a header",
+                path.display()
+            ))
+        })
+}
+
+/// Sends `files` (paths relative to the config root) as snapshot `version` to `addr`,
+/// authenticated as `auth` says.
+pub async fn apply_config(
+    addr: &str,
+    version: &str,
+    files: Vec<(String, String)>,
+    auth: &ControllerAuth,
+) -> Result<ApplyConfigResponse, PushError> {
+    let token = bearer(addr, auth)?;
+    let channel = channel(addr, auth).await?;
     let request = ApplyConfigRequest {
         version: version.to_string(),
         files: files
@@ -69,7 +120,13 @@ pub async fn apply_config(
             .map(|(path, content)| ConfigFile { path, content })
             .collect(),
     };
+    let mut request = tonic::Request::new(request);
+    if let Some(v) = token {
+        request.metadata_mut().insert("authorization", v);
+    }
     let response = ControlClient::new(channel)
+        .max_decoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES)
+        .max_encoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES)
         .apply_config(request)
         .await
         .map_err(|status| PushError::Refused {
@@ -81,24 +138,10 @@ pub async fn apply_config(
 }
 
 /// The config version the controller at `addr` runs (its `Status`), `""` when it has none.
-pub async fn config_version(addr: &str) -> Result<String, PushError> {
-    let url = if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    };
-    let unreachable = |source| PushError::Unreachable {
-        addr: addr.to_string(),
-        source,
-    };
-    let channel = tonic::transport::Endpoint::from_shared(url)
-        .map_err(unreachable)?
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(30))
-        .connect()
-        .await
-        .map_err(unreachable)?;
+pub async fn config_version(addr: &str, auth: &ControllerAuth) -> Result<String, PushError> {
+    let channel = channel(addr, auth).await?;
     let status = TierClient::new(channel)
+        .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
         .status(StatusRequest {})
         .await
         .map_err(|status| PushError::Status {

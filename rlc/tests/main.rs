@@ -6,6 +6,7 @@
 mod demo;
 mod exit_codes;
 mod pull_request;
+mod push_auth;
 mod reliability;
 mod run;
 mod schedule;

@@ -17,6 +17,10 @@ pub enum ClientError {
     /// The aggregator refused or ended the stream.
     #[error("aggregator stream: {0}")]
     Stream(#[from] tonic::Status),
+    /// TLS files could not be read, or the address's scheme does not fit the TLS setting.
+    #[cfg(feature = "tls")]
+    #[error("aggregator TLS: {0}")]
+    Tls(#[from] grl_core::tls::TlsError),
     /// The aggregator did not answer in time.
     #[error("aggregator did not answer within {0:?}")]
     Timeout(std::time::Duration),

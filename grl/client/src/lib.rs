@@ -110,6 +110,11 @@ pub struct ClientConfig {
     pub max_pairs: usize,
     /// Unique per instance, e.g. `host:pid`.
     pub id: String,
+    /// TLS to the aggregator (feature `tls`): the CA to check it with and, for mutual TLS,
+    /// this client's certificate and key; files are read again on every reconnect. With it
+    /// a bare `host:port` aggregator is dialled as `https://`; `http://` is refused.
+    #[cfg(feature = "tls")]
+    pub tls: Option<grl_core::tls::ClientTls>,
 }
 
 impl ClientConfig {
@@ -125,6 +130,8 @@ impl ClientConfig {
             expiry_intervals: 5,
             max_pairs: 10_000,
             id: format!("client-{}", std::process::id()),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
+#[cfg(not(feature = "tls"))]
 use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
@@ -38,13 +39,16 @@ fn reconnect_backoff(interval: Duration) -> Backoff {
 
 async fn connect(inner: &Inner) -> Result<Session, ClientError> {
     let timeout = inner.cfg.interval.max(Duration::from_millis(200));
-    let endpoint = Endpoint::from_shared(inner.cfg.aggregator.clone())
-        .map_err(|source| ClientError::Address {
+    #[cfg(feature = "tls")]
+    let endpoint = grl_core::tls::endpoint(&inner.cfg.aggregator, inner.cfg.tls.as_ref())?;
+    #[cfg(not(feature = "tls"))]
+    let endpoint = Endpoint::from_shared(inner.cfg.aggregator.clone()).map_err(|source| {
+        ClientError::Address {
             address: inner.cfg.aggregator.clone(),
             source,
-        })?
-        .connect_timeout(timeout)
-        .tcp_nodelay(true);
+        }
+    })?;
+    let endpoint = endpoint.connect_timeout(timeout).tcp_nodelay(true);
     let channel = endpoint.connect().await?;
     let (reports, rx) = mpsc::channel(16);
     // The hello tells the aggregator which service's config to send.

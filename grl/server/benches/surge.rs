@@ -57,6 +57,7 @@ async fn run() {
         interval: iv,
         config: ConfigSource::Dir(dir.path().into()),
         poll: Duration::from_secs(2),
+        security: Default::default(),
     };
     let (ctl, _c) = controller::start(ctl_opts, bind().await, None)
         .await
@@ -66,6 +67,7 @@ async fn run() {
         region: "eu".into(),
         controller: ctl.addr.to_string(),
         interval: iv,
+        security: Default::default(),
     };
     let agg = aggregator::start(agg_opts, bind().await, None).unwrap();
     let clients: Vec<Client> = (0..n)

@@ -104,6 +104,7 @@ async fn controller_refuses_to_start_on_an_invalid_dir() {
         interval: IV,
         config: ConfigSource::Dir(dir.path().into()),
         poll: IV,
+        security: Default::default(),
     };
     let err = controller::start(opts, listener().await, None)
         .await
@@ -170,6 +171,7 @@ async fn controller_picks_up_a_commit_to_the_config_git_repo() {
         interval: IV,
         config: ConfigSource::Git(remote.path().display().to_string()),
         poll: Duration::from_millis(200),
+        security: Default::default(),
     };
     let (ctl, c) = controller::start(opts, listener().await, Some(listener().await))
         .await
@@ -363,6 +365,7 @@ async fn a_regional_controller_takes_config_and_global_ratios_from_its_parent() 
         interval: IV,
         config: ConfigSource::None,
         poll: IV,
+        security: Default::default(),
     };
     let (regional, _r) = controller::start(opts, listener().await, None)
         .await

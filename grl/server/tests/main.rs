@@ -1,6 +1,8 @@
 //! Integration tests of the tiers: aggregators, controllers and real clients on 127.0.0.1
-//! in one process ([`enforce`], [`config`], and faults on their links: [`faults`]), and the `grl` binary as real processes
-//! ([`binary`], and the sidecar with clients from other ecosystems: [`sidecar`], [`rls`]).
+//! in one process ([`enforce`], [`config`], and faults on their links: [`faults`]), and the
+//! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
+//! ecosystems: [`sidecar`], [`rls`]), bad input ([`bad_input`]), and TLS with authorised
+//! admin calls ([`security`]).
 
 mod bad_input;
 mod binary;
@@ -9,5 +11,6 @@ mod enforce;
 mod fault_proxy;
 mod faults;
 mod rls;
+mod security;
 mod sidecar;
 mod support;

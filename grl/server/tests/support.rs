@@ -59,6 +59,7 @@ pub(crate) async fn controller_on(
         interval,
         config: ConfigSource::Dir(dir.to_path_buf()),
         poll: Duration::from_millis(200),
+        security: Default::default(),
     };
     controller::start(opts, l, Some(listener().await))
         .await
@@ -78,6 +79,7 @@ pub(crate) async fn aggregator_on(
         region: region.into(),
         controller: ctl.into(),
         interval,
+        security: Default::default(),
     };
     aggregator::start(opts, l, Some(listener().await)).unwrap()
 }

@@ -61,6 +61,25 @@ pub(crate) struct RunArgs {
     /// GRL controller to push to after a direct-mode commit (host:port).
     #[arg(long, env = "RLC_CONTROLLER", hide_env_values = true)]
     pub controller: Option<String>,
+    /// CA (PEM) of the controller's certificate: push over TLS (a bare `host:port` is
+    /// dialled as `https://`).
+    #[arg(long, value_name = "FILE", requires = "controller")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS to the controller.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// A file holding the controller's admin bearer token (sent as `authorization: Bearer`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "RLC_TOKEN_FILE",
+        hide_env_values = true,
+        requires = "controller"
+    )]
+    pub token_file: Option<PathBuf>,
     /// Where the local clone of the config repo is kept.
     #[arg(long, default_value = ".rlc/checkout")]
     pub workdir: PathBuf,
@@ -144,6 +163,13 @@ impl RunArgs {
             },
             db: self.db.clone(),
             controller: self.controller.clone(),
+            controller_auth: rlc::push::ControllerAuth {
+                tls: self.tls_ca.clone().map(|ca| grl_core::tls::ClientTls {
+                    ca,
+                    identity: self.tls_cert.clone().zip(self.tls_key.clone()),
+                }),
+                token_file: self.token_file.clone(),
+            },
             guards: GuardSettings {
                 min_coverage: self.min_coverage,
                 max_decrease: self.max_decrease,

@@ -12,16 +12,22 @@ use crate::github::{GitHubClient, GitHubError, PullRequest};
 pub(super) async fn push_commit(
     store: GitStore,
     addr: &str,
+    auth: &crate::push::ControllerAuth,
     commit: &str,
 ) -> Result<(), DeliveryError> {
-    let result = send(store, addr, commit).await;
+    let result = send(store, addr, auth, commit).await;
     if let Err(e) = &result {
         warn!(controller = addr, error = %e, "controller push failed; it will pick the commit up from the repo");
     }
     result
 }
 
-async fn send(store: GitStore, addr: &str, commit: &str) -> Result<(), DeliveryError> {
+async fn send(
+    store: GitStore,
+    addr: &str,
+    auth: &crate::push::ControllerAuth,
+    commit: &str,
+) -> Result<(), DeliveryError> {
     let c = commit.to_string();
     let files = tokio::task::spawn_blocking(move || -> Result<_, GitStoreError> {
         let mut files = store.files_under(&c, "services")?;
@@ -33,7 +39,7 @@ async fn send(store: GitStore, addr: &str, commit: &str) -> Result<(), DeliveryE
         commit: commit.to_string(),
         source,
     })?;
-    let resp = crate::push::apply_config(addr, commit, files).await?;
+    let resp = crate::push::apply_config(addr, commit, files, auth).await?;
     info!(controller = addr, version = %resp.version, buckets = resp.buckets, "controller updated");
     Ok(())
 }
@@ -45,9 +51,10 @@ async fn send(store: GitStore, addr: &str, commit: &str) -> Result<(), DeliveryE
 pub(super) async fn resync(
     store: GitStore,
     addr: &str,
+    auth: &crate::push::ControllerAuth,
     main_commit: &str,
 ) -> Result<bool, DeliveryError> {
-    let running = match crate::push::config_version(addr).await {
+    let running = match crate::push::config_version(addr, auth).await {
         Ok(v) => v,
         Err(e) => {
             warn!(controller = addr, error = %e, "cannot ask the controller for its config version");
@@ -63,7 +70,9 @@ pub(super) async fn resync(
         main = main_commit,
         "the controller runs another config than main; sending main's"
     );
-    push_commit(store, addr, main_commit).await.map(|()| true)
+    push_commit(store, addr, auth, main_commit)
+        .await
+        .map(|()| true)
 }
 
 /// Opens or updates the review pull request from [`PR_BRANCH`] with `body`.

@@ -50,6 +50,8 @@ pub struct RunSettings {
     pub db: String,
     /// The controller to push to after a direct-mode commit.
     pub controller: Option<String>,
+    /// TLS and bearer token for the controller push.
+    pub controller_auth: crate::push::ControllerAuth,
     /// Guard thresholds.
     pub guards: GuardSettings,
     /// Concurrent history queries.
@@ -179,10 +181,19 @@ pub async fn run_once(
         &settings.github,
     ) {
         (Some(c), PublishMode::Direct, Some(addr), _) => {
-            deliver::push_commit(published.store, addr, c).await.err()
+            deliver::push_commit(published.store, addr, &settings.controller_auth, c)
+                .await
+                .err()
         }
         (None, PublishMode::Direct, Some(addr), _) => {
-            match deliver::resync(published.store, addr, &published.planned.commit).await {
+            match deliver::resync(
+                published.store,
+                addr,
+                &settings.controller_auth,
+                &published.planned.commit,
+            )
+            .await
+            {
                 Ok(pushed) => {
                     resynced_controller = pushed;
                     None

@@ -239,6 +239,7 @@ impl Env {
             mode,
             db: format!("sqlite://{}", self.tmp.path().join("runs.db").display()),
             controller: None,
+            controller_auth: Default::default(),
             guards: GuardSettings::default(),
             concurrency: 4,
             now: Some(NOW),

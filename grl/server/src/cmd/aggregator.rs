@@ -30,6 +30,10 @@ pub(crate) struct Args {
     /// contributing client) is refused and counted (`grl_tier_reports_refused_total`).
     #[arg(long, default_value_t = 1e6, value_parser = super::validate::max_client_rps)]
     max_client_rps: f64,
+    #[command(flatten)]
+    tls: super::tls_args::ServerTlsArgs,
+    #[command(flatten)]
+    uplink_tls: super::tls_args::UplinkTlsArgs,
 }
 
 /// Runs until SIGTERM or Ctrl-C.
@@ -44,6 +48,12 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         region: a.region,
         controller: a.controller,
         interval: Duration::from_millis(a.interval_ms),
+        security: grl::tier::Security {
+            server_tls: a.tls.server_tls()?,
+            uplink_tls: a.uplink_tls.client(&a.tls),
+            children: a.tls.children(),
+            ..Default::default()
+        },
     };
     let running = aggregator::start(opts, listener, metrics)?;
     running

@@ -38,6 +38,12 @@ pub(crate) struct Args {
     /// How often to look for config changes, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = super::validate::poll_ms)]
     poll_ms: u64,
+    #[command(flatten)]
+    tls: super::tls_args::ServerTlsArgs,
+    #[command(flatten)]
+    uplink_tls: super::tls_args::UplinkTlsArgs,
+    #[command(flatten)]
+    admin: super::tls_args::AdminAuthArgs,
 }
 
 /// Runs until SIGTERM or Ctrl-C; refuses to start on an invalid config.
@@ -49,6 +55,12 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("--config DIR or --config-git URL is required"),
     };
     let listener = super::bind(&a.listen).await?;
+    let security = grl::tier::Security {
+        server_tls: a.tls.server_tls()?,
+        uplink_tls: a.uplink_tls.client(&a.tls),
+        children: a.tls.children(),
+        admin: a.admin.admin(&listener.local_addr()?)?,
+    };
     let metrics = match &a.metrics_listen {
         Some(m) => Some(super::bind(m).await?),
         None => None,
@@ -59,6 +71,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         interval: Duration::from_millis(a.interval_ms),
         config,
         poll: Duration::from_millis(a.poll_ms),
+        security,
     };
     let (running, ctl) = controller::start(opts, listener, metrics)
         .await

@@ -39,6 +39,8 @@ pub(crate) struct Args {
     /// Serve the clients' `/metrics` here (each client's series labelled `client="i"`).
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    tls: super::tls_args::ClientTlsArgs,
 }
 
 /// One row of the profile.
@@ -105,7 +107,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", a.profile.display()))?;
     let profile = parse_profile(&text)
         .map_err(|e| super::validate::Usage(format!("--profile {}: {e:#}", a.profile.display())))?;
-    let url = grl::tier::uplink::url(&a.aggregator);
+    let (url, tls) = (a.aggregator.clone(), a.tls.tls());
     let clients: Vec<Client> = (0..a.clients)
         .map(|i| {
             let mut cfg = ClientConfig::new(a.service.clone(), url.clone());
@@ -113,6 +115,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             cfg.region.clone_from(&a.region);
             cfg.interval = Duration::from_millis(a.interval_ms);
             cfg.id = format!("loadgen-{}-{}-{i}", a.zone, std::process::id());
+            cfg.tls.clone_from(&tls);
             Client::new(cfg)
         })
         .collect();

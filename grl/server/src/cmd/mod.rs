@@ -5,6 +5,7 @@ pub(crate) mod controller;
 pub(crate) mod loadgen;
 pub(crate) mod overrides;
 pub(crate) mod sidecar;
+pub(crate) mod tls_args;
 pub(crate) mod validate;
 
 use std::time::Duration;

@@ -10,6 +10,8 @@ use grl_core::proto::control_client::ControlClient;
 pub(crate) struct Args {
     #[command(subcommand)]
     action: Action,
+    #[command(flatten)]
+    conn: super::tls_args::AdminClientArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -58,9 +60,36 @@ enum Action {
     },
 }
 
-async fn client(addr: &str) -> anyhow::Result<ControlClient<tonic::transport::Channel>> {
-    Ok(ControlClient::connect(grl::tier::uplink::url(addr))
-        .await?
+/// Adds the admin bearer token, if there is one, to every call (its value never printed).
+#[derive(Clone)]
+struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(h) = &self.0 {
+            req.metadata_mut().insert("authorization", h.clone());
+        }
+        Ok(req)
+    }
+}
+
+type Authorized =
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>;
+
+/// A `Control` client of `addr` over TLS if configured, sending the bearer token if given.
+async fn client(
+    addr: &str,
+    conn: &super::tls_args::AdminClientArgs,
+) -> anyhow::Result<ControlClient<Authorized>> {
+    let channel = grl_core::tls::endpoint(addr, conn.tls().as_ref())?
+        .connect()
+        .await?;
+    let header = conn
+        .token()?
+        .map(|t| tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")))
+        .transpose()
+        .map_err(|_| anyhow::anyhow!("the token file holds characters not allowed in a header"))?;
+    Ok(ControlClient::with_interceptor(channel, Bearer(header))
         .max_decoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES)
         .max_encoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES))
 }
@@ -78,7 +107,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             reason,
         } => {
             let who = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-            let o = client(&controller)
+            let o = client(&controller, &a.conn)
                 .await?
                 .set_override(proto::SetOverrideRequest {
                     service,
@@ -94,7 +123,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             println!("{}", json(&o));
         }
         Action::List { controller } => {
-            let l = client(&controller)
+            let l = client(&controller, &a.conn)
                 .await?
                 .list_overrides(proto::ListOverridesRequest {})
                 .await?
@@ -108,7 +137,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             id,
             service,
         } => {
-            let r = client(&controller)
+            let r = client(&controller, &a.conn)
                 .await?
                 .clear_override(proto::ClearOverrideRequest {
                     id: id.unwrap_or_default(),

@@ -57,11 +57,14 @@ pub(crate) struct Args {
     /// This instance's id at the aggregator (default: `$HOSTNAME` and the process id).
     #[arg(long, env = "GRL_INSTANCE_ID")]
     id: Option<String>,
+    #[command(flatten)]
+    tls: super::tls_args::ClientTlsArgs,
 }
 
 /// Runs until SIGTERM or Ctrl-C.
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
-    let mut cfg = ClientConfig::new(a.service, grl::tier::uplink::url(&a.aggregator));
+    let mut cfg = ClientConfig::new(a.service, a.aggregator.clone());
+    cfg.tls = a.tls.tls();
     cfg.zone = a.zone;
     cfg.region = a.region;
     cfg.interval = Duration::from_millis(a.interval_ms);

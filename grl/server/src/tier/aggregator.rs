@@ -26,6 +26,8 @@ pub struct AggregatorOptions {
     pub controller: String,
     /// Reporting interval.
     pub interval: Duration,
+    /// TLS on the port and to the controller, and which clients may report.
+    pub security: super::Security,
 }
 
 /// Starts an aggregator serving `Tier` on `listener` (and `/metrics` on `metrics`).
@@ -46,29 +48,31 @@ pub fn start(
         validity_intervals: 5,
     }));
     let (tx, rx) = watch::channel(false);
-    let routes = tonic::service::Routes::new(super::service::tier_server(TierService::new(
-        node.clone(),
-        rx.clone(),
-        None,
-    )));
+    let routes = tonic::service::Routes::new(super::service::tier_server(
+        TierService::new(node.clone(), rx.clone(), None)
+            .with_children(opts.security.children.clone()),
+    ));
     let up = tokio::spawn(uplink::run(
         node.clone(),
         opts.controller.clone(),
+        opts.security.uplink_tls.clone(),
         rx.clone(),
     ));
     let m = metrics.map(|l| {
         let n = node.clone();
+        let sec = opts.security.clone();
         let render: super::admin::Render = Arc::new(move || {
             let st = n.status(tokio::time::Instant::now());
-            metrics::render(&st, &counters(&n))
+            metrics::render(&st, &counters(&n, &sec))
         });
         (l, render)
     });
-    launch(node, routes, listener, m, (tx, rx), vec![up])
+    let tls = opts.security.server_tls.clone();
+    launch(node, routes, listener, m, (tx, rx), vec![up], tls)
 }
 
-/// The byte counters of a node.
-pub(crate) fn counters(n: &Node) -> Counters {
+/// The byte, TLS and refusal counters of a node.
+pub(crate) fn counters(n: &Node, sec: &super::Security) -> Counters {
     use std::sync::atomic::Ordering::Relaxed;
     Counters {
         apply_ok: None,
@@ -80,5 +84,14 @@ pub(crate) fn counters(n: &Node) -> Counters {
             let refused = n.refused.snapshot();
             std::array::from_fn(|i| refused[i].1)
         },
+        tls: sec.server_tls.as_ref().map(|t| {
+            [
+                t.counters.handshake_failures.load(Relaxed),
+                t.counters.reloads.load(Relaxed),
+                t.counters.reload_failures.load(Relaxed),
+            ]
+        }),
+        child_refused: sec.children.refused.snapshot(),
+        admin_refused: sec.admin.refused.snapshot(),
     }
 }

@@ -1,5 +1,6 @@
-//! The `Control` gRPC service of a controller: `ApplyConfig` and incident overrides. Errors
-//! become gRPC codes here, in one place.
+//! The `Control` gRPC service of a controller: `ApplyConfig` and incident overrides. The
+//! admin calls (apply, set, clear) pass [`super::auth::AdminAuth`] first and are logged with
+//! the caller's address and certificate identity. Errors become gRPC codes here, in one place.
 
 use std::sync::Arc;
 
@@ -35,6 +36,7 @@ impl proto::control_server::Control for ControlService {
         &self,
         req: Request<proto::ApplyConfigRequest>,
     ) -> Result<Response<proto::ApplyConfigResponse>, Status> {
+        let peer = self.ctl.admin().check("ApplyConfig", &req)?;
         let req = req.into_inner();
         let version = req.version.clone();
         let files: Vec<_> = req.files.into_iter().map(|f| (f.path, f.content)).collect();
@@ -51,7 +53,10 @@ impl proto::control_server::Control for ControlService {
                     buckets: s.buckets().count() as u32,
                     enforced_buckets: s.buckets().filter(|(_, b)| b.limit.is_some()).count() as u32,
                 };
-                info!(version = %s.version, buckets = resp.buckets, "config applied");
+                info!(
+                    version = %s.version, buckets = resp.buckets, peer = %peer.addr_str(),
+                    identity = %peer.identity(), "config applied"
+                );
                 self.ctl.set_snapshot(s);
                 Ok(Response::new(resp))
             }
@@ -67,6 +72,7 @@ impl proto::control_server::Control for ControlService {
         &self,
         req: Request<proto::SetOverrideRequest>,
     ) -> Result<Response<proto::Override>, Status> {
+        let peer = self.ctl.admin().check("SetOverride", &req)?;
         let req = req.into_inner();
         let o = self
             .ctl
@@ -75,7 +81,7 @@ impl proto::control_server::Control for ControlService {
         info!(
             id = %o.id, service = %o.service, caller = %o.caller, procedure = %o.procedure,
             rps = o.rps, expires_at = o.expires_at_unix, who = %o.who, reason = %o.reason,
-            "override set"
+            peer = %peer.addr_str(), identity = %peer.identity(), "override set"
         );
         Ok(Response::new(o))
     }
@@ -92,13 +98,17 @@ impl proto::control_server::Control for ControlService {
         &self,
         req: Request<proto::ClearOverrideRequest>,
     ) -> Result<Response<proto::ClearOverrideResponse>, Status> {
+        let peer = self.ctl.admin().check("ClearOverride", &req)?;
         let req = req.into_inner();
         if req.id.is_empty() && req.service.is_empty() {
             return Err(Status::invalid_argument("id or service is required"));
         }
         let gone = self.ctl.with_overrides(|o| o.clear(&req.id, &req.service));
         for o in &gone {
-            info!(id = %o.id, service = %o.service, "override cleared");
+            info!(
+                id = %o.id, service = %o.service, peer = %peer.addr_str(),
+                identity = %peer.identity(), "override cleared"
+            );
         }
         Ok(Response::new(proto::ClearOverrideResponse {
             cleared: gone.len() as u32,

@@ -47,6 +47,8 @@ pub struct ControllerOptions {
     pub config: ConfigSource,
     /// How often to look for config changes.
     pub poll: Duration,
+    /// TLS on the port and to the parent, who may report and who may make admin calls.
+    pub security: super::Security,
 }
 
 /// The controller's own state beside its node.
@@ -58,6 +60,7 @@ pub struct Controller {
     apply_ok: AtomicU64,
     apply_invalid: AtomicU64,
     config_refused: AtomicU64,
+    security: super::Security,
 }
 
 impl std::fmt::Debug for Controller {
@@ -91,6 +94,11 @@ impl Controller {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(s);
         self.publish();
+    }
+
+    /// Who may make admin calls.
+    pub fn admin(&self) -> &super::auth::AdminAuth {
+        &self.security.admin
     }
 
     /// Counts an `ApplyConfig` result.
@@ -154,7 +162,7 @@ impl Controller {
             apply_ok: Some(self.apply_ok.load(Ordering::Relaxed)),
             apply_invalid: self.apply_invalid.load(Ordering::Relaxed),
             config_refused: self.config_refused.load(Ordering::Relaxed),
-            ..super::aggregator::counters(&self.node)
+            ..super::aggregator::counters(&self.node, &self.security)
         }
     }
 }
@@ -214,7 +222,14 @@ pub async fn start(
         apply_ok: AtomicU64::new(0),
         apply_invalid: AtomicU64::new(0),
         config_refused: AtomicU64::new(0),
+        security: opts.security.clone(),
     });
+    if ctl.admin().is_open() {
+        tracing::warn!(
+            "ADMIN CALLS ARE OPEN: anyone who reaches this port can apply a config or set \
+             overrides (no --admin-allow, no --admin-token-file)"
+        );
+    }
     let initial_version = initial.version.clone();
     ctl.set_snapshot(initial);
     let (tx, rx) = watch::channel(false);
@@ -250,6 +265,7 @@ pub async fn start(
         tasks.push(tokio::spawn(uplink::run(
             node.clone(),
             p.clone(),
+            opts.security.uplink_tls.clone(),
             rx.clone(),
         )));
     }
@@ -262,11 +278,10 @@ pub async fn start(
         }
     }));
     let hook = ctl.status_hook();
-    let routes = tonic::service::Routes::new(super::service::tier_server(TierService::new(
-        node.clone(),
-        rx.clone(),
-        Some(hook.clone()),
-    )))
+    let routes = tonic::service::Routes::new(super::service::tier_server(
+        TierService::new(node.clone(), rx.clone(), Some(hook.clone()))
+            .with_children(opts.security.children.clone()),
+    ))
     .add_service(
         proto::control_server::ControlServer::new(super::control::ControlService::new(ctl.clone()))
             .max_decoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES)
@@ -281,6 +296,7 @@ pub async fn start(
         });
         (l, render)
     });
-    let running = launch(node, routes, listener, m, (tx, rx), tasks)?;
+    let tls = opts.security.server_tls.clone();
+    let running = launch(node, routes, listener, m, (tx, rx), tasks, tls)?;
     Ok((running, ctl))
 }

@@ -47,11 +47,24 @@ pub const REPORTS_REFUSED: &str = "grl_tier_reports_refused";
 /// force stays. Exposed as `grl_controller_config_refused_total`.
 pub const CONFIG_REFUSED: &str = "grl_controller_config_refused";
 
+/// Admin calls (`ApplyConfig`, override set/clear) refused by `{reason}` (`no_credentials`,
+/// `wrong_token`, `identity_not_allowed`, `malformed_authorization`); nothing changed.
+/// Exposed as `grl_controller_admin_refused_total`.
+pub const ADMIN_REFUSED: &str = "grl_controller_admin_refused";
+/// Children's report streams refused by `{reason}` (`no_credentials`,
+/// `identity_not_allowed`). Exposed as `grl_tier_child_refused_total`.
+pub const CHILD_REFUSED: &str = "grl_tier_child_refused";
+/// TLS events on the gRPC port by `{event}`: `handshake_failed` (plaintext clients, unknown
+/// CA, missing client certificate, timeout), `reloaded` (changed certificate files put in
+/// use), `reload_failed` (changed files that do not load; the previous ones stay).
+/// Exposed as `grl_tier_tls_events_total`; absent without TLS.
+pub const TLS_EVENTS: &str = "grl_tier_tls_events";
+
 type Labels = Vec<(String, String)>;
 type G = Gauge<f64, AtomicU64>;
 
 /// Counters that live outside the status snapshot.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Counters {
     /// `ApplyConfig` accepted (controllers only: `None` elsewhere).
     pub apply_ok: Option<u64>,
@@ -65,6 +78,20 @@ pub struct Counters {
     pub instructions_out: u64,
     /// Refused reports and rows, in the order of [`Reason::ALL`].
     pub reports_refused: [u64; Reason::ALL.len()],
+    /// TLS [handshake failures, reloads, reload failures] (`None` without TLS).
+    pub tls: Option<[u64; 3]>,
+    /// Refused child streams by reason.
+    pub child_refused: Vec<(&'static str, u64)>,
+    /// Refused admin calls by reason (rendered on controllers only).
+    pub admin_refused: Vec<(&'static str, u64)>,
+}
+
+fn by_label(reg: &mut Registry, name: &str, help: &str, label: &str, v: &[(&str, u64)]) {
+    let f = Family::<Labels, Counter>::default();
+    for (l, n) in v {
+        f.get_or_create(&labels(&[(label, l)])).inc_by(*n);
+    }
+    reg.register(name, help, f);
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -183,7 +210,34 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         "Children's reports or rows refused, by reason (they changed nothing)",
         refused,
     );
+    by_label(
+        &mut reg,
+        CHILD_REFUSED,
+        "Children's report streams refused",
+        "reason",
+        &c.child_refused,
+    );
+    if let Some([failed, reloaded, reload_failed]) = c.tls {
+        by_label(
+            &mut reg,
+            TLS_EVENTS,
+            "TLS events on the gRPC port",
+            "event",
+            &[
+                ("handshake_failed", failed),
+                ("reloaded", reloaded),
+                ("reload_failed", reload_failed),
+            ],
+        );
+    }
     if let Some(ok) = c.apply_ok {
+        by_label(
+            &mut reg,
+            ADMIN_REFUSED,
+            "Admin calls refused (nothing changed)",
+            "reason",
+            &c.admin_refused,
+        );
         let apply = Family::<Labels, Counter>::default();
         apply.get_or_create(&labels(&[("result", "ok")])).inc_by(ok);
         apply

@@ -1,6 +1,7 @@
 //! The aggregator and controller tiers: a shared [`node::Node`] (children, ratios, parent
 //! state, instructions), the `Tier` and `Control` gRPC services, the uplink to the parent,
-//! config following, and the `/metrics` admin server.
+//! config following, the `/metrics` admin server, and their [`Security`]: TLS on the port
+//! ([`tls`]) and who may report or make admin calls ([`auth`]).
 //!
 //! [`aggregator::start`] and [`controller::start`] bind nothing themselves: they serve on
 //! listeners the caller made (port 0 in tests) and return a [`Running`] handle.
@@ -8,6 +9,7 @@
 pub mod admin;
 pub mod admission;
 pub mod aggregator;
+pub mod auth;
 pub mod children;
 pub mod config_follow;
 pub mod control;
@@ -19,6 +21,7 @@ pub mod ratios;
 pub mod rules;
 pub mod service;
 pub mod status;
+pub mod tls;
 pub mod uplink;
 
 use std::net::SocketAddr;
@@ -38,6 +41,20 @@ pub enum StartError {
     /// A listener could not be used.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// TLS and authorisation of a tier. The default is the plaintext demo: no TLS, every child
+/// and (on a controller) every admin call accepted.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// TLS on this tier's gRPC port (mutual when it has a client CA).
+    pub server_tls: Option<Arc<tls::ServerTls>>,
+    /// TLS to the parent: its CA, and this tier's own certificate as client identity.
+    pub uplink_tls: Option<grl_core::tls::ClientTls>,
+    /// Which children may open a report stream.
+    pub children: Arc<auth::ChildAuth>,
+    /// Who may make admin calls (controllers).
+    pub admin: Arc<auth::AdminAuth>,
 }
 
 /// A started tier: its addresses, its node, and its tasks.
@@ -95,16 +112,24 @@ pub(crate) fn launch(
     metrics: Option<(tokio::net::TcpListener, admin::Render)>,
     shutdown: (watch::Sender<bool>, watch::Receiver<bool>),
     mut tasks: Vec<JoinHandle<()>>,
+    server_tls: Option<Arc<tls::ServerTls>>,
 ) -> Result<Running, StartError> {
     let addr = listener.local_addr()?;
     let (tx, rx) = shutdown;
     let server = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        if let Err(e) = tonic::transport::Server::builder()
-            .add_routes(routes)
-            .serve_with_incoming(incoming)
-            .await
-        {
+        let builder = tonic::transport::Server::builder().add_routes(routes);
+        let served = match server_tls {
+            Some(t) => {
+                builder
+                    .serve_with_incoming(tls::incoming(listener, t))
+                    .await
+            }
+            None => {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                builder.serve_with_incoming(incoming).await
+            }
+        };
+        if let Err(e) = served {
             tracing::error!(error = %e, "grpc server failed");
         }
     });

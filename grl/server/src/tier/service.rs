@@ -1,5 +1,5 @@
 //! The `Tier` gRPC service of aggregators and controllers: one `Exchange` stream per child
-//! (reports in, instructions out) and `Status`.
+//! (reports in, instructions out; only from allowed children) and `Status`.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
+use super::auth::ChildAuth;
 use super::node::Node;
 use grl_core::proto;
 
@@ -23,6 +24,7 @@ pub struct TierService {
     node: Arc<Node>,
     shutdown: watch::Receiver<bool>,
     hook: Option<StatusHook>,
+    children: Arc<ChildAuth>,
 }
 
 impl std::fmt::Debug for TierService {
@@ -38,7 +40,15 @@ impl TierService {
             node,
             shutdown,
             hook,
+            children: Arc::default(),
         }
+    }
+
+    /// Accepts report streams only from the children `auth` allows.
+    #[must_use]
+    pub fn with_children(mut self, auth: Arc<ChildAuth>) -> Self {
+        self.children = auth;
+        self
     }
 }
 
@@ -59,6 +69,7 @@ impl proto::tier_server::Tier for TierService {
         &self,
         req: Request<Streaming<proto::Report>>,
     ) -> Result<Response<Self::ExchangeStream>, Status> {
+        self.children.check(&req)?;
         let peer = req.remote_addr();
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);

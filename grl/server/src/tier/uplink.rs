@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use grl_core::tls::{ClientTls, TlsError};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use super::node::Node;
@@ -15,19 +16,10 @@ use grl_core::backoff::Backoff;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 
-/// `host:port` or a URL, as a URL.
-pub fn url(addr: &str) -> String {
-    if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    }
-}
-
 /// A lazily connecting channel with short timeouts and HTTP/2 keepalive, so a dead peer is
-/// noticed within about a second.
-pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(url(addr))?
+/// noticed within about a second; over TLS when `tls` is given (files read now).
+pub fn channel(addr: &str, tls: Option<&ClientTls>) -> Result<Channel, TlsError> {
+    Ok(grl_core::tls::endpoint(addr, tls)?
         .connect_timeout(Duration::from_secs(1))
         .http2_keep_alive_interval(Duration::from_millis(500))
         .keep_alive_timeout(Duration::from_secs(1))
@@ -46,13 +38,18 @@ pub fn backoff(attempt: u32, interval: Duration) -> Duration {
         .delay(attempt)
 }
 
-/// Keeps a stream to `parent` open until `shutdown` turns true.
-pub async fn run(node: Arc<Node>, parent: String, mut shutdown: watch::Receiver<bool>) {
+/// Keeps a stream to `parent` open (over TLS with `tls`) until `shutdown` turns true.
+pub async fn run(
+    node: Arc<Node>,
+    parent: String,
+    tls: Option<ClientTls>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut attempt = 0u32;
     loop {
         let started = Instant::now();
         tokio::select! {
-            r = session(&node, &parent) => {
+            r = session(&node, &parent, tls.as_ref()) => {
                 node.set_parent_connected(false);
                 match r {
                     Ok(()) => warn!(parent = %parent, "parent closed the stream"),
@@ -72,8 +69,12 @@ pub async fn run(node: Arc<Node>, parent: String, mut shutdown: watch::Receiver<
     }
 }
 
-async fn session(node: &Arc<Node>, parent: &str) -> Result<(), tonic::Status> {
-    let ch = channel(parent).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+async fn session(
+    node: &Arc<Node>,
+    parent: &str,
+    tls: Option<&ClientTls>,
+) -> Result<(), tonic::Status> {
+    let ch = channel(parent, tls).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut client = TierClient::new(ch)
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
         .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);
@@ -133,11 +134,5 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn bare_addresses_get_a_scheme() {
-        assert_eq!(url("127.0.0.1:1"), "http://127.0.0.1:1");
-        assert_eq!(url("http://h:1"), "http://h:1");
     }
 }

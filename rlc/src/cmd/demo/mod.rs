@@ -75,6 +75,7 @@ pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
         mode: PublishMode::Direct,
         db: format!("sqlite://{}", root.join("rlc-history.db").display()),
         controller: None,
+        controller_auth: Default::default(),
         guards: GuardSettings::default(),
         concurrency: 4,
         now: Some(now),

@@ -1,0 +1,308 @@
+//! Server-side TLS of the tiers' gRPC ports: a rustls acceptor built from PEM files and
+//! rebuilt when any of them changes (checked at every handshake, so a rotated certificate
+//! is served to the next connection without a restart), mutual TLS when a client CA is
+//! given, handshakes off the accept loop with a deadline, and the peer's identity (SAN DNS
+//! names and subject CN of its certificate) for authorisation and logs.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::{debug, info, warn};
+
+/// How long a client may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The files a TLS server is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTlsFiles {
+    /// Certificate chain (PEM), leaf first.
+    pub cert: PathBuf,
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificate(s) (PEM) that client certificates must chain to: with it, mutual TLS
+    /// is required.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Why TLS settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A PEM file could not be read or holds nothing usable.
+    #[error("{what} {path}: {why}")]
+    File {
+        /// Which file.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// rustls refused the combination (e.g. the key does not match the certificate).
+    #[error("TLS settings: {0}")]
+    Rustls(String),
+}
+
+fn file_err(what: &'static str, path: &Path, why: impl std::fmt::Display) -> TlsError {
+    TlsError::File {
+        what,
+        path: path.to_path_buf(),
+        why: why.to_string(),
+    }
+}
+
+/// Reads every certificate of a PEM file (at least one).
+fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| file_err(what, path, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_err(what, path, e))?;
+    if certs.is_empty() {
+        return Err(file_err(what, path, "no PEM certificate in it"));
+    }
+    Ok(certs)
+}
+
+/// Builds a rustls server config (HTTP/2 only) from `files`.
+pub fn server_config(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
+    let chain = certs("certificate", &files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .map_err(|e| file_err("private key", &files.key, e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Rustls(e.to_string()))?;
+    let builder = match &files.client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in certs("client CA", ca)? {
+                roots.add(c).map_err(|e| file_err("client CA", ca, e))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| file_err("client CA", ca, e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsError::Rustls(e.to_string()))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(cfg)
+}
+
+/// What identifies a version of a file: its modification time and length (`None`: missing).
+pub(crate) type Stamp = Vec<Option<(SystemTime, u64)>>;
+
+/// Stamps of `paths`, to notice a replaced or rewritten file.
+pub(crate) fn stamp<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Stamp {
+    paths
+        .into_iter()
+        .map(|p| {
+            let m = std::fs::metadata(p).ok()?;
+            Some((m.modified().ok()?, m.len()))
+        })
+        .collect()
+}
+
+/// TLS counters of one server.
+#[derive(Debug, Default)]
+pub struct TlsCounters {
+    /// Handshakes that failed or timed out (plaintext clients, unknown CAs, no client cert).
+    pub handshake_failures: AtomicU64,
+    /// Certificate/key changes that could not be loaded (the previous ones stay in use).
+    pub reload_failures: AtomicU64,
+    /// Certificate/key changes put in use.
+    pub reloads: AtomicU64,
+}
+
+/// A TLS server's settings, reloaded from their files when they change.
+#[derive(Debug)]
+pub struct ServerTls {
+    files: ServerTlsFiles,
+    current: Mutex<(Stamp, Arc<ServerConfig>)>,
+    /// Handshake and reload counts.
+    pub counters: TlsCounters,
+}
+
+impl ServerTls {
+    /// Loads `files`; an error here stops the server from starting.
+    pub fn load(files: ServerTlsFiles) -> Result<Self, TlsError> {
+        let s = stamp(Self::paths(&files));
+        let cfg = Arc::new(server_config(&files)?);
+        Ok(Self {
+            files,
+            current: Mutex::new((s, cfg)),
+            counters: TlsCounters::default(),
+        })
+    }
+
+    fn paths(files: &ServerTlsFiles) -> impl Iterator<Item = &Path> {
+        [
+            Some(&files.cert),
+            Some(&files.key),
+            files.client_ca.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(PathBuf::as_path)
+    }
+
+    /// Whether clients must present a certificate from the client CA.
+    pub fn mutual(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    /// The acceptor for the next handshake: rebuilt first if a file changed. A change that
+    /// does not load (e.g. the key written but not yet the certificate) is logged and
+    /// counted, and the previous settings stay until the files load again.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        let now = stamp(Self::paths(&self.files));
+        let mut cur = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cur.0 != now {
+            match server_config(&self.files) {
+                Ok(cfg) => {
+                    *cur = (now, Arc::new(cfg));
+                    self.counters.reloads.fetch_add(1, Ordering::Relaxed);
+                    info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                }
+                Err(e) => {
+                    // Try again at the next handshake, but count and log each change once.
+                    cur.0 = now;
+                    self.counters
+                        .reload_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    warn!(error = %e, "TLS files changed but do not load; keeping the previous ones");
+                }
+            }
+        }
+        TlsAcceptor::from(cur.1.clone())
+    }
+}
+
+/// Accepts TCP connections on `listener` and yields them once their TLS handshake is done.
+/// Handshakes run on their own tasks with a deadline, so a slow or silent client never
+/// holds up the others; failures are logged at debug level and counted. Stops when the
+/// returned stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    tls: Arc<ServerTls>,
+) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        debug!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let (tx, tls) = (tx.clone(), tls.clone());
+            tokio::spawn(async move {
+                let acceptor = tls.acceptor();
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(s)) => {
+                        let _ = tx.send(Ok(s)).await;
+                    }
+                    Ok(Err(e)) => handshake_failed(&tls, peer, &e.to_string()),
+                    Err(_) => handshake_failed(&tls, peer, "timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+fn handshake_failed(tls: &ServerTls, peer: SocketAddr, error: &str) {
+    tls.counters
+        .handshake_failures
+        .fetch_add(1, Ordering::Relaxed);
+    debug!(peer = %peer, error, "TLS handshake failed");
+}
+
+/// Who is calling: the TCP peer and, over mutual TLS, the names in its certificate.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peer {
+    /// The remote address, when known.
+    pub addr: Option<SocketAddr>,
+    /// SAN DNS names and the subject CN of the client certificate (empty without one).
+    pub names: Vec<String>,
+}
+
+impl Peer {
+    /// The peer of a gRPC request.
+    pub fn of<T>(req: &tonic::Request<T>) -> Self {
+        let names = req
+            .peer_certs()
+            .and_then(|c| c.first().map(|leaf| cert_names(leaf)))
+            .unwrap_or_default();
+        Self {
+            addr: req.remote_addr(),
+            names,
+        }
+    }
+
+    /// Whether any of its names is in `allow`.
+    pub fn is_one_of(&self, allow: &[String]) -> bool {
+        self.names.iter().any(|n| allow.contains(n))
+    }
+
+    /// `addr` for logs.
+    pub fn addr_str(&self) -> String {
+        self.addr
+            .map_or_else(|| "unknown".into(), |a| a.to_string())
+    }
+
+    /// The identity for logs: names joined by `,`, or `-` without a certificate.
+    pub fn identity(&self) -> String {
+        if self.names.is_empty() {
+            "-".into()
+        } else {
+            self.names.join(",")
+        }
+    }
+}
+
+/// SAN DNS names, then subject CNs, of a DER certificate (empty if it does not parse).
+pub fn cert_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            if let x509_parser::extensions::GeneralName::DNSName(d) = n {
+                names.push((*d).to_string());
+            }
+        }
+    }
+    for cn in cert.subject().iter_common_name() {
+        if let Ok(s) = cn.as_str()
+            && !names.iter().any(|n| n == s)
+        {
+            names.push(s.to_string());
+        }
+    }
+    names
+}
