@@ -117,6 +117,26 @@ impl Case {
         self.run(&args).await
     }
 
+    /// A direct-mode run against the case's remote and database, reading history from the
+    /// Prometheus at `prometheus` with the test's query template.
+    async fn run_from_prometheus(&self, prometheus: &str, extra: &[&str]) -> Result<Output> {
+        let (repo, db) = (self.remote.url(), self.db());
+        let mut args = vec![
+            "--mode",
+            "direct",
+            "--config-repo",
+            &repo,
+            "--db",
+            &db,
+            "--prometheus",
+            prometheus,
+            "--query-template",
+            TEMPLATE,
+        ];
+        args.extend(extra);
+        self.run(&args).await
+    }
+
     async fn history(&self) -> Result<History> {
         Ok(History::connect(&self.db()).await?)
     }
@@ -590,21 +610,7 @@ async fn a_source_of_only_nan_inf_or_empty_series_exits_8_and_records_no_data() 
         })
     })
     .await;
-    let (repo, db) = (case.remote.url(), case.db());
-    let out = case
-        .run(&[
-            "--mode",
-            "direct",
-            "--config-repo",
-            &repo,
-            "--db",
-            &db,
-            "--prometheus",
-            &dead.url(),
-            "--query-template",
-            TEMPLATE,
-        ])
-        .await?;
+    let out = case.run_from_prometheus(&dead.url(), &[]).await?;
     expect_code(&out, 8);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no usable data"),
@@ -633,21 +639,7 @@ async fn nan_or_infinite_values_refuse_their_bucket_only() -> Result<()> {
         })
     })
     .await;
-    let (repo, db) = (case.remote.url(), case.db());
-    let out = case
-        .run(&[
-            "--mode",
-            "direct",
-            "--config-repo",
-            &repo,
-            "--db",
-            &db,
-            "--prometheus",
-            &mixed.url(),
-            "--query-template",
-            TEMPLATE,
-        ])
-        .await?;
+    let out = case.run_from_prometheus(&mixed.url(), &[]).await?;
     expect_code(&out, 0);
     let limits = case
         .remote
@@ -677,22 +669,8 @@ async fn nan_or_infinite_values_refuse_their_bucket_only() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_500_or_hanging_fails_the_run_in_time_and_changes_nothing() -> Result<()> {
     let case = Case::new(ONE_BUCKET)?;
-    let (repo, db) = (case.remote.url(), case.db());
     let broken = StandIn::start(|_| Answer::Status(500, "storage unavailable".into())).await;
-    let out = case
-        .run(&[
-            "--mode",
-            "direct",
-            "--config-repo",
-            &repo,
-            "--db",
-            &db,
-            "--prometheus",
-            &broken.url(),
-            "--query-template",
-            TEMPLATE,
-        ])
-        .await?;
+    let out = case.run_from_prometheus(&broken.url(), &[]).await?;
     expect_code(&out, 3);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -704,20 +682,7 @@ async fn prometheus_500_or_hanging_fails_the_run_in_time_and_changes_nothing() -
     let hang = StandIn::start(|_| Answer::Hang).await;
     let started = Instant::now();
     let out = case
-        .run(&[
-            "--mode",
-            "direct",
-            "--config-repo",
-            &repo,
-            "--db",
-            &db,
-            "--prometheus",
-            &hang.url(),
-            "--query-template",
-            TEMPLATE,
-            "--prometheus-timeout",
-            "2s",
-        ])
+        .run_from_prometheus(&hang.url(), &["--prometheus-timeout", "2s"])
         .await?;
     expect_code(&out, 3);
     let took = started.elapsed();

@@ -52,11 +52,28 @@ pub(crate) fn wait_port(port: u16) {
     }
 }
 
-/// `grl aggregator` for zone `a` of region `eu` under `ctl_addr`, at a 200 ms interval;
-/// returns once it listens on `agg_port`.
-fn aggregator(agg_port: u16, ctl_addr: &str) -> Proc {
-    let agg_addr = format!("127.0.0.1:{agg_port}");
+/// `grl controller` following the config dir `config` at a 200 ms interval; returns once it
+/// listens on `port`.
+pub(crate) fn controller(port: u16, config: &Path) -> Proc {
+    let (addr, config) = (format!("127.0.0.1:{port}"), config.display().to_string());
     let proc_ = spawn(&[
+        "controller",
+        "--listen",
+        &addr,
+        "--config",
+        &config,
+        "--interval-ms",
+        "200",
+    ]);
+    wait_port(port);
+    proc_
+}
+
+/// `grl aggregator` for zone `a` of region `eu` under `ctl_addr`, at a 200 ms interval,
+/// with `extra` flags; returns once it listens on `agg_port`.
+pub(crate) fn aggregator(agg_port: u16, ctl_addr: &str, extra: &[&str]) -> Proc {
+    let agg_addr = format!("127.0.0.1:{agg_port}");
+    let mut args = vec![
         "aggregator",
         "--listen",
         &agg_addr,
@@ -68,7 +85,9 @@ fn aggregator(agg_port: u16, ctl_addr: &str) -> Proc {
         ctl_addr,
         "--interval-ms",
         "200",
-    ]);
+    ];
+    args.extend(extra);
+    let proc_ = spawn(&args);
     wait_port(agg_port);
     proc_
 }
@@ -128,18 +147,8 @@ fn controller_aggregator_and_loadgen_as_processes() {
     let (cp, ap) = (free_port(), free_port());
     let ctl_addr = format!("127.0.0.1:{cp}");
     let agg_addr = format!("127.0.0.1:{ap}");
-    let config = dir.path().display().to_string();
-    let _ctl = spawn(&[
-        "controller",
-        "--listen",
-        &ctl_addr,
-        "--config",
-        &config,
-        "--interval-ms",
-        "200",
-    ]);
-    wait_port(cp);
-    let _agg = aggregator(ap, &ctl_addr);
+    let _ctl = controller(cp, dir.path());
+    let _agg = aggregator(ap, &ctl_addr, &[]);
     let mut lg = loadgen(&agg_addr, "3", "5", &profile);
     let lines: Vec<serde_json::Value> = BufReader::new(lg.stdout.take().unwrap())
         .lines()
@@ -237,7 +246,7 @@ fn killed_controller_process_fails_open_then_recovers() {
     ];
     let ctl = spawn(&ctl_args);
     wait_port(cp);
-    let _agg = aggregator(ap, &ctl_addr);
+    let _agg = aggregator(ap, &ctl_addr, &[]);
     let mut lg = loadgen(&agg_addr, "2", "12", &profile);
     let mut lines = BufReader::new(lg.stdout.take().unwrap()).lines();
     let mut next = |want: u64| loop {

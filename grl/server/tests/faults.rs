@@ -227,7 +227,7 @@ fn zone_a_client(agg_addr: &str, id: String) -> (Client, tokio::task::JoinHandle
 /// gone clients are never counted, and the aggregator's resident memory stays flat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_churn_keeps_the_aggregator_memory_flat_and_its_totals_right() {
-    use crate::binary::{free_port, spawn, wait_port};
+    use crate::binary::{aggregator, controller, free_port, wait_port};
     const WORKERS: u64 = 8;
     const RATE: f64 = 150.0;
     const STEADY: f64 = 500.0;
@@ -237,33 +237,8 @@ async fn client_churn_keeps_the_aggregator_memory_flat_and_its_totals_right() {
     let (cp, ap, mp) = (free_port(), free_port(), free_port());
     let (ctl_addr, agg_addr) = (format!("127.0.0.1:{cp}"), format!("127.0.0.1:{ap}"));
     let metrics: std::net::SocketAddr = format!("127.0.0.1:{mp}").parse().unwrap();
-    let config = dir.path().display().to_string();
-    let _ctl = spawn(&[
-        "controller",
-        "--listen",
-        &ctl_addr,
-        "--config",
-        &config,
-        "--interval-ms",
-        "200",
-    ]);
-    wait_port(cp);
-    let agg = spawn(&[
-        "aggregator",
-        "--listen",
-        &agg_addr,
-        "--zone",
-        "a",
-        "--region",
-        "eu",
-        "--controller",
-        &ctl_addr,
-        "--metrics-listen",
-        &metrics.to_string(),
-        "--interval-ms",
-        "200",
-    ]);
-    wait_port(ap);
+    let _ctl = controller(cp, dir.path());
+    let agg = aggregator(ap, &ctl_addr, &["--metrics-listen", &metrics.to_string()]);
     wait_port(mp);
 
     let steady: Vec<_> = (0..2)
