@@ -616,7 +616,7 @@ fn open_admin_calls_on_a_public_address_need_insecure_admin() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "a start-up mistake is exit 2");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("--insecure-admin") && err.contains("--admin-token-file"),

@@ -101,14 +101,16 @@ pub(crate) struct AdminAuthArgs {
 }
 
 impl AdminAuthArgs {
-    /// The admin policy; open admin calls on a non-loopback address need `--insecure-admin`.
+    /// The admin policy; open admin calls on a non-loopback address need `--insecure-admin`
+    /// (without it: a usage error, exit 2).
     pub(crate) fn admin(&self, listen: &std::net::SocketAddr) -> anyhow::Result<Arc<AdminAuth>> {
         let a = AdminAuth::new(self.admin_allow.clone(), self.admin_token_file.clone())?;
         if a.is_open() && !listen.ip().is_loopback() && !self.insecure_admin {
-            anyhow::bail!(
+            return Err(super::validate::Usage(format!(
                 "admin calls would be open to anyone reaching {listen}: give --admin-allow NAME \
                  (with --tls-client-ca) or --admin-token-file FILE, or --insecure-admin to accept that"
-            );
+            ))
+            .into());
         }
         Ok(Arc::new(a))
     }
