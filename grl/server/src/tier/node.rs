@@ -72,6 +72,7 @@ pub(crate) struct State {
     pub computed: BTreeMap<RatioKey, Computed>,
     pub seq: u64,
     pub limits: ReportLimits,
+    pub refusal_log: admission::RefusalLog,
 }
 
 /// Control-plane byte counters (encoded protobuf sizes).
@@ -107,6 +108,7 @@ impl Node {
             computed: BTreeMap::new(),
             seq: 0,
             limits: ReportLimits::default(),
+            refusal_log: admission::RefusalLog::new(std::time::Duration::from_secs(1)),
         };
         Self {
             cfg,
@@ -172,12 +174,15 @@ impl Node {
         let limits = s.limits;
         if let Err(reason) = admission::check_report(r, &limits) {
             self.refused.add(reason, 1);
-            warn!(
-                ?peer,
-                reason = reason.as_str(),
-                rows = r.rates.len(),
-                "report refused"
-            );
+            if let Some(unlogged) = s.refusal_log.admit(now) {
+                warn!(
+                    ?peer,
+                    reason = reason.as_str(),
+                    rows = r.rates.len(),
+                    unlogged,
+                    "report refused"
+                );
+            }
             return Err(reason);
         }
         let rules = s.rules.clone();
@@ -196,13 +201,17 @@ impl Node {
             Ok(new) => new,
             Err(reason) => {
                 self.refused.add(reason, 1);
-                warn!(?peer, child = %r.reporter_id, reason = reason.as_str(), "report refused");
+                if let Some(unlogged) = s.refusal_log.admit(now) {
+                    warn!(?peer, child = %r.reporter_id, reason = reason.as_str(), unlogged, "report refused");
+                }
                 return Err(reason);
             }
         };
-        if let Some(reason) = first {
+        if let Some(reason) = first
+            && let Some(unlogged) = s.refusal_log.admit(now)
+        {
             warn!(
-                ?peer, child = %r.reporter_id, reason = reason.as_str(), refused_rows,
+                ?peer, child = %r.reporter_id, reason = reason.as_str(), refused_rows, unlogged,
                 "report rows refused, the child's previous rates kept"
             );
         }
