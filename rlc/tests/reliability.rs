@@ -240,47 +240,33 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
         cmd
     };
     let s = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+    // A direct-mode run's flags: config repo, database, and where history comes from.
+    let direct = |repo: &str, db: &str, history: [&str; 2]| {
+        s(&[
+            "--mode",
+            "direct",
+            "--config-repo",
+            repo,
+            "--db",
+            db,
+            history[0],
+            history[1],
+        ])
+    };
 
-    let out = debug_run(s(&[
-        "--mode",
-        "direct",
-        "--config-repo",
-        &repo,
-        "--db",
-        &db,
-        "--prometheus",
-        &broken_url,
-    ]))
-    .output()
-    .await?;
+    let out = debug_run(direct(&repo, &db, ["--prometheus", &broken_url]))
+        .output()
+        .await?;
     expect_code(&out, 3);
     record("prometheus 500", &out);
-    let out = debug_run(s(&[
-        "--mode",
-        "direct",
-        "--config-repo",
-        &git_url,
-        "--db",
-        &db,
-        "--history-dir",
-        &hist,
-    ]))
-    .output()
-    .await?;
+    let out = debug_run(direct(&git_url, &db, ["--history-dir", &hist]))
+        .output()
+        .await?;
     expect_code(&out, 4);
     record("git 401", &out);
-    let out = debug_run(s(&[
-        "--mode",
-        "direct",
-        "--config-repo",
-        &repo,
-        "--db",
-        &pg_url,
-        "--history-dir",
-        &hist,
-    ]))
-    .output()
-    .await?;
+    let out = debug_run(direct(&repo, &pg_url, ["--history-dir", &hist]))
+        .output()
+        .await?;
     expect_code(&out, 5);
     record("database refused", &out);
     let out = debug_run(s(&[
