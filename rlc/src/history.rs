@@ -361,21 +361,8 @@ impl History {
         commit: Option<&str>,
         error: Option<&str>,
     ) -> Result<(), HistoryError> {
-        let mut conn = self
-            .pool
-            .acquire()
+        self.finish_run_with(run_id, &[], status, commit, error)
             .await
-            .map_err(|e| self.query_err("finish run", e))?;
-        let done = update_finished(&mut conn, run_id, status, commit, error)
-            .await
-            .map_err(|e| self.query_err("finish run", e))?;
-        if done == 0 {
-            return Err(HistoryError::UnknownRun {
-                db: self.db.clone(),
-                run_id: run_id.into(),
-            });
-        }
-        Ok(())
     }
 
     /// One run by id.

@@ -12,15 +12,7 @@ use test_support::ports::free_port;
 
 const NOW: i64 = 1_780_000_000;
 
-const SERVICES: &str = "\
-service: payments
-buckets:
-  - name: gateway-pay
-    match: { caller: gateway }
-    scope: global
-    mode: deny
-    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }
-";
+use crate::ONE_BUCKET as SERVICES;
 
 /// A config remote, an offline history with 28 days for `gateway-pay`, and a work dir.
 struct Case {

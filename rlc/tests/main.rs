@@ -11,3 +11,15 @@ mod reliability;
 mod run;
 mod schedule;
 mod standin;
+
+/// The service file most tests start from: one global deny bucket, `gateway-pay`, on
+/// historical-peak over 28 days with a 25 % buffer.
+const ONE_BUCKET: &str = "\
+service: payments
+buckets:
+  - name: gateway-pay
+    match: { caller: gateway }
+    scope: global
+    mode: deny
+    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }
+";

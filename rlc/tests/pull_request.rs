@@ -15,15 +15,7 @@ const TOKEN: &str = "ghp_standin_token_0123456789";
 const BRANCH: &str = "rlc/limits";
 const NOW: i64 = 1_780_000_000;
 
-const SERVICES: &str = "\
-service: payments
-buckets:
-  - name: gateway-pay
-    match: { caller: gateway }
-    scope: global
-    mode: deny
-    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }
-";
+use crate::ONE_BUCKET as SERVICES;
 
 /// 28 days of a daily wave at 5 min, scaled by `scale` (median ~1000 rps at 1.0).
 fn write_history(dir: &Path, scale: f64) -> Result<()> {

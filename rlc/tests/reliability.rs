@@ -13,6 +13,7 @@ use test_support::git_remote::{BareRemote, GitDaemon};
 use test_support::ports::{free_addr, free_port};
 use test_support::process::{spawn, target_bin, wait_for_tcp};
 
+use crate::ONE_BUCKET;
 use crate::standin::{Answer, StandIn, matrix};
 
 const NOW: i64 = 1_780_000_000;
@@ -22,16 +23,7 @@ const NOW: i64 = 1_780_000_000;
 const TEMPLATE: &str =
     r#"sum(rate(grl_requests_total{service="{{service}}",{{selector}}}[{{rate_window}}]))"#;
 
-const ONE_BUCKET: &str = "\
-service: payments
-buckets:
-  - name: gateway-pay
-    match: { caller: gateway }
-    scope: global
-    mode: deny
-    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }
-";
-
+/// [`ONE_BUCKET`] and a second bucket, `batch-pay`, on the same policy.
 const TWO_BUCKETS: &str = "\
 service: payments
 buckets:

@@ -80,6 +80,19 @@ pub fn url(addr: &str, tls: bool) -> Result<String, TlsError> {
 }
 
 impl ClientTls {
+    /// TLS from the usual flags: on when a CA is given (`--tls-ca`), mutual when a
+    /// certificate and its key are given too (`--tls-cert`, `--tls-key`).
+    pub fn from_flags(
+        ca: Option<&PathBuf>,
+        cert: Option<&PathBuf>,
+        key: Option<&PathBuf>,
+    ) -> Option<Self> {
+        ca.map(|ca| Self {
+            ca: ca.clone(),
+            identity: cert.cloned().zip(key.cloned()),
+        })
+    }
+
     /// The tonic TLS settings, read from the files now.
     pub fn config(&self) -> Result<ClientTlsConfig, TlsError> {
         let mut c = ClientTlsConfig::new()

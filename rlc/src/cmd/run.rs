@@ -164,10 +164,11 @@ impl RunArgs {
             db: self.db.clone(),
             controller: self.controller.clone(),
             controller_auth: rlc::push::ControllerAuth {
-                tls: self.tls_ca.clone().map(|ca| grl_core::tls::ClientTls {
-                    ca,
-                    identity: self.tls_cert.clone().zip(self.tls_key.clone()),
-                }),
+                tls: grl_core::tls::ClientTls::from_flags(
+                    self.tls_ca.as_ref(),
+                    self.tls_cert.as_ref(),
+                    self.tls_key.as_ref(),
+                ),
                 token_file: self.token_file.clone(),
             },
             guards: GuardSettings {

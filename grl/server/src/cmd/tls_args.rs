@@ -71,10 +71,11 @@ pub(crate) struct UplinkTlsArgs {
 impl UplinkTlsArgs {
     /// The client TLS settings, with this tier's own certificate as identity.
     pub(crate) fn client(&self, own: &ServerTlsArgs) -> Option<ClientTls> {
-        self.tls_ca.as_ref().map(|ca| ClientTls {
-            ca: ca.clone(),
-            identity: own.tls_cert.clone().zip(own.tls_key.clone()),
-        })
+        ClientTls::from_flags(
+            self.tls_ca.as_ref(),
+            own.tls_cert.as_ref(),
+            own.tls_key.as_ref(),
+        )
     }
 }
 
@@ -137,10 +138,11 @@ pub(crate) struct AdminClientArgs {
 impl AdminClientArgs {
     /// The client TLS settings, if any.
     pub(crate) fn tls(&self) -> Option<ClientTls> {
-        self.tls_ca.as_ref().map(|ca| ClientTls {
-            ca: ca.clone(),
-            identity: self.tls_cert.clone().zip(self.tls_key.clone()),
-        })
+        ClientTls::from_flags(
+            self.tls_ca.as_ref(),
+            self.tls_cert.as_ref(),
+            self.tls_key.as_ref(),
+        )
     }
 
     /// The token to send, if any.
@@ -171,9 +173,10 @@ pub(crate) struct ClientTlsArgs {
 impl ClientTlsArgs {
     /// The client TLS settings, if any.
     pub(crate) fn tls(&self) -> Option<ClientTls> {
-        self.tls_ca.as_ref().map(|ca| ClientTls {
-            ca: ca.clone(),
-            identity: self.tls_cert.clone().zip(self.tls_key.clone()),
-        })
+        ClientTls::from_flags(
+            self.tls_ca.as_ref(),
+            self.tls_cert.as_ref(),
+            self.tls_key.as_ref(),
+        )
     }
 }
