@@ -2,10 +2,11 @@
 //! short run whose JSON lines show the limit being held.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use test_support::ports::free_port;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_grl");
 
@@ -17,15 +18,6 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// A port free on 127.0.0.1 a moment ago.
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// `grl ARGS…` with its output discarded.

@@ -227,7 +227,8 @@ fn zone_a_client(agg_addr: &str, id: String) -> (Client, tokio::task::JoinHandle
 /// gone clients are never counted, and the aggregator's resident memory stays flat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_churn_keeps_the_aggregator_memory_flat_and_its_totals_right() {
-    use crate::binary::{aggregator, controller, free_port, wait_port};
+    use crate::binary::{aggregator, controller, wait_port};
+    use test_support::ports::free_port;
     const WORKERS: u64 = 8;
     const RATE: f64 = 150.0;
     const STEADY: f64 = 500.0;

@@ -25,6 +25,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use test_support::ports::free_port;
 use tower::Service;
 
 use super::support;
@@ -240,14 +241,6 @@ fn full(s: &'static str) -> TestBody {
     Full::new(Bytes::from_static(s.as_bytes()))
         .map_err(|e| match e {})
         .boxed_unsync()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn wait_port(port: u16) {
