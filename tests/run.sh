@@ -3,6 +3,7 @@
 #
 # On a fresh Debian machine with only the Rust toolchain, run as root, it:
 #   1. installs what is missing of `prometheus` (prometheus + promtool), `redis-server`,
+#      `etcd-server` (controller leader election),
 #      `postgresql`, `libssl-dev` and `pkg-config` (git2's https) with apt-get (no service is started by the install);
 #   2. starts the PostgreSQL cluster (creating one if there is none), creates the role
 #      `grl` (password `grl`, CREATEDB) and its database `grl`, checks password login over
@@ -11,6 +12,8 @@
 #        GRL_TEST_PROMETHEUS    path of prometheus     (default /usr/bin/prometheus)
 #        GRL_TEST_PROMTOOL      path of promtool       (default /usr/bin/promtool)
 #        GRL_TEST_REDIS_SERVER  path of redis-server   (default /usr/bin/redis-server)
+#        GRL_TEST_ETCD          path of etcd           (default /usr/bin/etcd; each test
+#                               starts its own on free ports)
 #        GRL_TEST_PG_URL        postgres://grl:grl@127.0.0.1:<port>/grl
 #        GRL_TEST_GITHUB_PYTHON  a venv's python with jsonschema (the GitHub stand-in)
 #        GRL_TEST_GITHUB_OPENAPI GitHub's REST description (npm @octokit/openapi)
@@ -51,6 +54,9 @@ fi
 if [[ -z "${GRL_TEST_REDIS_SERVER:-}" && ! -x /usr/bin/redis-server ]]; then
     missing+=(redis-server)
 fi
+if [[ -z "${GRL_TEST_ETCD:-}" && ! -x /usr/bin/etcd ]]; then
+    missing+=(etcd-server)
+fi
 # git2 links the system OpenSSL (for https remotes) through pkg-config.
 if ! dpkg -s libssl-dev pkg-config >/dev/null 2>&1; then
     missing+=(libssl-dev pkg-config)
@@ -81,13 +87,14 @@ if ((${#missing[@]})); then
         trap - EXIT
     fi
 else
-    log "prometheus, promtool, redis-server and postgresql are installed"
+    log "prometheus, promtool, redis-server, etcd and postgresql are installed"
 fi
 
 export GRL_TEST_PROMETHEUS="${GRL_TEST_PROMETHEUS:-/usr/bin/prometheus}"
 export GRL_TEST_PROMTOOL="${GRL_TEST_PROMTOOL:-/usr/bin/promtool}"
 export GRL_TEST_REDIS_SERVER="${GRL_TEST_REDIS_SERVER:-/usr/bin/redis-server}"
-for bin in "$GRL_TEST_PROMETHEUS" "$GRL_TEST_PROMTOOL" "$GRL_TEST_REDIS_SERVER"; do
+export GRL_TEST_ETCD="${GRL_TEST_ETCD:-/usr/bin/etcd}"
+for bin in "$GRL_TEST_PROMETHEUS" "$GRL_TEST_PROMTOOL" "$GRL_TEST_REDIS_SERVER" "$GRL_TEST_ETCD"; do
     [[ -x "$bin" ]] || die "$bin is missing or not executable"
 done
 
@@ -228,7 +235,7 @@ export GRL_TEST_KUBECTL="${GRL_TEST_KUBECTL:-$(command -v kubectl)}"
 [[ -x "$GRL_TEST_KUBECTL" ]] || die "$GRL_TEST_KUBECTL is missing or not executable"
 
 if [[ "${GRL_TEST_ENV_ONLY:-}" == 1 ]]; then
-    for var in GRL_TEST_PROMETHEUS GRL_TEST_PROMTOOL GRL_TEST_REDIS_SERVER GRL_TEST_PG_URL \
+    for var in GRL_TEST_PROMETHEUS GRL_TEST_PROMTOOL GRL_TEST_REDIS_SERVER GRL_TEST_ETCD GRL_TEST_PG_URL \
         GRL_TEST_GITHUB_PYTHON GRL_TEST_GITHUB_OPENAPI GRL_TEST_PYTHON GRL_TEST_KUBECTL; do
         printf 'export %s=%q\n' "$var" "${!var}"
     done

@@ -50,7 +50,8 @@ async fn push_over_mtls_needs_the_admin_token() -> Result<()> {
     let (running, ctl) = controller::start(
         ControllerOptions {
             region: "r".into(),
-            parent: None,
+            parents: Vec::new(),
+            election: None,
             interval: Duration::from_millis(500),
             config: ConfigSource::None,
             poll: Duration::from_secs(60),

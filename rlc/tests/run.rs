@@ -138,7 +138,8 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
     let (controller, ctl) = grl::tier::controller::start(
         grl::tier::controller::ControllerOptions {
             region: "r".into(),
-            parent: None,
+            parents: Vec::new(),
+            election: None,
             interval: Duration::from_millis(500),
             config: grl::tier::controller::ConfigSource::None,
             poll: Duration::from_secs(60),

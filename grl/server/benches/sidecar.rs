@@ -228,7 +228,8 @@ async fn run() {
     let (ctl, _) = controller::start(
         ControllerOptions {
             region: "eu".into(),
-            parent: None,
+            parents: Vec::new(),
+            election: None,
             interval,
             config: ConfigSource::Dir(dir.path().to_path_buf()),
             poll: Duration::from_secs(5),
@@ -243,7 +244,7 @@ async fn run() {
         AggregatorOptions {
             zone: "a".into(),
             region: "eu".into(),
-            controller: ctl.addr.to_string(),
+            controllers: vec![ctl.addr.to_string()],
             interval,
             security: Default::default(),
         },

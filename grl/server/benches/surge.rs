@@ -53,7 +53,8 @@ async fn run() {
     let bind = || async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() };
     let ctl_opts = ControllerOptions {
         region: "eu".into(),
-        parent: None,
+        parents: Vec::new(),
+        election: None,
         interval: iv,
         config: ConfigSource::Dir(dir.path().into()),
         poll: Duration::from_secs(2),
@@ -65,7 +66,7 @@ async fn run() {
     let agg_opts = AggregatorOptions {
         zone: "a".into(),
         region: "eu".into(),
-        controller: ctl.addr.to_string(),
+        controllers: vec![ctl.addr.to_string()],
         interval: iv,
         security: Default::default(),
     };

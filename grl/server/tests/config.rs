@@ -100,7 +100,8 @@ async fn controller_refuses_to_start_on_an_invalid_dir() {
     std::fs::write(dir.path().join("services/payments.yaml"), "service: [").unwrap();
     let opts = ControllerOptions {
         region: String::new(),
-        parent: None,
+        parents: Vec::new(),
+        election: None,
         interval: IV,
         config: ConfigSource::Dir(dir.path().into()),
         poll: IV,
@@ -167,7 +168,8 @@ async fn controller_picks_up_a_commit_to_the_config_git_repo() {
     let first = remote.log("main")[0].0.clone();
     let opts = ControllerOptions {
         region: String::new(),
-        parent: None,
+        parents: Vec::new(),
+        election: None,
         interval: IV,
         config: ConfigSource::Git(remote.path().display().to_string()),
         poll: Duration::from_millis(200),
@@ -361,7 +363,8 @@ async fn a_regional_controller_takes_config_and_global_ratios_from_its_parent() 
     let (global, g) = controller_on(listener().await, dir.path(), IV).await;
     let opts = ControllerOptions {
         region: "eu".into(),
-        parent: Some(global.addr.to_string()),
+        parents: vec![global.addr.to_string()],
+        election: None,
         interval: IV,
         config: ConfigSource::None,
         poll: IV,

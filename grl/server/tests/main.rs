@@ -2,12 +2,14 @@
 //! in one process ([`enforce`], [`config`], and faults on their links: [`faults`]), and the
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
 //! ecosystems: [`sidecar`], [`rls`]), bad input ([`bad_input`]), and TLS with authorised
-//! admin calls ([`security`]).
+//! admin calls ([`security`]), and active/standby controllers elected through etcd
+//! ([`failover`]).
 
 mod bad_input;
 mod binary;
 mod config;
 mod enforce;
+mod failover;
 mod fault_proxy;
 mod faults;
 mod rls;

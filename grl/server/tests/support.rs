@@ -55,7 +55,8 @@ pub(crate) async fn controller_on(
 ) -> (Running, Arc<Controller>) {
     let opts = ControllerOptions {
         region: String::new(),
-        parent: None,
+        parents: Vec::new(),
+        election: None,
         interval,
         config: ConfigSource::Dir(dir.to_path_buf()),
         poll: Duration::from_millis(200),
@@ -77,7 +78,7 @@ pub(crate) async fn aggregator_on(
     let opts = AggregatorOptions {
         zone: zone.into(),
         region: region.into(),
-        controller: ctl.into(),
+        controllers: vec![ctl.into()],
         interval,
         security: Default::default(),
     };

@@ -6,13 +6,14 @@
 //!   writer for `promtool` backfills.
 //! - [`prometheus`]: a real Prometheus, optionally backfilled with weeks of history.
 //! - [`postgres`]: a fresh PostgreSQL database per test.
+//! - [`etcd`]: a real etcd for the controllers' leader election.
 //! - [`git_remote`]: a bare git repository standing in for the config repo's remote.
 //! - [`github`]: a stand-in for GitHub's pull-request API over HTTPS with a test CA, checking
 //!   each request against GitHub's published OpenAPI description.
 //!
 //! The external programs come from environment variables that `bash tests/run.sh` sets
 //! after installing and starting them: `GRL_TEST_PROMETHEUS`, `GRL_TEST_PROMTOOL`,
-//! `GRL_TEST_REDIS_SERVER`, `GRL_TEST_PG_URL`, `GRL_TEST_GITHUB_PYTHON`,
+//! `GRL_TEST_REDIS_SERVER`, `GRL_TEST_ETCD`, `GRL_TEST_PG_URL`, `GRL_TEST_GITHUB_PYTHON`,
 //! `GRL_TEST_GITHUB_OPENAPI`. A helper whose program is missing fails
 //! with a message pointing there; nothing is skipped silently.
 //!
@@ -32,6 +33,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod etcd;
 pub mod git_remote;
 pub mod github;
 pub mod ports;

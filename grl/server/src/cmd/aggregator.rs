@@ -17,9 +17,10 @@ pub(crate) struct Args {
     /// This aggregator's region.
     #[arg(long)]
     region: String,
-    /// The controller's address.
-    #[arg(long)]
-    controller: String,
+    /// The controller's address; repeat the flag for a region's active/standby
+    /// controllers (the leader is followed).
+    #[arg(long = "controller", value_name = "ADDR", required = true)]
+    controllers: Vec<String>,
     /// Address for `/metrics`.
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -46,7 +47,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let opts = AggregatorOptions {
         zone: a.zone,
         region: a.region,
-        controller: a.controller,
+        controllers: a.controllers,
         interval: Duration::from_millis(a.interval_ms),
         security: grl::tier::Security {
             server_tls: a.tls.server_tls()?,

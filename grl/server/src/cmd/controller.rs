@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
+use grl::tier::election;
+
+use super::validate::Usage;
 use tracing::info;
 
 /// Flags of `grl controller`.
@@ -22,9 +25,12 @@ pub(crate) struct Args {
     /// This controller's region.
     #[arg(long, default_value = "")]
     region: String,
-    /// The global controller, if this one is regional.
-    #[arg(long)]
-    parent: Option<String>,
+    /// The global controller, if this one is regional; repeat the flag for global
+    /// controllers that run active/standby (the leader is followed).
+    #[arg(long = "parent", value_name = "ADDR")]
+    parents: Vec<String>,
+    #[command(flatten)]
+    election: ElectionArgs,
     /// Address for `/metrics`.
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -46,12 +52,71 @@ pub(crate) struct Args {
     admin: super::tls_args::AdminAuthArgs,
 }
 
+/// Flags of active/standby controllers.
+#[derive(Debug, clap::Args)]
+struct ElectionArgs {
+    /// Run active/standby: leadership comes from this engine (`etcd=http://HOST:PORT`).
+    /// Only the leader serves children; the others refuse them with the leader's address.
+    #[arg(long, value_name = "BACKEND", requires = "election_key")]
+    election: Option<Election>,
+    /// The election's key, the same on every controller of the region (e.g.
+    /// `/grl/region-1`).
+    #[arg(long, value_name = "KEY")]
+    election_key: Option<String>,
+    /// Seconds a dead leader keeps its leadership (2 to 60): the longest a standby waits
+    /// before it takes over.
+    #[arg(long, value_name = "SECS", default_value_t = 3,
+          value_parser = clap::value_parser!(u64).range(2..=60))]
+    election_ttl: u64,
+    /// The address children reach this controller at, sent to them by followers.
+    /// Default: the address `--listen` bound (required when it is a wildcard).
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<String>,
+}
+
+/// `--election`'s value.
+#[derive(Debug, Clone)]
+struct Election(election::Backend);
+
+impl std::str::FromStr for Election {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(Self).map_err(|e: election::ElectionError| e.to_string())
+    }
+}
+
+impl ElectionArgs {
+    fn options(
+        &self,
+        bound: &std::net::SocketAddr,
+    ) -> Result<Option<election::ElectionOptions>, Usage> {
+        let (Some(Election(backend)), Some(key)) = (&self.election, &self.election_key) else {
+            return Ok(None);
+        };
+        let advertise = match &self.advertise {
+            Some(a) => a.clone(),
+            None if bound.ip().is_unspecified() => {
+                return Err(Usage(format!(
+                    "--advertise is required with --election when --listen is {bound}"
+                )));
+            }
+            None => bound.to_string(),
+        };
+        Ok(Some(election::ElectionOptions {
+            backend: backend.clone(),
+            key: key.clone(),
+            ttl: Duration::from_secs(self.election_ttl),
+            advertise,
+        }))
+    }
+}
+
 /// Runs until SIGTERM or Ctrl-C; refuses to start on an invalid config.
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let config = match (a.config, a.config_git) {
         (Some(d), _) => ConfigSource::Dir(d),
         (None, Some(url)) => ConfigSource::Git(url),
-        (None, None) if a.parent.is_some() => ConfigSource::None,
+        (None, None) if !a.parents.is_empty() => ConfigSource::None,
         (None, None) => anyhow::bail!("--config DIR or --config-git URL is required"),
     };
     let listener = super::bind(&a.listen).await?;
@@ -67,7 +132,8 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     };
     let opts = ControllerOptions {
         region: a.region,
-        parent: a.parent,
+        parents: a.parents,
+        election: a.election.options(&listener.local_addr()?)?,
         interval: Duration::from_millis(a.interval_ms),
         config,
         poll: Duration::from_millis(a.poll_ms),

@@ -22,8 +22,9 @@ pub struct AggregatorOptions {
     pub zone: String,
     /// Its region.
     pub region: String,
-    /// The controller's address (`host:port` or URL).
-    pub controller: String,
+    /// The controllers' addresses (`host:port` or URL): one, or a region's active/standby
+    /// controllers, of which the leader is followed.
+    pub controllers: Vec<String>,
     /// Reporting interval.
     pub interval: Duration,
     /// TLS on the port and to the controller, and which clients may report.
@@ -36,6 +37,11 @@ pub fn start(
     listener: TcpListener,
     metrics: Option<TcpListener>,
 ) -> Result<Running, StartError> {
+    if opts.controllers.is_empty() {
+        return Err(StartError::Io(std::io::Error::other(
+            "an aggregator needs at least one controller",
+        )));
+    }
     let addr = listener.local_addr()?;
     let node = Arc::new(Node::new(NodeConfig {
         level: proto::Level::Zone,
@@ -54,7 +60,7 @@ pub fn start(
     ));
     let up = tokio::spawn(uplink::run(
         node.clone(),
-        opts.controller.clone(),
+        opts.controllers.clone(),
         opts.security.uplink_tls.clone(),
         rx.clone(),
     ));

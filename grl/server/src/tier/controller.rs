@@ -39,8 +39,12 @@ pub enum ConfigSource {
 pub struct ControllerOptions {
     /// Its region ("" for a global controller of several regions).
     pub region: String,
-    /// The parent controller, if this one is regional.
-    pub parent: Option<String>,
+    /// The parent controllers (several when they run active/standby; the leader is
+    /// followed), if this one is regional.
+    pub parents: Vec<String>,
+    /// Active/standby: campaign for leadership and serve children only while leading.
+    /// `None`: this controller always leads.
+    pub election: Option<super::election::ElectionOptions>,
     /// Reporting interval.
     pub interval: Duration,
     /// Where the config comes from.
@@ -196,7 +200,7 @@ pub async fn start(
         }
         ConfigSource::None => (Snapshot::default(), None),
     };
-    let has_parent = opts.parent.is_some();
+    let has_parent = !opts.parents.is_empty();
     let node = Arc::new(Node::new(NodeConfig {
         level: if has_parent {
             proto::Level::Region
@@ -261,13 +265,16 @@ pub async fn start(
         }
         _ => {}
     }
-    if let Some(p) = &opts.parent {
+    if has_parent {
         tasks.push(tokio::spawn(uplink::run(
             node.clone(),
-            p.clone(),
+            opts.parents.clone(),
             opts.security.uplink_tls.clone(),
             rx.clone(),
         )));
+    }
+    if let Some(e) = opts.election.clone() {
+        tasks.extend(super::election::spawn(e, node.clone(), rx.clone())?);
     }
     let expirer = ctl.clone();
     tasks.push(tokio::spawn(async move {

@@ -31,6 +31,9 @@ pub const CONFIG_INFO: &str = "grl_tier_config_info";
 pub const FAIL_OPEN: &str = "grl_tier_fail_open";
 /// 1 when the stream to the parent is up.
 pub const PARENT_CONNECTED: &str = "grl_tier_parent_connected";
+/// 1 on a tier that leads: a controller elected leader, and every tier without an
+/// election; 0 on a standby controller (it refuses children).
+pub const LEADER: &str = "grl_tier_leader";
 /// Incident overrides in force (controllers).
 pub const OVERRIDES: &str = "grl_tier_overrides";
 /// Control-plane bytes (encoded protobuf) exchanged with children: `{direction}`
@@ -179,6 +182,12 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         PARENT_CONNECTED,
         "1 when the stream to the parent is up",
         f64::from(u8::from(st.parent_connected)),
+    );
+    gauge(
+        &mut reg,
+        LEADER,
+        "1 when this tier leads (0 on a standby controller)",
+        f64::from(u8::from(st.leading)),
     );
     gauge(
         &mut reg,

@@ -1,7 +1,8 @@
 //! The aggregator and controller tiers: a shared [`node::Node`] (children, ratios, parent
 //! state, instructions), the `Tier` and `Control` gRPC services, the uplink to the parent,
 //! config following, the `/metrics` admin server, and their [`Security`]: TLS on the port
-//! ([`tls`]) and who may report or make admin calls ([`auth`]).
+//! ([`tls`]) and who may report or make admin calls ([`auth`]); which of several controllers
+//! leads ([`election`]).
 //!
 //! [`aggregator::start`] and [`controller::start`] bind nothing themselves: they serve on
 //! listeners the caller made (port 0 in tests) and return a [`Running`] handle.
@@ -14,6 +15,7 @@ pub mod children;
 pub mod config_follow;
 pub mod control;
 pub mod controller;
+pub mod election;
 pub mod metrics;
 pub mod node;
 pub mod overrides;
@@ -41,6 +43,9 @@ pub enum StartError {
     /// A listener could not be used.
     #[error("listener: {0}")]
     Io(#[from] std::io::Error),
+    /// The election is misconfigured.
+    #[error("{0}")]
+    Election(#[from] election::ElectionError),
 }
 
 /// TLS and authorisation of a tier. The default is the plaintext demo: no TLS, every child

@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
 use super::children::{Child, Children};
+use super::election::{self, Role};
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
 use grl_config::Scope;
@@ -73,6 +74,10 @@ pub(crate) struct State {
     pub seq: u64,
     pub limits: ReportLimits,
     pub refusal_log: admission::RefusalLog,
+    /// Whether this tier leads (always, without an election) and who does.
+    pub role: Role,
+    /// A newly elected leader sends nothing to its children before this (it learns).
+    pub learn_until: Option<Instant>,
 }
 
 /// Control-plane byte counters (encoded protobuf sizes).
@@ -109,6 +114,8 @@ impl Node {
             seq: 0,
             limits: ReportLimits::default(),
             refusal_log: admission::RefusalLog::new(std::time::Duration::from_secs(1)),
+            role: Role::sole(),
+            learn_until: None,
         };
         Self {
             cfg,
@@ -228,6 +235,40 @@ impl Node {
         self.lock().children.disconnected(id, conn);
     }
 
+    /// Whether this tier leads (always true without an election), and who leads.
+    pub fn role(&self) -> Role {
+        self.lock().role.clone()
+    }
+
+    /// Takes a new role from the election. Elected: learn from reports for one interval
+    /// before instructing anyone (ratios computed from a partial picture would over- or
+    /// under-drop). Deposed: every child's stream ends with a redirect to the new leader,
+    /// and the children's state is dropped.
+    pub fn set_role(&self, role: Role, now: Instant) {
+        let mut s = self.lock();
+        if s.role == role {
+            return;
+        }
+        match (s.role.leading, role.leading) {
+            (false, true) => {
+                info!(learn_for = ?self.cfg.interval, "leading: learning before sending ratios");
+                s.learn_until = Some(now + self.cfg.interval);
+            }
+            (true, false) => {
+                warn!(leader = ?role.leader, "following: children redirected");
+                let refusal = election::not_leader(role.leader.as_deref());
+                for c in s.children.iter_mut() {
+                    let _ = c.link.try_send(Err(refusal.clone()));
+                }
+                s.children = Children::new(self.cfg.interval, &s.limits);
+                s.computed.clear();
+                s.learn_until = None;
+            }
+            _ => info!(leader = ?role.leader, "leader changed"),
+        }
+        s.role = role;
+    }
+
     /// Drops all children (their streams end): used at shutdown.
     pub fn drop_children(&self) {
         let mut s = self.lock();
@@ -247,8 +288,19 @@ impl Node {
         self.instruct_children(st, None, now);
     }
 
-    /// Instructs the child `only`, or every child, as far as each needs it now.
+    /// Instructs the child `only`, or every child, as far as each needs it now; nobody
+    /// while this tier follows or learns.
     fn instruct_children(&self, st: &mut State, only: Option<&str>, now: Instant) {
+        if !st.role.leading {
+            return;
+        }
+        if let Some(t) = st.learn_until {
+            if now < t {
+                return;
+            }
+            info!("learned for one interval: sending ratios");
+            st.learn_until = None;
+        }
         let State {
             rules,
             config_gen,

@@ -70,6 +70,10 @@ impl proto::tier_server::Tier for TierService {
         req: Request<Streaming<proto::Report>>,
     ) -> Result<Response<Self::ExchangeStream>, Status> {
         self.children.check(&req)?;
+        let role = self.node.role();
+        if !role.leading {
+            return Err(super::election::not_leader(role.leader.as_deref()));
+        }
         let peer = req.remote_addr();
         let mut inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);

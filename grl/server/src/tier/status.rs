@@ -65,6 +65,9 @@ impl Node {
             overrides: Vec::new(),
             has_parent: self.cfg.has_parent,
             parent_connected: s.parent.connected,
+            leading: s.role.leading,
+            leader: s.role.leader.clone().unwrap_or_default(),
+            learning: s.learn_until.is_some_and(|t| now < t),
         }
     }
 }

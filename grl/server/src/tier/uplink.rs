@@ -1,5 +1,6 @@
 //! The stream from a tier to its parent: reports up every quarter interval, instructions
-//! down, reconnecting with jittered exponential backoff.
+//! down, reconnecting with jittered exponential backoff; with several parents (a region's
+//! active/standby controllers), to the one that leads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
+use super::election;
 use super::node::Node;
 use grl_core::backoff::Backoff;
 use grl_core::proto;
@@ -38,29 +40,56 @@ pub fn backoff(attempt: u32, interval: Duration) -> Duration {
         .delay(attempt)
 }
 
-/// Keeps a stream to `parent` open (over TLS with `tls`) until `shutdown` turns true.
+/// Keeps a stream to one of `parents` open (over TLS with `tls`) until `shutdown` turns
+/// true. With several parents (active/standby controllers), a refusal that names the
+/// leader sends this tier there next if it is one of `parents`; any other failure moves on
+/// to the next parent at once, and only after every parent failed in a row does it back
+/// off.
 pub async fn run(
     node: Arc<Node>,
-    parent: String,
+    parents: Vec<String>,
     tls: Option<ClientTls>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    assert!(!parents.is_empty(), "a tier with an uplink has a parent");
     let mut attempt = 0u32;
+    let mut failed_in_a_row = 0usize;
+    let mut current = 0usize;
     loop {
+        let parent = &parents[current];
         let started = Instant::now();
-        tokio::select! {
-            r = session(&node, &parent, tls.as_ref()) => {
+        let redirect = tokio::select! {
+            r = session(&node, parent, tls.as_ref()) => {
                 node.set_parent_connected(false);
                 match r {
-                    Ok(()) => warn!(parent = %parent, "parent closed the stream"),
-                    Err(e) => warn!(parent = %parent, error = %e, "parent unreachable"),
+                    Ok(()) => {
+                        warn!(parent = %parent, "parent closed the stream");
+                        None
+                    }
+                    Err(e) => {
+                        let leader = election::redirect_of(&e);
+                        match &leader {
+                            Some(l) => info!(parent = %parent, leader = %l, "parent follows: redirected"),
+                            None => warn!(parent = %parent, error = %e, "parent unreachable"),
+                        }
+                        leader
+                    }
                 }
             }
             _ = shutdown.wait_for(|s| *s) => return,
-        }
+        };
         if started.elapsed() > Duration::from_secs(5) {
             attempt = 0;
+            failed_in_a_row = 0;
         }
+        failed_in_a_row += 1;
+        current = redirect
+            .and_then(|l| parents.iter().position(|p| election::same_endpoint(p, &l)))
+            .unwrap_or((current + 1) % parents.len());
+        if failed_in_a_row < parents.len() {
+            continue;
+        }
+        failed_in_a_row = 0;
         tokio::select! {
             () = tokio::time::sleep(backoff(attempt, node.cfg.interval)) => {}
             _ = shutdown.wait_for(|s| *s) => return,

@@ -83,7 +83,8 @@ pub(super) async fn run(remote: &str, interval: Duration, seconds: u64) -> anyho
     let (_controller, ctl) = controller::start(
         ControllerOptions {
             region: "region-1".into(),
-            parent: None,
+            parents: Vec::new(),
+            election: None,
             interval,
             config: ConfigSource::Git(remote.to_string()),
             poll: Duration::from_secs(2),
@@ -118,7 +119,7 @@ pub(super) async fn run(remote: &str, interval: Duration, seconds: u64) -> anyho
             AggregatorOptions {
                 zone: zone.into(),
                 region: "region-1".into(),
-                controller: controller_addr.to_string(),
+                controllers: vec![controller_addr.to_string()],
                 interval,
                 security: Default::default(),
             },

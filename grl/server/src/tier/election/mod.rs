@@ -1,0 +1,205 @@
+//! Active/standby controllers: which of a region's controllers leads, decided by an
+//! existing engine (etcd's election API: [`etcd`]), never by the controllers themselves.
+//! The leader serves children; a follower refuses them with the leader's address (see
+//! [`super::service`]) and, when it is elected, learns for one interval before it sends
+//! ratios (see [`super::node::Node::set_role`]).
+
+pub mod etcd;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::node::Node;
+
+/// Why an election could not be set up or a call to its engine failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ElectionError {
+    /// The flags are wrong.
+    #[error("election: {0}")]
+    Config(String),
+    /// The engine could not be reached or answered an error.
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// This controller's part in the election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Role {
+    /// Whether this controller leads.
+    pub leading: bool,
+    /// The leader's advertised address, when known.
+    pub leader: Option<String>,
+}
+
+impl Role {
+    /// The role of a tier without an election: it leads.
+    pub fn sole() -> Self {
+        Self {
+            leading: true,
+            leader: None,
+        }
+    }
+
+    /// A follower of `leader` (unknown: `None`); true if that changed anything.
+    pub fn set_following(&mut self, leader: Option<String>) -> bool {
+        let new = Self {
+            leading: false,
+            leader,
+        };
+        std::mem::replace(self, new.clone()) != new
+    }
+
+    /// The leader, advertising `me`; true if that changed anything.
+    pub fn set_leading(&mut self, me: &str) -> bool {
+        let new = Self {
+            leading: true,
+            leader: Some(me.to_string()),
+        };
+        std::mem::replace(self, new.clone()) != new
+    }
+}
+
+/// Which engine decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// etcd at this `http://host:port` endpoint.
+    Etcd(String),
+}
+
+impl std::str::FromStr for Backend {
+    type Err = ElectionError;
+
+    /// Parses `etcd=http://host:port`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('=') {
+            Some(("etcd", url)) => {
+                etcd::Etcd::new(url)?;
+                Ok(Self::Etcd(url.to_string()))
+            }
+            _ => Err(ElectionError::Config(format!(
+                "{s:?}: expected etcd=http://HOST:PORT"
+            ))),
+        }
+    }
+}
+
+/// How a controller takes part in an election.
+#[derive(Debug, Clone)]
+pub struct ElectionOptions {
+    /// The engine.
+    pub backend: Backend,
+    /// The election's name: one per region (e.g. `/grl/region-1`).
+    pub key: String,
+    /// How long leadership outlives a leader that stopped renewing it (whole seconds; etcd
+    /// leases are at least 2 s): the longest a takeover waits after a leader dies.
+    pub ttl: Duration,
+    /// The address children reach this controller at (sent to them by followers).
+    pub advertise: String,
+}
+
+/// The default lease: a dead leader is replaced within about 3 s, and a leader cut off
+/// from etcd steps down after 2 s without renewal.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3);
+
+/// Starts campaigning: `node` follows (refusing children) until elected, then leads, and
+/// follows again whenever leadership is lost. Ends when `shutdown` turns true.
+pub fn spawn(
+    opts: ElectionOptions,
+    node: Arc<Node>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<Vec<JoinHandle<()>>, ElectionError> {
+    let (tx, mut rx) = watch::channel(Role {
+        leading: false,
+        leader: None,
+    });
+    node.set_role(rx.borrow().clone(), Instant::now());
+    let campaign = match &opts.backend {
+        Backend::Etcd(url) => {
+            let etcd = etcd::Etcd::new(url)?;
+            tokio::spawn(etcd.run(opts.key, opts.ttl, opts.advertise, tx, shutdown))
+        }
+    };
+    let apply = tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let role = rx.borrow_and_update().clone();
+            node.set_role(role, Instant::now());
+        }
+    });
+    Ok(vec![campaign, apply])
+}
+
+/// Whether two tier addresses name the same endpoint (`host:port`, with or without an
+/// `http://`/`https://` scheme and a trailing slash).
+pub fn same_endpoint(a: &str, b: &str) -> bool {
+    fn bare(s: &str) -> &str {
+        s.trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+    }
+    bare(a) == bare(b)
+}
+
+/// The metadata key on a follower's refusal that carries the leader's address.
+pub const LEADER_HEADER: &str = "grl-leader";
+
+/// A follower's answer to a child: `UNAVAILABLE`, with the leader's address in
+/// [`LEADER_HEADER`] when it is known.
+pub fn not_leader(leader: Option<&str>) -> tonic::Status {
+    let mut st = tonic::Status::unavailable(match leader {
+        Some(l) => format!("not the leader; the leader is {l}"),
+        None => "not the leader; no leader is elected yet".to_string(),
+    });
+    if let Some(v) = leader.and_then(|l| l.parse().ok()) {
+        st.metadata_mut().insert(LEADER_HEADER, v);
+    }
+    st
+}
+
+/// The leader a follower's refusal points at, if any.
+pub fn redirect_of(status: &tonic::Status) -> Option<String> {
+    status
+        .metadata()
+        .get(LEADER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_backend_flag() {
+        assert_eq!(
+            "etcd=http://127.0.0.1:2379".parse::<Backend>().unwrap(),
+            Backend::Etcd("http://127.0.0.1:2379".into())
+        );
+        for bad in ["etcd", "zk=http://x:1", "etcd=127.0.0.1:2379", ""] {
+            assert!(bad.parse::<Backend>().is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn endpoints_compare_without_scheme_or_slash() {
+        assert!(same_endpoint("127.0.0.1:7300", "http://127.0.0.1:7300/"));
+        assert!(same_endpoint("https://c:1", "c:1"));
+        assert!(!same_endpoint("127.0.0.1:7300", "127.0.0.1:7301"));
+    }
+
+    #[test]
+    fn role_changes_are_reported_once() {
+        let mut r = Role {
+            leading: false,
+            leader: None,
+        };
+        assert!(r.set_following(Some("a:1".into())));
+        assert!(!r.set_following(Some("a:1".into())));
+        assert!(r.set_leading("b:1"));
+        assert!(!r.set_leading("b:1"));
+        assert!(r.set_following(None));
+    }
+}
