@@ -492,3 +492,87 @@ fn ratios_for(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller() -> Node {
+        Node::new(NodeConfig {
+            level: proto::Level::Global,
+            id: "c".into(),
+            zone: String::new(),
+            region: String::new(),
+            interval: Duration::from_secs(1),
+            scopes: vec![Scope::Global],
+            has_parent: false,
+            validity_intervals: 5,
+        })
+    }
+
+    fn report() -> proto::Report {
+        proto::Report {
+            reporter_id: "agg".into(),
+            level: proto::Level::Zone as i32,
+            zone: "a".into(),
+            region: "eu".into(),
+            services: vec!["payments".into()],
+            interval_ms: 1000,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_leader_learns_one_interval_before_it_instructs() {
+        let node = controller();
+        let t0 = Instant::now();
+        node.set_role(
+            Role {
+                leading: false,
+                leader: Some("other:1".into()),
+            },
+            t0,
+        );
+        node.set_role(
+            Role {
+                leading: true,
+                leader: Some("me:1".into()),
+            },
+            t0,
+        );
+        let (link, mut rx) = mpsc::channel(16);
+        node.on_report(1, link, &report(), None, t0).unwrap();
+        node.tick(t0 + Duration::from_millis(500));
+        assert!(rx.try_recv().is_err(), "instructed while learning");
+        node.tick(t0 + Duration::from_millis(1000));
+        assert!(
+            matches!(rx.try_recv(), Ok(Ok(_))),
+            "no instruction after one interval"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deposed_leader_redirects_its_children_to_the_new_one() {
+        let node = controller();
+        let now = Instant::now();
+        let (link, mut rx) = mpsc::channel(16);
+        node.on_report(1, link, &report(), None, now).unwrap();
+        while rx.try_recv().is_ok() {}
+        node.set_role(
+            Role {
+                leading: false,
+                leader: Some("10.0.0.2:7300".into()),
+            },
+            now,
+        );
+        let refusal = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(refusal.code(), tonic::Code::Unavailable);
+        assert_eq!(
+            election::redirect_of(&refusal).as_deref(),
+            Some("10.0.0.2:7300")
+        );
+        assert!(node.status(now).children.is_empty(), "children kept");
+        node.tick(now + Duration::from_secs(2));
+        assert!(rx.try_recv().is_err(), "a follower instructed a child");
+    }
+}
