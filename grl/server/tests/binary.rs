@@ -205,7 +205,9 @@ fn controller_aggregator_and_loadgen_as_processes() {
         "--service",
         "payments",
     ]);
-    assert_eq!(cleared.trim(), r#"{"cleared":1}"#);
+    let cleared: serde_json::Value = serde_json::from_str(cleared.trim()).unwrap();
+    assert_eq!(cleared["cleared"], 1, "{cleared}");
+    assert_eq!(cleared["controller"], ctl_addr.as_str(), "{cleared}");
 }
 
 fn drop_fraction(l: &serde_json::Value) -> f64 {

@@ -166,6 +166,26 @@ async fn killed_leader_is_replaced_by_the_standby_which_enforces_again() {
         "the standby took a child"
     );
 
+    // An incident override goes to both controllers, so that it outlives the leader.
+    let out = std::process::Command::new(crate::binary::BIN)
+        .args([
+            "override",
+            "set",
+            "--controller",
+            &leader.addr,
+            "--controller",
+        ])
+        .args([&standby.addr, "--service", SERVICE, "--caller", "batch"])
+        .args(["--rps", "5", "--ttl", "30m", "--reason", "incident"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        2,
+        "{out:?}"
+    );
+
     leader._proc.0.kill().unwrap();
     let killed = Instant::now();
 
@@ -193,6 +213,11 @@ async fn killed_leader_is_replaced_by_the_standby_which_enforces_again() {
     let back = back.expect("the standby never enforced the limit");
     assert!(standby.leads().await, "the standby does not lead");
     assert_eq!(standby.zone_children().await, 1.0, "the child did not move");
+    assert_eq!(
+        standby.metrics().await.get("grl_tier_overrides"),
+        Some(&1.0),
+        "the override set on both controllers is not in force on the new leader"
+    );
     let hold = Instant::now();
     while hold.elapsed() < Duration::from_secs(2) {
         let w = surge_window(&clients, Duration::from_millis(500)).await;

@@ -45,8 +45,13 @@ impl Etcd {
             process,
             _dir: dir,
         };
-        if let Err(e) = wait_for_http_ok(&format!("{}/health", etcd.url), Duration::from_secs(30)).await {
-            anyhow::bail!("etcd did not become healthy: {e}\n{}", etcd.process.output_tail(20));
+        if let Err(e) =
+            wait_for_http_ok(&format!("{}/health", etcd.url), Duration::from_secs(30)).await
+        {
+            anyhow::bail!(
+                "etcd did not become healthy: {e}\n{}",
+                etcd.process.output_tail(20)
+            );
         }
         Ok(etcd)
     }

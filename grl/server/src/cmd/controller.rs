@@ -81,7 +81,9 @@ struct Election(election::Backend);
 impl std::str::FromStr for Election {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        s.parse().map(Self).map_err(|e: election::ElectionError| e.to_string())
+        s.parse()
+            .map(Self)
+            .map_err(|e: election::ElectionError| e.to_string())
     }
 }
 

@@ -1,4 +1,6 @@
-//! `grl override set|list|clear`: incident overrides on a controller.
+//! `grl override set|list|clear`: incident overrides on a controller, or on each of a
+//! region's active/standby controllers (`--controller A --controller B`), so that a standby
+//! that takes over has them in force too.
 
 use std::time::Duration;
 
@@ -18,9 +20,10 @@ pub(crate) struct Args {
 enum Action {
     /// Throttle a caller and/or procedure of a service for a while.
     Set {
-        /// The controller's address.
-        #[arg(long)]
-        controller: String,
+        /// The controller's address; repeat for every controller of an active/standby
+        /// region (each gets the call; ids are per controller).
+        #[arg(long = "controller", value_name = "ADDR", required = true)]
+        controllers: Vec<String>,
         /// The service to protect.
         #[arg(long)]
         service: String,
@@ -42,15 +45,17 @@ enum Action {
     },
     /// List the overrides in force.
     List {
-        /// The controller's address.
-        #[arg(long)]
-        controller: String,
+        /// The controller's address; repeat for every controller of an active/standby
+        /// region (each gets the call; ids are per controller).
+        #[arg(long = "controller", value_name = "ADDR", required = true)]
+        controllers: Vec<String>,
     },
     /// Clear one override by id, or all of a service.
     Clear {
-        /// The controller's address.
-        #[arg(long)]
-        controller: String,
+        /// The controller's address; repeat for every controller of an active/standby
+        /// region (each gets the call; ids are per controller).
+        #[arg(long = "controller", value_name = "ADDR", required = true)]
+        controllers: Vec<String>,
         /// The override's id.
         #[arg(long, required_unless_present = "service")]
         id: Option<String>,
@@ -94,66 +99,88 @@ async fn client(
         .max_encoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES))
 }
 
-/// Runs one override action and prints the result as JSON.
+/// Runs one override action on every controller given and prints each result as JSON
+/// (one line per override, with the controller's address). Fails if any controller
+/// failed, after trying them all.
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
-    match a.action {
+    let controllers = match &a.action {
+        Action::Set { controllers, .. }
+        | Action::List { controllers }
+        | Action::Clear { controllers, .. } => controllers.clone(),
+    };
+    let mut failed = Vec::new();
+    for controller in &controllers {
+        if let Err(e) = run_on(controller, &a.action, &a.conn).await {
+            eprintln!("{controller}: {e:#}");
+            failed.push(controller.as_str());
+        }
+    }
+    match failed.as_slice() {
+        [] => Ok(()),
+        f => anyhow::bail!("failed on {}", f.join(", ")),
+    }
+}
+
+async fn run_on(
+    controller: &str,
+    action: &Action,
+    conn: &super::tls_args::AdminClientArgs,
+) -> anyhow::Result<()> {
+    let mut client = client(controller, conn).await?;
+    match action {
         Action::Set {
-            controller,
             service,
             caller,
             procedure,
             rps,
             ttl,
             reason,
+            ..
         } => {
             let who = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-            let o = client(&controller, &a.conn)
-                .await?
+            let o = client
                 .set_override(proto::SetOverrideRequest {
-                    service,
-                    caller,
-                    procedure,
-                    rps,
+                    service: service.clone(),
+                    caller: caller.clone(),
+                    procedure: procedure.clone(),
+                    rps: *rps,
                     ttl_seconds: ttl.as_secs(),
-                    reason,
+                    reason: reason.clone(),
                     who,
                 })
                 .await?
                 .into_inner();
-            println!("{}", json(&o));
+            println!("{}", json(controller, &o));
         }
-        Action::List { controller } => {
-            let l = client(&controller, &a.conn)
-                .await?
+        Action::List { .. } => {
+            let l = client
                 .list_overrides(proto::ListOverridesRequest {})
                 .await?
                 .into_inner();
             for o in &l.overrides {
-                println!("{}", json(o));
+                println!("{}", json(controller, o));
             }
         }
-        Action::Clear {
-            controller,
-            id,
-            service,
-        } => {
-            let r = client(&controller, &a.conn)
-                .await?
+        Action::Clear { id, service, .. } => {
+            let r = client
                 .clear_override(proto::ClearOverrideRequest {
-                    id: id.unwrap_or_default(),
-                    service: service.unwrap_or_default(),
+                    id: id.clone().unwrap_or_default(),
+                    service: service.clone().unwrap_or_default(),
                 })
                 .await?
                 .into_inner();
-            println!("{{\"cleared\":{}}}", r.cleared);
+            println!(
+                "{}",
+                serde_json::json!({ "controller": controller, "cleared": r.cleared })
+            );
         }
     }
     Ok(())
 }
 
-fn json(o: &proto::Override) -> serde_json::Value {
+fn json(controller: &str, o: &proto::Override) -> serde_json::Value {
     serde_json::json!({
-        "id": o.id, "service": o.service, "caller": o.caller, "procedure": o.procedure,
+        "controller": controller, "id": o.id, "service": o.service, "caller": o.caller, "procedure": o.procedure,
         "rps": o.rps, "expires_at_unix": o.expires_at_unix, "reason": o.reason, "who": o.who,
     })
 }

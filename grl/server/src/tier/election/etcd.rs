@@ -86,7 +86,9 @@ impl Etcd {
                 return Err(ElectionError::Backend(format!("etcd {path}: {err}")));
             }
             if !status.is_success() {
-                return Err(ElectionError::Backend(format!("etcd {path}: HTTP {status}")));
+                return Err(ElectionError::Backend(format!(
+                    "etcd {path}: HTTP {status}"
+                )));
             }
             Ok(v)
         };
