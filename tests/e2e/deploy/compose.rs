@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde_yaml::Value;
 
 use super::compose_file::{Compose, Invocation, host_port, is_bind, listener};
@@ -169,15 +169,23 @@ fn compose_runs_the_whole_stack_with_contract_commands() -> Result<()> {
         "config-repo-init: SEED_DIR must be the config-repo/ template"
     );
     let git_volume = compose.named_volume_at("config-repo-init", bare)?;
-    ensure!(
-        controller.flag("config")? == checkout,
-        "controller --config must be the seeded checkout {checkout}"
-    );
-    ensure!(
-        compose.named_volume_at(&controller.service, checkout)?
-            == compose.named_volume_at("config-repo-init", checkout)?,
-        "controller and config-repo-init must share the checkout volume"
-    );
+    // `--config` and `--config-git` exclude each other (clap refuses the pair).
+    match (controller.flag("config"), controller.flag("config-git")) {
+        (Ok(_), Ok(_)) => bail!("controller: --config and --config-git exclude each other"),
+        (Err(_), Err(_)) => bail!("controller: neither --config nor --config-git"),
+        (Ok(dir), Err(_)) => {
+            ensure!(
+                dir == checkout,
+                "controller --config must be the seeded checkout {checkout}"
+            );
+            ensure!(
+                compose.named_volume_at(&controller.service, checkout)?
+                    == compose.named_volume_at("config-repo-init", checkout)?,
+                "controller and config-repo-init must share the checkout volume"
+            );
+        }
+        (Err(_), Ok(_)) => {}
+    }
     if let Ok(git) = controller.flag("config-git") {
         ensure!(
             git == bare,

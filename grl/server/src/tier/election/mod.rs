@@ -1,10 +1,12 @@
 //! Active/standby controllers: which of a region's controllers leads, decided by an
-//! existing engine (etcd's election API: [`etcd`]), never by the controllers themselves.
+//! existing engine (etcd's election API: [`etcd`]; or a Kubernetes `Lease`: [`kube`]),
+//! never by the controllers themselves.
 //! The leader serves children; a follower refuses them with the leader's address (see
 //! [`super::service`]) and, when it is elected, learns for one interval before it sends
 //! ratios (see [`super::node::Node::set_role`]).
 
 pub mod etcd;
+pub mod kube;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,20 +70,49 @@ impl Role {
 pub enum Backend {
     /// etcd at this `http://host:port` endpoint.
     Etcd(String),
+    /// A Kubernetes `Lease` named by the election key in this namespace, through the API
+    /// server of the pod's service account, or the one at `api` (no credentials: a local
+    /// proxy such as `kubectl proxy`, or a test's stand-in).
+    KubeLease {
+        /// The lease's namespace.
+        namespace: String,
+        /// The API server's URL, if not the in-cluster one.
+        api: Option<String>,
+    },
 }
 
 impl std::str::FromStr for Backend {
     type Err = ElectionError;
 
-    /// Parses `etcd=http://host:port`.
+    /// Parses `etcd=http://HOST:PORT`, `kubernetes=NAMESPACE` or
+    /// `kubernetes=NAMESPACE@http://API`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once('=') {
             Some(("etcd", url)) => {
                 etcd::Etcd::new(url)?;
                 Ok(Self::Etcd(url.to_string()))
             }
+            Some(("kubernetes", ns)) => {
+                let (namespace, api) = match ns.split_once('@') {
+                    Some((n, a)) => (n, Some(a.to_string())),
+                    None => (ns, None),
+                };
+                if namespace.is_empty()
+                    || !namespace
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                {
+                    return Err(ElectionError::Config(format!(
+                        "{s:?}: the namespace must be a DNS label"
+                    )));
+                }
+                Ok(Self::KubeLease {
+                    namespace: namespace.to_string(),
+                    api,
+                })
+            }
             _ => Err(ElectionError::Config(format!(
-                "{s:?}: expected etcd=http://HOST:PORT"
+                "{s:?}: expected etcd=http://HOST:PORT or kubernetes=NAMESPACE[@API-URL]"
             ))),
         }
     }
@@ -121,6 +152,13 @@ pub fn spawn(
         Backend::Etcd(url) => {
             let etcd = etcd::Etcd::new(url)?;
             tokio::spawn(etcd.run(opts.key, opts.ttl, opts.advertise, tx, shutdown))
+        }
+        Backend::KubeLease { namespace, api } => {
+            let lease = match api {
+                Some(api) => kube::KubeLease::new(api, namespace, None, None)?,
+                None => kube::KubeLease::in_cluster(namespace)?,
+            };
+            tokio::spawn(lease.run(opts.key, opts.ttl, opts.advertise, tx, shutdown))
         }
     };
     let apply = tokio::spawn(async move {
@@ -178,7 +216,30 @@ mod tests {
             "etcd=http://127.0.0.1:2379".parse::<Backend>().unwrap(),
             Backend::Etcd("http://127.0.0.1:2379".into())
         );
-        for bad in ["etcd", "zk=http://x:1", "etcd=127.0.0.1:2379", ""] {
+        assert_eq!(
+            "kubernetes=grl".parse::<Backend>().unwrap(),
+            Backend::KubeLease {
+                namespace: "grl".into(),
+                api: None
+            }
+        );
+        assert_eq!(
+            "kubernetes=grl@http://127.0.0.1:8001"
+                .parse::<Backend>()
+                .unwrap(),
+            Backend::KubeLease {
+                namespace: "grl".into(),
+                api: Some("http://127.0.0.1:8001".into())
+            }
+        );
+        for bad in [
+            "etcd",
+            "zk=http://x:1",
+            "etcd=127.0.0.1:2379",
+            "",
+            "kubernetes=",
+            "kubernetes=A/b",
+        ] {
             assert!(bad.parse::<Backend>().is_err(), "{bad:?} accepted");
         }
     }
