@@ -59,6 +59,7 @@ fn client() -> Client {
                 bucket: b.into(),
                 ratio: 0.1,
                 valid_for_ms: 3_600_000,
+                allowed: None,
             })
             .into(),
         valid_for_ms: 3_600_000,

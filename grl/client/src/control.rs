@@ -1,5 +1,7 @@
 //! The control-plane side of the client: applying instructions, expiring ratios (fail-open),
-//! folding counters into per-bucket totals and building reports.
+//! folding counters into per-bucket totals, following the load between instructions
+//! (every window: offered rate measured, threshold recomputed from the allowance) and
+//! building reports.
 //!
 //! Everything here runs on the background task (or a test driving it) under one lock that
 //! the hot path never takes. The hot path only reads the thresholds written here.
@@ -29,6 +31,25 @@ struct Book {
     overflow_seen: [u64; DECISIONS],
     /// When the current ratio stops being valid.
     expires: Option<Instant>,
+    /// The rate this client may admit in this bucket, when the instruction gave one.
+    allowed: Option<f64>,
+    /// `totals` at the end of the last window.
+    window_base: [u64; DECISIONS],
+    /// The offered rate now (requests per second), see [`estimate`].
+    offered_now: f64,
+    /// The offered rate last reported.
+    reported_rate: f64,
+    /// After an urgent report of a fall: until when, and at least what, the allowance stays
+    /// (the tiers re-share from a mix of fresh and interval-old rates meanwhile, which would
+    /// make this client's share look too small).
+    hold: Option<(Instant, f64)>,
+    /// The last window counted nothing (one empty window is taken as a pause of the
+    /// caller, not a fall: the estimate stays).
+    idle: bool,
+    /// Consecutive windows whose rate was more than twice, or less than half, the last
+    /// reported one: an urgent report goes at the second (a lone burst, e.g. a caller
+    /// catching up after a pause, is not news).
+    far: u8,
 }
 
 /// The control plane's state.
@@ -41,6 +62,10 @@ pub(crate) struct Control {
     /// Until when the last instruction keeps the client out of fail-open.
     valid_until: Option<Instant>,
     seq: u64,
+    /// When the last window ended.
+    window_at: Option<Instant>,
+    /// When the last report was built.
+    report_at: Option<Instant>,
 }
 
 impl Control {
@@ -52,6 +77,8 @@ impl Control {
             version: String::new(),
             valid_until: None,
             seq: 0,
+            window_at: None,
+            report_at: None,
         }
     }
 
@@ -98,10 +125,23 @@ impl Inner {
             } else {
                 default_valid
             };
-            c.books[id as usize].expires = Some(now + valid);
+            let book = &mut c.books[id as usize];
+            book.expires = Some(now + valid);
+            book.allowed = r.allowed.filter(|a| a.is_finite() && *a >= 0.0);
+            if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {
+                if now < until {
+                    book.allowed = Some(a.max(held));
+                } else {
+                    book.hold = None;
+                }
+            }
+            let ratio = match book.allowed {
+                Some(a) => local_ratio(a, book.offered_now),
+                None => r.ratio,
+            };
             c.registry.cells[id as usize]
                 .threshold
-                .store(threshold(r.ratio), Ordering::Relaxed);
+                .store(threshold(ratio), Ordering::Relaxed);
         }
         c.valid_until = Some(now + default_valid);
         self.fail_open.store(false, Ordering::Relaxed);
@@ -125,6 +165,7 @@ impl Inner {
                     .threshold
                     .store(0, Ordering::Relaxed);
                 c.books[old as usize].expires = None;
+                c.books[old as usize].allowed = None;
             }
         }
         for (id, mode) in ids.iter().zip(&rules.modes) {
@@ -172,6 +213,7 @@ impl Inner {
         for (b, cell) in books.iter_mut().zip(&registry.cells) {
             if b.expires.is_some_and(|t| t <= now) {
                 b.expires = None;
+                b.allowed = None;
                 cell.threshold.store(0, Ordering::Relaxed);
                 changed = true;
             }
@@ -220,7 +262,13 @@ impl Inner {
         // Also bounds how long a pair created during a ratio change can hold a stale one.
         self.sync_pairs(&c.registry);
         c.seq += 1;
-        let secs = self.cfg.interval.as_secs_f64();
+        let now = Instant::now();
+        let secs = c
+            .report_at
+            .map(|t| (now - t).as_secs_f64())
+            .filter(|s| *s > 0.0)
+            .unwrap_or(self.cfg.interval.as_secs_f64());
+        c.report_at = Some(now);
         let mut rates = Vec::new();
         let Control {
             books,
@@ -237,6 +285,7 @@ impl Inner {
             if id as u32 == UNMATCHED || (!is_active && delta.iter().all(|d| *d == 0)) {
                 continue;
             }
+            b.reported_rate = delta.iter().sum::<u64>() as f64 / secs;
             rates.push(proto::BucketRate {
                 service: self.cfg.service.clone(),
                 bucket: registry.cells[id].name.clone(),
@@ -263,7 +312,92 @@ impl Inner {
             interval_ms: self.cfg.interval.as_millis() as u32,
             rates,
             seq: c.seq,
+            urgent: false,
         }
+    }
+
+    /// Ends a window at `now`: measures each active bucket's offered rate since the last
+    /// window, recomputes the threshold of every bucket that has an allowance, and returns
+    /// an urgent report (the window's rates) when a bucket's rate jumped to more than twice,
+    /// or less than half, of what was last reported, and stayed there a second window.
+    pub(crate) fn window(&self, now: Instant) -> Option<proto::Report> {
+        let mut c = self.lock();
+        self.collect(&mut c);
+        let secs = c.window_at.map_or(0.0, |t| (now - t).as_secs_f64());
+        c.window_at = Some(now);
+        let mut urgent = false;
+        let mut changed = false;
+        let mut rates = Vec::new();
+        let Control {
+            books,
+            registry,
+            active,
+            ..
+        } = &mut *c;
+        for &id in active.iter() {
+            let b = &mut books[id as usize];
+            let delta: [u64; DECISIONS] = std::array::from_fn(|i| b.totals[i] - b.window_base[i]);
+            b.window_base = b.totals;
+            if secs <= 0.0 {
+                continue;
+            }
+            let count: u64 = delta.iter().sum();
+            let pause = count == 0 && !b.idle;
+            b.idle = count == 0;
+            let (now_rate, jumped) = if pause {
+                (b.offered_now, false)
+            } else {
+                estimate(b.offered_now, count, secs)
+            };
+            b.offered_now = now_rate;
+            let fell = now_rate < 0.5 * b.reported_rate;
+            let far = fell || now_rate > 2.0 * b.reported_rate;
+            b.far = if far && (jumped || b.far > 0) {
+                b.far.saturating_add(1)
+            } else {
+                0
+            };
+            if b.far == 2 {
+                urgent = true;
+                if fell && let Some(a) = b.allowed {
+                    b.hold = Some((now + self.cfg.interval, a));
+                }
+            }
+            rates.push(proto::BucketRate {
+                service: self.cfg.service.clone(),
+                bucket: registry.cells[id as usize].name.clone(),
+                zone: self.cfg.zone.clone(),
+                region: self.cfg.region.clone(),
+                offered: delta.iter().sum::<u64>() as f64 / secs,
+                dropped: delta[1] as f64 / secs,
+                shadow_dropped: delta[2] as f64 / secs,
+                clients: 1,
+            });
+            if let (Some(a), Some(_)) = (b.allowed, b.expires) {
+                let t = threshold(local_ratio(a, now_rate));
+                changed |= registry.cells[id as usize]
+                    .threshold
+                    .swap(t, Ordering::Relaxed)
+                    != t;
+            }
+        }
+        if changed {
+            self.sync_pairs(&c.registry);
+        }
+        if !urgent {
+            return None;
+        }
+        for &id in &c.active.clone() {
+            let b = &mut c.books[id as usize];
+            b.reported = b.totals;
+            b.reported_rate = b.offered_now;
+            b.far = 0;
+        }
+        c.seq += 1;
+        c.report_at = Some(now);
+        let mut report = self.report_with(&c, rates);
+        report.urgent = true;
+        Some(report)
     }
 
     /// The hello report sent when a stream opens.
@@ -315,6 +449,31 @@ impl Inner {
     }
 }
 
+/// The offered-rate estimate after a window of `count` requests over `secs`, from the
+/// previous estimate `prev`; also says whether the window replaced the estimate. A count
+/// too far from the expected one to be counting noise (more than 3 Poisson standard
+/// deviations + 2) replaces it at once, so a step is followed within one window; otherwise
+/// the window is blended in, which smooths the noise of small counts.
+pub(crate) fn estimate(prev: f64, count: u64, secs: f64) -> (f64, bool) {
+    let rate = count as f64 / secs;
+    let expected = prev * secs;
+    if (count as f64 - expected).abs() > 3.0 * expected.sqrt() + 2.0 {
+        (rate, true)
+    } else {
+        (0.7 * prev + 0.3 * rate, false)
+    }
+}
+
+/// The drop ratio that admits `allowed` out of `offered_now` requests per second:
+/// `max(0, 1 - allowed / offered_now)`, 0 when nothing is offered.
+pub(crate) fn local_ratio(allowed: f64, offered_now: f64) -> f64 {
+    if offered_now > 0.0 {
+        (1.0 - allowed / offered_now).max(0.0)
+    } else {
+        0.0
+    }
+}
+
 /// Copies a pair's cell threshold and mode into the pair.
 pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<super::buckets::BucketCell>]) {
     let cell = &cells[e.cell.load(Ordering::Relaxed) as usize];
@@ -322,4 +481,31 @@ pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<super::buckets::BucketCell>]
         .store(cell.threshold.load(Ordering::Relaxed), Ordering::Relaxed);
     e.shadow
         .store(cell.shadow.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_replaces_the_estimate_and_noise_is_blended() {
+        let (r, jumped) = estimate(100.0, 75, 0.05);
+        assert!(jumped);
+        assert_eq!(r, 1500.0);
+        let (r, jumped) = estimate(1500.0, 5, 0.05);
+        assert!(jumped);
+        assert_eq!(r, 100.0);
+        let (r, jumped) = estimate(100.0, 6, 0.05);
+        assert!(!jumped);
+        assert!((r - 106.0).abs() < 1e-9, "{r}");
+        assert_eq!(estimate(0.0, 0, 0.05), (0.0, false));
+    }
+
+    #[test]
+    fn local_ratio_admits_the_allowance() {
+        assert_eq!(local_ratio(100.0, 0.0), 0.0);
+        assert_eq!(local_ratio(100.0, 50.0), 0.0);
+        assert!((local_ratio(100.0, 1500.0) - 14.0 / 15.0).abs() < 1e-12);
+        assert_eq!(local_ratio(0.0, 10.0), 1.0);
+    }
 }

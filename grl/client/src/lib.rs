@@ -24,6 +24,14 @@
 //! the zone aggregator, instructions applied as they arrive, ratios zeroed when they expire
 //! (fail-open), reconnection with jittered exponential backoff.
 //!
+//! Following the load: an instruction gives, per bucket, the rate this client may admit (its
+//! share of the bucket's allowed rate). Every `window` (50 ms) the background task measures
+//! each bucket's offered rate from the counters `decide` already keeps and rewrites the
+//! bucket's threshold as `max(0, 1 - allowed / offered_now)`, so a surge is cut and its end
+//! is let through within a window, with no round trip; a sharp change is also reported at
+//! once (an urgent report) so that the tiers re-share the bucket without waiting for the
+//! interval. `decide` is unchanged: it still reads one threshold per pair.
+//!
 //! ```
 //! use std::time::Duration;
 //! use grl_client::{Client, ClientConfig, Decision};
@@ -104,6 +112,10 @@ pub struct ClientConfig {
     pub aggregator: String,
     /// The reporting interval.
     pub interval: Duration,
+    /// How often the background task measures each bucket's offered rate and recomputes its
+    /// drop threshold from the allowance (`max(0, 1 - allowed / offered_now)`); capped at
+    /// `interval`. After a step down, traffic is refused for about 1.4 windows at worst.
+    pub window: Duration,
     /// Ratios without their own validity expire this many intervals after receipt.
     pub expiry_intervals: u32,
     /// Bound on distinct (caller, procedure) pairs held; past it requests count as overflow.
@@ -118,7 +130,7 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults: zone/region `""`, 1 s interval, 5 intervals of validity, 10,000 pairs,
+    /// Defaults: zone/region `""`, 1 s interval, 50 ms window, 5 intervals of validity, 10,000 pairs,
     /// id from the process id.
     pub fn new(service: impl Into<String>, aggregator: impl Into<String>) -> Self {
         Self {
@@ -127,6 +139,7 @@ impl ClientConfig {
             region: String::new(),
             aggregator: aggregator.into(),
             interval: Duration::from_secs(1),
+            window: Duration::from_millis(50),
             expiry_intervals: 5,
             max_pairs: 10_000,
             id: format!("client-{}", std::process::id()),
@@ -304,6 +317,14 @@ impl Client {
     pub fn apply_instruction(&self, ins: &proto::Instruction) {
         self.inner
             .apply_instruction(ins, tokio::time::Instant::now());
+    }
+
+    /// Ends a window: measures each bucket's offered rate since the last call and recomputes
+    /// the thresholds of the buckets that have an allowance (the background task does this
+    /// every `window`; exposed for clients driven without it). Returns whether the rates
+    /// jumped enough to send an urgent report.
+    pub fn end_window(&self) -> bool {
+        self.inner.window(tokio::time::Instant::now()).is_some()
     }
 
     /// Zeroes the ratios whose validity has passed (the background task does this on a

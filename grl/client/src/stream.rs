@@ -1,7 +1,8 @@
 //! The control-plane task: one `Tier/Exchange` stream to the zone aggregator.
 //!
-//! One loop waits on four things: the report tick (every interval, connected or not, so
-//! totals keep moving), the next instruction, the next ratio expiry (a timer set to the
+//! One loop waits on five things: the report tick (every interval, connected or not, so
+//! totals keep moving), the window tick (offered rates measured, thresholds recomputed from
+//! the allowances, an urgent report sent when a rate jumped), the next instruction, the next ratio expiry (a timer set to the
 //! earliest deadline, so the hot path never reads a clock), and, while disconnected, the
 //! next reconnection attempt (exponential backoff from a tenth of the interval up to 2 s,
 //! with ±50 % jitter so that a zone's clients do not reconnect in lockstep).
@@ -88,6 +89,12 @@ pub(crate) async fn run(inner: Arc<Inner>) {
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let backoff = reconnect_backoff(interval);
     let mut attempt = 0u32;
+    let window = inner.cfg.window.clamp(
+        Duration::from_millis(1),
+        interval.max(Duration::from_millis(1)),
+    );
+    let mut windows = tokio::time::interval_at(Instant::now() + window, window);
+    windows.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut session: Option<Session> = None;
     let mut reconnect_at = Some(Instant::now());
     loop {
@@ -97,6 +104,16 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 let report = inner.report();
                 match &session {
                     Some(s) if s.reports.try_send(report).is_err() => Some("report queue closed or full".into()),
+                    _ => None,
+                }
+            }
+            _ = windows.tick() => {
+                match (inner.window(Instant::now()), &session) {
+                    (Some(report), Some(s)) => s
+                        .reports
+                        .try_send(report)
+                        .err()
+                        .map(|_| "report queue closed or full".to_string()),
                     _ => None,
                 }
             }

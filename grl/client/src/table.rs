@@ -149,6 +149,10 @@ pub(crate) struct PairTable {
     len: AtomicUsize,
     max: usize,
     keyer: PairKeyer,
+    /// `slot index + 1` of every filled slot in fill order (0 = being written), so that
+    /// the control plane walks the pairs held, not every slot, each window.
+    filled: Box<[AtomicU32]>,
+    filled_len: AtomicUsize,
 }
 
 impl PairTable {
@@ -160,6 +164,8 @@ impl PairTable {
             len: AtomicUsize::new(0),
             max: max_pairs,
             keyer: PairKeyer::new(),
+            filled: (0..max_pairs).map(|_| AtomicU32::new(0)).collect(),
+            filled_len: AtomicUsize::new(0),
         }
     }
 
@@ -225,7 +231,11 @@ impl PairTable {
                         (None, None) => unreachable!("an entry is made once and kept"),
                     };
                     match self.slots[i].set(entry) {
-                        Ok(()) => return self.slots[i].get().map(|b| &**b),
+                        Ok(()) => {
+                            let n = self.filled_len.fetch_add(1, Ordering::AcqRel);
+                            self.filled[n].store(i as u32 + 1, Ordering::Release);
+                            return self.slots[i].get().map(|b| &**b);
+                        }
                         // Another thread filled this slot first: look at it again.
                         Err(back) => pending = Some(back),
                     }
@@ -240,7 +250,14 @@ impl PairTable {
 
     /// Every entry.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &PairEntry> {
-        self.slots.iter().filter_map(|s| s.get().map(|b| &**b))
+        let n = self
+            .filled_len
+            .load(Ordering::Acquire)
+            .min(self.filled.len());
+        self.filled[..n].iter().filter_map(|f| {
+            let slot = f.load(Ordering::Acquire).checked_sub(1)?;
+            self.slots[slot as usize].get().map(|b| &**b)
+        })
     }
 
     /// How many pairs are held.
@@ -249,9 +266,11 @@ impl PairTable {
     }
 
     /// Heap bytes held: the slot array plus every entry. Bounded by
-    /// `slots × 16 + max_pairs × (entry, with its shared shard + names + owned shards × 128)`.
+    /// `slots × 16 + max_pairs × (4 + entry, with its shared shard + names + owned shards ×
+    /// 128)`.
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.slots.len() * size_of::<OnceLock<Box<PairEntry>>>()
+            + self.filled.len() * size_of::<AtomicU32>()
             + self.iter().map(PairEntry::allocated_bytes).sum::<usize>()
     }
 }

@@ -54,6 +54,7 @@ fn set_ratios(client: &Client, service: &str, names: &[String], limited: Option<
                     0.0
                 },
                 valid_for_ms: 60_000,
+                allowed: None,
             })
             .collect(),
         ..Default::default()

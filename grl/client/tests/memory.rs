@@ -59,6 +59,7 @@ fn a_million_callers_keep_memory_bounded_and_overflow_is_counted_exactly() {
             bucket: "pay".into(),
             ratio: 1.0,
             valid_for_ms: 600_000,
+            allowed: None,
         }],
         ..Default::default()
     });

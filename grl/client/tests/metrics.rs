@@ -73,12 +73,14 @@ fn client(max_pairs: usize) -> Client {
                 bucket: "deny".into(),
                 ratio: 1.0,
                 valid_for_ms: 60_000,
+                allowed: None,
             },
             proto::DropRatio {
                 service: "pay\"ments".into(),
                 bucket: "shadow".into(),
                 ratio: 1.0,
                 valid_for_ms: 60_000,
+                allowed: None,
             },
         ],
         ..Default::default()
@@ -194,6 +196,7 @@ fn a_threads_first_overflow_decision_draws_from_a_seeded_generator() {
             bucket: "deny".into(),
             ratio: 0.5,
             valid_for_ms: 60_000,
+            allowed: None,
         }],
         ..Default::default()
     });

@@ -152,6 +152,7 @@ fn ratios(pairs: &[(&str, f64)]) -> Instruction {
                 bucket: (*b).into(),
                 ratio: *r,
                 valid_for_ms: 0,
+                allowed: None,
             })
             .collect(),
         ..Default::default()

@@ -1,6 +1,8 @@
-//! Surge: a step from 1x to 15x of a global limit at a 1 s interval, through a real
-//! controller, aggregator and clients in one process. Prints the time until the admitted
-//! rate is within ±5 % of the limit and the control-plane bytes per client per second.
+//! Surge: a step from 1x to 15x of a global limit at a 1 s interval, then down to 0.9x,
+//! through a real controller, aggregator and clients in one process. Prints the time until
+//! the admitted rate is within ±5 % of the limit, the admitted rate of each whole second
+//! after the step up (x the limit) and after the step down (share of the offered), and the
+//! control-plane bytes per client per second.
 //!
 //! `SURGE_LIMIT` (default 2000 rps), `SURGE_CLIENTS` (20), `SURGE_FACTOR` (15).
 
@@ -41,7 +43,7 @@ async fn run() {
     let n = env("SURGE_CLIENTS", 20.0) as usize;
     let factor = env("SURGE_FACTOR", 15.0);
     let iv = Duration::from_secs(1);
-    let (warm, surge) = (8u64, 12u64);
+    let (warm, surge, calm) = (8u64, 12u64, 5u64);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("services")).unwrap();
@@ -100,8 +102,10 @@ async fn run() {
                 }
                 let total = if tick * 10 < warm * 1000 {
                     limit
-                } else {
+                } else if tick * 10 < (warm + surge) * 1000 {
                     limit * factor
+                } else {
+                    limit * 0.9
                 };
                 for (i, c) in clients.iter().enumerate() {
                     carry[i] += total / clients.len() as f64 / 100.0;
@@ -118,11 +122,12 @@ async fn run() {
     let step = Duration::from_millis(100);
     let mut samples: Vec<(f64, u64, u64)> = Vec::new();
     let mut bytes_at_step = None;
+    let mut bytes_at_end = None;
     let bytes = |n: &grl::tier::node::Node| {
         n.bytes.reports_in.load(Relaxed) + n.bytes.instructions_out.load(Relaxed)
     };
     let mut next = tokio::time::Instant::now() + step;
-    while start.elapsed() < Duration::from_secs(warm + surge) {
+    while start.elapsed() < Duration::from_secs(warm + surge + calm) {
         tokio::time::sleep_until(next).await;
         next += step;
         let (o, a) = admitted(&clients);
@@ -131,20 +136,50 @@ async fn run() {
         if bytes_at_step.is_none() && t >= 2.0 {
             bytes_at_step = Some((Instant::now(), bytes(&agg.node), bytes(&ctl.node)));
         }
+        if t >= surge as f64 && bytes_at_end.is_none() {
+            bytes_at_end = Some((Instant::now(), bytes(&agg.node), bytes(&ctl.node)));
+        }
     }
     stop.store(true, Relaxed);
     generator.join().unwrap();
     let (t0, b_agg0, b_ctl0) = bytes_at_step.unwrap();
-    let secs = t0.elapsed().as_secs_f64();
-    let per_client = (bytes(&agg.node) - b_agg0) as f64 / secs / n as f64;
-    let agg_up = (bytes(&ctl.node) - b_ctl0) as f64 / secs;
+    let (t1, b_agg1, b_ctl1) = bytes_at_end.unwrap();
+    let secs = (t1 - t0).as_secs_f64();
+    let per_client = (b_agg1 - b_agg0) as f64 / secs / n as f64;
+    let agg_up = (b_ctl1 - b_ctl0) as f64 / secs;
+
+    // Whole seconds after each step, from the 100 ms samples nearest to the boundaries.
+    let at = |t: f64| {
+        samples
+            .iter()
+            .min_by(|a, b| (a.0 - t).abs().total_cmp(&(b.0 - t).abs()))
+            .copied()
+            .unwrap()
+    };
+    let second = |from: f64| {
+        let (a, b) = (at(from), at(from + 1.0));
+        ((b.1 - a.1) as f64, (b.2 - a.2) as f64)
+    };
+    let up: Vec<String> = (0..4)
+        .map(|k| format!("{:.2}x", second(k as f64).1 / limit))
+        .collect();
+    let down: Vec<String> = (0..4)
+        .map(|k| {
+            let (o, a) = second(surge as f64 + k as f64);
+            format!("{:.1} %", 100.0 * a / o.max(1.0))
+        })
+        .collect();
 
     // Rates over the 1 s window starting at each sample.
     let windows: Vec<(f64, f64, f64)> = samples
         .iter()
+        .filter(|s| s.0 < surge as f64 - 1.0)
         .enumerate()
         .filter_map(|(i, s)| {
-            let e = samples.get(i + 10)?;
+            let e = samples
+                .iter()
+                .filter(|s| s.0 < surge as f64 - 1.0)
+                .nth(i + 10)?;
             let dt = e.0 - s.0;
             Some((s.0, (e.1 - s.1) as f64 / dt, (e.2 - s.2) as f64 / dt))
         })
@@ -185,6 +220,14 @@ async fn run() {
     );
     println!(
         "same, judged on the admitted share (admitted/offered x nominal): from {settled_share:.1?} s"
+    );
+    println!(
+        "step up, admitted in each whole second after it (x the limit): {}",
+        up.join(", ")
+    );
+    println!(
+        "step down to 0.9x, admitted / offered in each whole second after it: {}",
+        down.join(", ")
     );
     println!(
         "control-plane bytes per client per second (client<->aggregator, reports + instructions): {per_client:.0}"

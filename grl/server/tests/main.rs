@@ -3,7 +3,7 @@
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
 //! ecosystems: [`sidecar`], [`rls`]), bad input ([`bad_input`]), and TLS with authorised
 //! admin calls ([`security`]), and active/standby controllers elected through etcd
-//! ([`failover`]).
+//! ([`failover`]), and enforcement that follows the load up and down ([`follow`]).
 
 mod bad_input;
 mod binary;
@@ -12,6 +12,7 @@ mod enforce;
 mod failover;
 mod fault_proxy;
 mod faults;
+mod follow;
 mod rls;
 mod security;
 mod sidecar;

@@ -1,5 +1,9 @@
 //! `grl loadgen`: offers traffic from a CSV profile through N real clients (each with its
-//! own connection to the aggregator) and prints one JSON line per second per bucket.
+//! own connection to the aggregator) and prints one JSON line per bucket every report
+//! period (`--report-ms`, 1 s by default; 100 ms shows rises and falls at that resolution).
+//! Each line carries `t` (the end of the period in whole seconds, rounded up), `t_ms` (the
+//! same in milliseconds since the start) and `unix_ms` (the wall clock when the counts
+//! were read, to line up several loadgens).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -36,6 +40,17 @@ pub(crate) struct Args {
     /// Reporting interval in milliseconds.
     #[arg(long, default_value_t = 1000, value_parser = super::validate::interval_ms)]
     interval_ms: u64,
+    /// How often each client recomputes its drop thresholds from its offered rate, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 50)]
+    window_ms: u64,
+    /// Print a line per bucket every this many milliseconds (a multiple of 10).
+    #[arg(long, default_value_t = 1000)]
+    report_ms: u64,
+    /// Start offering at this wall-clock time (Unix milliseconds), so that several loadgens
+    /// step together; the clients connect meanwhile. Default: at once.
+    #[arg(long)]
+    start_unix_ms: Option<u64>,
     /// Serve the clients' `/metrics` here (each client's series labelled `client="i"`).
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
@@ -108,12 +123,20 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let profile = parse_profile(&text)
         .map_err(|e| super::validate::Usage(format!("--profile {}: {e:#}", a.profile.display())))?;
     let (url, tls) = (a.aggregator.clone(), a.tls.tls());
+    if a.report_ms < 10 || !a.report_ms.is_multiple_of(10) {
+        return Err(super::validate::Usage(format!(
+            "--report-ms must be a multiple of 10 (got {})",
+            a.report_ms
+        ))
+        .into());
+    }
     let clients: Vec<Client> = (0..a.clients)
         .map(|i| {
             let mut cfg = ClientConfig::new(a.service.clone(), url.clone());
             cfg.zone.clone_from(&a.zone);
             cfg.region.clone_from(&a.region);
             cfg.interval = Duration::from_millis(a.interval_ms);
+            cfg.window = Duration::from_millis(a.window_ms);
             cfg.id = format!("loadgen-{}-{}-{i}", a.zone, std::process::id());
             cfg.tls.clone_from(&tls);
             Client::new(cfg)
@@ -133,12 +156,26 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let duration = a.duration;
-    tokio::task::spawn_blocking(move || generate(&clients, &profile, duration)).await??;
+    if let Some(at) = a.start_unix_ms {
+        let now = unix_ms();
+        if at > now {
+            tokio::time::sleep(Duration::from_millis(at - now)).await;
+        }
+    }
+    let (duration, report_ms) = (a.duration, a.report_ms);
+    tokio::task::spawn_blocking(move || generate(&clients, &profile, duration, report_ms))
+        .await??;
     for t in tasks {
         t.abort();
     }
     Ok(())
+}
+
+/// The wall clock in Unix milliseconds.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Every client's metrics in one exposition: each sample gets a `client="i"` label so the
@@ -173,18 +210,24 @@ fn render_all(clients: &[Client]) -> String {
     out
 }
 
-/// Offers the traffic in 10 ms ticks and prints a line per bucket each second.
-fn generate(clients: &[Client], profile: &[Step], duration: u64) -> anyhow::Result<()> {
+/// Offers the traffic in 10 ms ticks and prints a line per bucket every `report_ms`.
+fn generate(
+    clients: &[Client],
+    profile: &[Step],
+    duration: u64,
+    report_ms: u64,
+) -> anyhow::Result<()> {
     const TICKS: u64 = 100;
+    let per_report = report_ms / 10;
     let n = clients.len();
     let start = Instant::now();
     let mut carry: BTreeMap<(usize, (String, String)), f64> = BTreeMap::new();
     let mut prev: Vec<BTreeMap<String, [u64; 4]>> = clients.iter().map(totals).collect();
     let stdout = std::io::stdout();
-    for sec in 0..duration {
-        let rates = rates_at(profile, sec);
-        for tick in 0..TICKS {
-            let due = start + Duration::from_millis((sec * TICKS + tick) * 10);
+    for period in 0..(duration * 1000).div_ceil(report_ms) {
+        for tick in period * per_report..((period + 1) * per_report).min(duration * TICKS) {
+            let rates = rates_at(profile, tick / TICKS);
+            let due = start + Duration::from_millis(tick * 10);
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
@@ -201,6 +244,8 @@ fn generate(clients: &[Client], profile: &[Step], duration: u64) -> anyhow::Resu
             }
         }
         let now: Vec<_> = clients.iter().map(totals).collect();
+        let unix_ms = unix_ms();
+        let t_ms = ((period + 1) * report_ms).min(duration * 1000);
         let mut buckets: BTreeMap<&str, ([u64; 4], Vec<f64>)> = BTreeMap::new();
         for (cur, old) in now.iter().zip(&prev) {
             for (b, v) in cur {
@@ -220,7 +265,7 @@ fn generate(clients: &[Client], profile: &[Step], duration: u64) -> anyhow::Resu
         let mut out = stdout.lock();
         for (b, (s, fr)) in buckets {
             let line = serde_json::json!({
-                "t": sec + 1, "bucket": b, "offered": s[0], "allowed": s[1], "dropped": s[2],
+                "t": t_ms.div_ceil(1000), "t_ms": t_ms, "unix_ms": unix_ms, "bucket": b, "offered": s[0], "allowed": s[1], "dropped": s[2],
                 "shadow_dropped": s[3], "client_drop_fractions": fr,
             });
             writeln!(out, "{line}")?;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::admission::{Reason, ReportLimits};
 use super::ratios::{self, Totals};
+use grl_config::Scope;
 use grl_core::proto;
 
 /// Whether the stream to a child is still open (its receiving half not dropped).
@@ -47,6 +48,8 @@ pub struct Sent {
     pub services: Vec<String>,
     /// The ratios sent, by (service, bucket).
     pub ratios: BTreeMap<(String, String), f64>,
+    /// The allowances sent, by (service, bucket).
+    pub allowed: BTreeMap<(String, String), Option<f64>>,
     /// When the last instruction went out.
     pub at: Option<Instant>,
 }
@@ -76,6 +79,27 @@ pub struct Child<L> {
     pub link: L,
     /// What it was last told.
     pub sent: Sent,
+}
+
+impl<L> Child<L> {
+    /// The child's offered rate in one bucket, summed over its rows whose scope key (see
+    /// [`ratios::scope_key`]) is the given one, or over all its rows.
+    pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
+        let from = ratios::RateKey {
+            service: service.to_string(),
+            bucket: bucket.to_string(),
+            region: String::new(),
+            zone: String::new(),
+        };
+        self.rates
+            .range(from..)
+            .take_while(|(k, _)| k.service == service && k.bucket == bucket)
+            .filter(|(k, _)| {
+                scope.is_none_or(|(s, key)| ratios::scope_key(s, &k.region, &k.zone) == key)
+            })
+            .map(|(_, r)| r.offered)
+            .sum()
+    }
 }
 
 /// All children of a tier.
@@ -315,6 +339,11 @@ mod tests {
         assert_eq!(sum(&c, t0), 25.0);
         let key = c.totals(t0).into_keys().next().unwrap();
         assert_eq!((key.zone.as_str(), key.region.as_str()), ("z1", "eu"));
+        let a = c.iter().find(|c| c.id == "a").unwrap();
+        assert_eq!(a.offered("pay", "g", None), 20.0);
+        assert_eq!(a.offered("pay", "g", Some((Scope::Zone, "z1"))), 20.0);
+        assert_eq!(a.offered("pay", "g", Some((Scope::Zone, "z2"))), 0.0);
+        assert_eq!(a.offered("pay", "other", None), 0.0);
     }
 
     #[test]

@@ -108,7 +108,12 @@ impl Drop for Running {
     }
 }
 
-/// Serves `routes` on `listener`, ticks `node` every quarter interval, and serves
+/// How long a tier waits after an urgent report before recomputing, so that the urgent
+/// reports of one change (every instance of a caller sees it within a window) make one tick.
+pub(crate) const URGENT_COALESCE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Serves `routes` on `listener`, ticks `node` every quarter interval (and at once after an
+/// urgent report), and serves
 /// `/metrics` when asked.
 pub(crate) fn launch(
     node: Arc<Node>,
@@ -156,7 +161,13 @@ pub(crate) fn launch(
         let mut t = tokio::time::interval(ticker.cfg.interval / 4);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            t.tick().await;
+            tokio::select! {
+                _ = t.tick() => {}
+                () = ticker.wake.notified() => {
+                    // Lets the urgent reports of the same moment arrive, then one tick.
+                    tokio::time::sleep(URGENT_COALESCE).await;
+                }
+            }
             ticker.tick(tokio::time::Instant::now());
         }
     }));

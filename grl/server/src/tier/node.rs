@@ -1,6 +1,12 @@
 //! The state machine shared by aggregators and controllers: children's reports in, ratios
-//! computed for the scopes this tier owns, the parent's ratios kept with their expiry, and
-//! instructions out to each child when something changed (at least once per interval).
+//! computed for the scopes this tier owns, the parent's ratios and allowances kept with
+//! their expiry, and instructions out to each child when something changed (at least once
+//! per interval). Each instruction gives the child, per bucket, its allowance: its share of
+//! the bucket's limit (scopes owned here) or of this tier's allowance from the parent, by
+//! its share of the offered load (see `ratios` for the fairness and the headroom).
+//!
+//! An urgent report (a child's rate jumped) wakes the tick at once (coalesced with the
+//! other urgent reports of the same few milliseconds) and, below the top, an upward report.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,6 +63,8 @@ impl NodeConfig {
 pub(crate) struct Parent {
     /// Ratios by (service, bucket) with their expiry.
     pub ratios: BTreeMap<(String, String), (f64, Instant)>,
+    /// This tier's allowances by (service, bucket), valid as long as the ratio is.
+    pub allowed: BTreeMap<(String, String), f64>,
     /// Whether the stream to the parent is up.
     pub connected: bool,
     /// When the parent's latest instruction stops being valid.
@@ -71,6 +79,8 @@ pub(crate) struct State {
     pub children: Children<Link>,
     pub parent: Parent,
     pub computed: BTreeMap<RatioKey, Computed>,
+    /// Offered rate by (service, bucket) over all fresh children, as of the last tick.
+    pub bucket_offered: BTreeMap<(String, String), f64>,
     pub seq: u64,
     pub limits: ReportLimits,
     pub refusal_log: admission::RefusalLog,
@@ -100,6 +110,10 @@ pub struct Node {
     pub bytes: Bytes,
     /// Reports and rows refused, by reason.
     pub refused: RefusalCounts,
+    /// Woken by an urgent report: the ticker recomputes at once.
+    pub wake: tokio::sync::Notify,
+    /// Woken by an urgent report: the uplink reports to the parent at once.
+    pub wake_parent: tokio::sync::Notify,
 }
 
 impl Node {
@@ -111,6 +125,7 @@ impl Node {
             children: Children::new(cfg.interval, &ReportLimits::default()),
             parent: Parent::default(),
             computed: BTreeMap::new(),
+            bucket_offered: BTreeMap::new(),
             seq: 0,
             limits: ReportLimits::default(),
             refusal_log: admission::RefusalLog::new(std::time::Duration::from_secs(1)),
@@ -123,6 +138,8 @@ impl Node {
             conns: AtomicU64::new(0),
             bytes: Bytes::default(),
             refused: RefusalCounts::default(),
+            wake: tokio::sync::Notify::new(),
+            wake_parent: tokio::sync::Notify::new(),
         }
     }
 
@@ -226,6 +243,13 @@ impl Node {
             info!(child = %r.reporter_id, ?peer, zone = %r.zone, region = %r.region, "child connected");
             self.instruct_children(&mut s, Some(&r.reporter_id), now);
         }
+        if r.urgent {
+            debug!(child = %r.reporter_id, "urgent report");
+            self.wake.notify_one();
+            if self.cfg.has_parent {
+                self.wake_parent.notify_one();
+            }
+        }
         Ok(())
     }
 
@@ -284,7 +308,17 @@ impl Node {
         }
         let totals = st.children.totals(now);
         st.computed = ratios::compute(&st.rules.limited(), &totals, &self.cfg.scopes);
+        st.bucket_offered.clear();
+        for (k, r) in &totals {
+            *st.bucket_offered
+                .entry((k.service.clone(), k.bucket.clone()))
+                .or_default() += r.offered;
+        }
         st.parent.ratios.retain(|_, (_, exp)| *exp > now);
+        let Parent {
+            ratios, allowed, ..
+        } = &mut st.parent;
+        allowed.retain(|k, _| ratios.contains_key(k));
         self.instruct_children(st, None, now);
     }
 
@@ -307,19 +341,16 @@ impl Node {
             children,
             parent,
             computed,
+            bucket_offered,
             ..
         } = st;
+        let from = Sources {
+            computed,
+            bucket_offered,
+            parent,
+        };
         let mut send = |c: &mut Child<Link>| {
-            instruct(
-                &self.cfg,
-                rules,
-                *config_gen,
-                computed,
-                parent,
-                c,
-                now,
-                &self.bytes,
-            );
+            instruct(&self.cfg, rules, *config_gen, &from, c, now, &self.bytes);
         };
         match only {
             Some(id) => children.get_mut(id).into_iter().for_each(send),
@@ -343,6 +374,7 @@ impl Node {
             interval_ms: self.cfg.interval.as_millis() as u32,
             rates: totals.iter().map(|(k, r)| ratios::to_wire(k, r)).collect(),
             seq: s.seq,
+            urgent: false,
         }
     }
 
@@ -353,6 +385,11 @@ impl Node {
         let new_rules = {
             let mut s = self.lock();
             s.parent.valid_until = Some(now + dflt);
+            s.parent.allowed = i
+                .ratios
+                .iter()
+                .filter_map(|r| Some(((r.service.clone(), r.bucket.clone()), r.allowed?)))
+                .collect();
             s.parent.ratios = i
                 .ratios
                 .iter()
@@ -388,20 +425,25 @@ impl Node {
     }
 }
 
-/// Sends `c` an instruction if its config is out of date, its ratios changed, or it heard
-/// nothing for about an interval.
-#[allow(clippy::too_many_arguments)]
+/// What ratios and allowances are made from.
+struct Sources<'a> {
+    computed: &'a BTreeMap<RatioKey, Computed>,
+    bucket_offered: &'a BTreeMap<(String, String), f64>,
+    parent: &'a Parent,
+}
+
+/// Sends `c` an instruction if its config is out of date, its ratios or allowances changed,
+/// or it heard nothing for about an interval.
 fn instruct(
     cfg: &NodeConfig,
     rules: &Rules,
     config_gen: u64,
-    computed: &BTreeMap<RatioKey, Computed>,
-    parent: &Parent,
+    from: &Sources<'_>,
     c: &mut Child<Link>,
     now: Instant,
     bytes: &Bytes,
 ) {
-    let ratios = ratios_for(cfg, rules, computed, parent, c, now);
+    let ratios = ratios_for(cfg, rules, from, c, now);
     let resend_config =
         c.config_version != rules.version && c.sent.at.is_none_or(|t| now - t >= cfg.interval * 2);
     let send_config =
@@ -412,6 +454,14 @@ fn instruct(
                 .ratios
                 .get(&(r.service.clone(), r.bucket.clone()))
                 .is_none_or(|old| ratios::changed(*old, r.ratio))
+                || ratios::allowance_changed(
+                    c.sent
+                        .allowed
+                        .get(&(r.service.clone(), r.bucket.clone()))
+                        .copied()
+                        .flatten(),
+                    r.allowed,
+                )
         });
     let due = c
         .sent
@@ -438,10 +488,16 @@ fn instruct(
         .iter()
         .map(|r| ((r.service.clone(), r.bucket.clone()), r.ratio))
         .collect();
+    let sent_allowed = instr
+        .ratios
+        .iter()
+        .map(|r| ((r.service.clone(), r.bucket.clone()), r.allowed))
+        .collect();
     match c.link.try_send(Ok(instr)) {
         Ok(()) => {
             bytes.instructions_out.fetch_add(len, Ordering::Relaxed);
             c.sent.ratios = sent_ratios;
+            c.sent.allowed = sent_allowed;
             c.sent.at = Some(now);
             if send_config {
                 c.sent.config_gen = Some(config_gen);
@@ -453,15 +509,23 @@ fn instruct(
 }
 
 /// The ratios of `c`'s services with their remaining validity: computed here for the scopes
-/// this tier owns, else the parent's as long as they are valid.
+/// this tier owns, else the parent's as long as they are valid; and `c`'s allowance in
+/// each: its share of the limit over the scope (owned here) or of this tier's allowance
+/// (from the parent), by its share of the offered load. No allowance for a child that
+/// offered nothing in the bucket (it applies the ratio until it has a share), nor where the
+/// parent gave none.
 fn ratios_for(
     cfg: &NodeConfig,
     rules: &Rules,
-    computed: &BTreeMap<RatioKey, Computed>,
-    parent: &Parent,
+    from: &Sources<'_>,
     c: &Child<Link>,
     now: Instant,
 ) -> Vec<proto::DropRatio> {
+    let Sources {
+        computed,
+        bucket_offered,
+        parent,
+    } = from;
     let own_ms = cfg.validity().as_millis() as u32;
     let mut out = Vec::new();
     for svc in &c.services {
@@ -469,16 +533,28 @@ fn ratios_for(
             let (Some(_), Ok(scope)) = (b.limit_rps, wire::scope_from_wire(b.scope)) else {
                 continue;
             };
-            let (ratio, valid_for_ms) = if cfg.scopes.contains(&scope) {
-                let key = (
-                    svc.clone(),
-                    b.name.clone(),
-                    ratios::scope_key(scope, &c.region, &c.zone),
-                );
-                (computed.get(&key).map_or(0.0, |x| x.ratio), own_ms)
+            let (ratio, valid_for_ms, allowed) = if cfg.scopes.contains(&scope) {
+                let group = ratios::scope_key(scope, &c.region, &c.zone);
+                let own = c.offered(svc, &b.name, Some((scope, &group)));
+                let key = (svc.clone(), b.name.clone(), group);
+                let computed = computed.get(&key);
+                let allowed = computed
+                    .filter(|_| own > 0.0)
+                    .map(|x| ratios::share(x.limit, own, x.offered));
+                (computed.map_or(0.0, |x| x.ratio), own_ms, allowed)
             } else {
-                match parent.ratios.get(&(svc.clone(), b.name.clone())) {
-                    Some((r, exp)) if *exp > now => (*r, (*exp - now).as_millis() as u32),
+                let key = (svc.clone(), b.name.clone());
+                match parent.ratios.get(&key) {
+                    Some((r, exp)) if *exp > now => {
+                        let own = c.offered(svc, &b.name, None);
+                        let group = bucket_offered.get(&key).copied().unwrap_or(0.0);
+                        let allowed = parent
+                            .allowed
+                            .get(&key)
+                            .filter(|_| own > 0.0)
+                            .map(|a| ratios::share(*a, own, group));
+                        (*r, (*exp - now).as_millis() as u32, allowed)
+                    }
                     _ => continue,
                 }
             };
@@ -487,6 +563,7 @@ fn ratios_for(
                 bucket: b.name.clone(),
                 ratio,
                 valid_for_ms,
+                allowed,
             });
         }
     }

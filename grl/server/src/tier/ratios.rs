@@ -1,5 +1,22 @@
-//! Drop-ratio math, pure: summing reported rates by scope and turning sums and limits into
-//! `drop_ratio = max(0, (offered - limit) / offered)`.
+//! Drop-ratio and allowance math, pure: summing reported rates by scope, turning sums and
+//! limits into `drop_ratio = max(0, (offered - limit) / offered)`, and sharing a group's
+//! allowed rate over its children ([`share`]).
+//!
+//! Allowances: each tier tells each child, per bucket, the rate it may admit. A tier that
+//! owns a bucket's scope shares the bucket's limit over the children in the scope; a tier
+//! below shares the allowance it got from its parent over its own children; a client turns
+//! its allowance into a drop threshold from its own offered rate every window. Over the
+//! limit, the shares are proportional to the offered rates, so every instance of a caller,
+//! in every zone, drops the same fraction and the allowances sum to the limit.
+//!
+//! Headroom (an uneven load balancer): while the group is under its allowance, each child
+//! may admit its own rate plus the whole unused part of the group's allowance. So one
+//! instance's rise is never dropped as long as the bucket as a whole stays under its limit
+//! (also when its report was partial, e.g. just after it started). The price: while under
+//! the limit the allowances sum to more than it (`offered + children × unused`), so a rise
+//! on every instance at once is admitted until their urgent reports (sent the window they
+//! see it) come back as shares: one window plus a round trip through the tiers, about
+//! 100 ms, then the shares sum to the limit again.
 
 use std::collections::BTreeMap;
 
@@ -193,6 +210,30 @@ pub fn compute(
         .collect()
 }
 
+/// The rate a child offering `child` may admit, out of a group offering `group` in total
+/// that may admit `allowed` (see the module doc for the headroom under the limit).
+pub fn share(allowed: f64, child: f64, group: f64) -> f64 {
+    if child.is_nan() || child <= 0.0 || !allowed.is_finite() {
+        return 0.0;
+    }
+    let group = group.max(child);
+    if group >= allowed {
+        allowed * child / group
+    } else {
+        child + (allowed - group)
+    }
+}
+
+/// Whether a child should hear about an allowance change now: present/absent changed, or
+/// the value moved by more than 4 % of the larger one.
+pub fn allowance_changed(old: Option<f64>, new: Option<f64>) -> bool {
+    match (old, new) {
+        (Some(a), Some(b)) => (a - b).abs() > 0.04 * a.max(b),
+        (None, None) => false,
+        _ => true,
+    }
+}
+
 /// Whether a child should hear about a ratio change now: the admitted fraction `1 - ratio`
 /// moved by more than 2 % of itself, or dropping started or stopped.
 pub fn changed(old: f64, new: f64) -> bool {
@@ -313,6 +354,36 @@ mod tests {
         let (k, r) = from_wire(&w, "a", "eu");
         assert_eq!((k.zone.as_str(), k.region.as_str()), ("a", "eu"));
         assert_eq!(r.clients, 1);
+    }
+
+    #[test]
+    fn over_the_limit_shares_are_proportional_and_sum_to_it() {
+        let offered = [1000.0, 300.0, 200.0];
+        let total: f64 = offered.iter().sum();
+        let shares: Vec<f64> = offered.iter().map(|o| share(100.0, *o, total)).collect();
+        assert!((shares.iter().sum::<f64>() - 100.0).abs() < 1e-9);
+        for (s, o) in shares.iter().zip(offered) {
+            assert!((1.0 - s / o - (1.0 - 100.0 / total)).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn under_the_limit_a_child_may_take_the_whole_slack() {
+        // 900 of 1000 offered: 100 unused, on top of each child's own rate.
+        assert_eq!(share(1000.0, 50.0, 900.0), 150.0);
+        assert_eq!(share(1000.0, 300.0, 900.0), 400.0);
+        assert_eq!(share(1000.0, 50.0, 100.0), 950.0);
+        assert_eq!(share(1000.0, 0.0, 900.0), 0.0);
+        // At the limit there is no slack: the shares are the offered rates.
+        assert_eq!(share(1000.0, 50.0, 1000.0), 50.0);
+    }
+
+    #[test]
+    fn allowance_changes_are_relative() {
+        assert!(!allowance_changed(None, None));
+        assert!(allowance_changed(None, Some(1.0)));
+        assert!(!allowance_changed(Some(100.0), Some(103.0)));
+        assert!(allowance_changed(Some(100.0), Some(105.0)));
     }
 
     #[test]

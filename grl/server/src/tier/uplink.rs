@@ -1,6 +1,7 @@
-//! The stream from a tier to its parent: reports up every quarter interval, instructions
-//! down, reconnecting with jittered exponential backoff; with several parents (a region's
-//! active/standby controllers), to the one that leads.
+//! The stream from a tier to its parent: reports up every quarter interval (and at once,
+//! marked urgent, after a child's urgent report), instructions down, reconnecting with
+//! jittered exponential backoff; with several parents (a region's active/standby
+//! controllers), to the one that leads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,8 +120,16 @@ async fn session(
             t.set_missed_tick_behavior(MissedTickBehavior::Delay);
             t.tick().await;
             loop {
-                t.tick().await;
-                if tx.send(node.upward_report(Instant::now())).await.is_err() {
+                let urgent = tokio::select! {
+                    _ = t.tick() => false,
+                    () = node.wake_parent.notified() => {
+                        tokio::time::sleep(super::URGENT_COALESCE).await;
+                        true
+                    }
+                };
+                let mut report = node.upward_report(Instant::now());
+                report.urgent = urgent;
+                if tx.send(report).await.is_err() {
                     return;
                 }
             }

@@ -38,6 +38,10 @@ pub(super) struct Summary {
     pub surge_admitted: f64,
     /// `surge_admitted / surge_limit - 1`.
     pub surge_error: f64,
+    /// The surging caller's requests offered in the second after the surge ended.
+    pub step_down_offered: u64,
+    /// The surging caller's requests admitted in the second after the surge ended.
+    pub step_down_admitted: u64,
     /// Requests dropped from callers under their limits (must be 0).
     pub others_dropped: u64,
     /// Requests offered by those callers.
@@ -64,6 +68,12 @@ impl Summary {
             } else {
                 "NOT held"
             }
+        );
+        println!(
+            "step down: the second after the surge admitted {} of {} requests of `{SURGE_CALLER}` ({:.1}%)",
+            self.step_down_admitted,
+            self.step_down_offered,
+            100.0 * self.step_down_admitted as f64 / self.step_down_offered.max(1) as f64
         );
         println!(
             "other callers: {} offered, {} dropped → {}",
@@ -186,6 +196,7 @@ pub(super) async fn run(remote: &str, interval: Duration, seconds: u64) -> anyho
     );
     let mut last = totals(&clients);
     let mut surge = (0.0, 0.0, 0usize);
+    let mut step_down = (0u64, 0u64);
     let (mut others_offered, mut others_dropped) = (0u64, 0u64);
     let mut carry = vec![0.0f64; streams.len()];
     let tick = Duration::from_millis(10);
@@ -220,6 +231,9 @@ pub(super) async fn run(remote: &str, interval: Duration, seconds: u64) -> anyho
                 "{second:>3}  {label:<14} {o:>9} {a:>9} {d:>9} {sh:>9}"
             ));
             if s.caller == SURGE_CALLER {
+                if second == surge_to {
+                    step_down = (o, a);
+                }
                 if surging && second >= surge_from + 3 {
                     surge.0 += o as f64;
                     surge.1 += a as f64;
@@ -240,6 +254,8 @@ pub(super) async fn run(remote: &str, interval: Duration, seconds: u64) -> anyho
         surge_offered,
         surge_admitted,
         surge_error: surge_admitted / gateway_limit - 1.0,
+        step_down_offered: step_down.0,
+        step_down_admitted: step_down.1,
         others_dropped,
         others_offered,
     })

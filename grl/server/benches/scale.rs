@@ -1,0 +1,317 @@
+//! Scale of the tiers with per-client allowances (issue #13).
+//!
+//! 1. Aggregator: a real `grl controller` and `grl aggregator` (processes, 1 s interval),
+//!    and N simulated clients in this process: lightweight `Tier/Exchange` streams (one
+//!    HTTP/2 connection per 100 streams) that report 20 buckets every interval and count
+//!    the instructions they get. Per N: whether every interval's reports were folded (the
+//!    aggregator's `Status` lists N fresh children, none older than the interval + 10 %)
+//!    and every client was instructed within each interval; the aggregator's CPU (cores,
+//!    from /proc utime + stime) and peak RSS (VmHWM).
+//! 2. Controller: a tick (sums, ratios, per-zone allowances, instructions) with 50 zones ×
+//!    1,000 buckets, in process.
+//!
+//! `SCALE_CLIENTS` (default `500,1000,2000,5000`), `SCALE_SECONDS` (measured seconds per
+//! N, default 8).
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use grl::tier::node::{Node, NodeConfig};
+use grl::tier::rules::Rules;
+use grl_config::Scope;
+use grl_core::proto;
+use grl_core::proto::tier_client::TierClient;
+use test_support::ports::free_port;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+const BUCKETS: usize = 20;
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[&str]) -> Proc {
+    let bin = env!("CARGO_BIN_EXE_grl");
+    Proc(
+        Command::new(bin)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn wait_port(port: u16) {
+    let start = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < Duration::from_secs(20), "port {port}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// CPU seconds (user + system) of a process.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    ticks / 100.0
+}
+
+/// Peak resident memory of a process, in MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM")).unwrap();
+    let kb: f64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb / 1024.0
+}
+
+fn report(id: &str, seq: u64, offered: f64) -> proto::Report {
+    proto::Report {
+        reporter_id: id.to_string(),
+        level: proto::Level::Client as i32,
+        zone: "a".into(),
+        region: "eu".into(),
+        services: vec!["svc".into()],
+        config_version: String::new(),
+        interval_ms: 1000,
+        rates: (0..BUCKETS)
+            .map(|b| proto::BucketRate {
+                service: "svc".into(),
+                bucket: format!("b{b}"),
+                offered: offered * (1.0 + b as f64 / 10.0),
+                clients: 1,
+                ..Default::default()
+            })
+            .collect(),
+        seq,
+        urgent: false,
+    }
+}
+
+/// One simulated client: reports every second, records when it was last instructed.
+async fn sim(ch: Channel, i: usize, last: Arc<Vec<AtomicU64>>, epoch: Instant) {
+    let id = format!("sim-{i}");
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(report(&id, 0, 0.0)).await.unwrap();
+    let Ok(resp) = TierClient::new(ch).exchange(ReceiverStream::new(rx)).await else {
+        return;
+    };
+    let mut inbound = resp.into_inner();
+    let reporter = tokio::spawn(async move {
+        let phase = Duration::from_millis((i as u64 * 7919) % 1000);
+        let mut t =
+            tokio::time::interval_at(tokio::time::Instant::now() + phase, Duration::from_secs(1));
+        let mut seq = 0;
+        loop {
+            t.tick().await;
+            seq += 1;
+            // Every client over its share at times: the bucket sums move around the limit.
+            let offered = 1.0 + ((seq + i as u64) % 5) as f64 * 0.5;
+            if tx.send(report(&id, seq, offered)).await.is_err() {
+                return;
+            }
+        }
+    });
+    while let Ok(Some(_)) = inbound.message().await {
+        last[i].store(epoch.elapsed().as_millis() as u64, Relaxed);
+    }
+    reporter.abort();
+}
+
+async fn aggregator_run(n: usize, seconds: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("services")).unwrap();
+    let buckets: String = (0..BUCKETS)
+        .map(|b| format!("  - name: b{b}\n    match: {{ caller: c{b} }}\n    scope: global\n    mode: deny\n    policy: {{ kind: fixed, rps: {} }}\n", n as f64 * 1.5))
+        .collect();
+    std::fs::write(
+        dir.path().join("services/svc.yaml"),
+        format!("service: svc\nbuckets:\n{buckets}"),
+    )
+    .unwrap();
+    let (cp, ap) = (free_port(), free_port());
+    let (ctl_addr, agg_addr) = (format!("127.0.0.1:{cp}"), format!("127.0.0.1:{ap}"));
+    let config = dir.path().display().to_string();
+    let _ctl = spawn(&["controller", "--listen", &ctl_addr, "--config", &config]);
+    wait_port(cp).await;
+    let agg = spawn(&[
+        "aggregator",
+        "--listen",
+        &agg_addr,
+        "--zone",
+        "a",
+        "--region",
+        "eu",
+        "--controller",
+        &ctl_addr,
+    ]);
+    wait_port(ap).await;
+    let pid = agg.0.id();
+    let epoch = Instant::now();
+    let last: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let channels: Vec<Channel> = (0..n.div_ceil(100))
+        .map(|_| {
+            Endpoint::from_shared(format!("http://{agg_addr}"))
+                .unwrap()
+                .connect_lazy()
+        })
+        .collect();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| tokio::spawn(sim(channels[i / 100].clone(), i, last.clone(), epoch)))
+        .collect();
+    let mut status = TierClient::new(channels[0].clone());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let cpu0 = cpu_seconds(pid);
+    let t0 = Instant::now();
+    let (mut folded_ok, mut instructed_ok, mut worst_age, mut fewest) = (0, 0, 0.0f64, n);
+    for _ in 0..seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = epoch.elapsed().as_millis() as u64;
+        let instructed = last
+            .iter()
+            .filter(|t| now - t.load(Relaxed) <= 1000)
+            .count();
+        fewest = fewest.min(instructed);
+        instructed_ok += usize::from(instructed == n);
+        let st = status
+            .status(proto::StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        let age = st
+            .children
+            .iter()
+            .map(|c| c.seconds_since_report)
+            .fold(0.0, f64::max);
+        worst_age = worst_age.max(age);
+        folded_ok += usize::from(st.children.len() == n && age <= 1.1);
+    }
+    let cores = (cpu_seconds(pid) - cpu0) / t0.elapsed().as_secs_f64();
+    let rss = peak_rss_mib(pid);
+    println!(
+        "aggregator, {n:>5} clients x {BUCKETS} buckets: {folded_ok}/{seconds} s all reports folded (oldest report {worst_age:.2} s), {instructed_ok}/{seconds} s every client instructed (fewest {fewest}), CPU {cores:.2} cores, peak RSS {rss:.0} MiB"
+    );
+    for t in tasks {
+        t.abort();
+    }
+}
+
+fn controller_tick() {
+    let zones = 50usize;
+    let buckets = 1000usize;
+    let node = Node::new(NodeConfig {
+        level: proto::Level::Global,
+        id: "ctl".into(),
+        zone: String::new(),
+        region: "eu".into(),
+        interval: Duration::from_secs(1),
+        scopes: vec![Scope::Global, Scope::Region],
+        has_parent: false,
+        validity_intervals: 5,
+    });
+    let rules = Rules::from_wire(
+        "v1",
+        &[proto::ServiceRules {
+            service: "svc".into(),
+            buckets: (0..buckets)
+                .map(|b| proto::BucketRule {
+                    name: format!("b{b}"),
+                    caller: format!("c{b}"),
+                    scope: proto::Scope::Global as i32,
+                    mode: proto::Mode::Deny as i32,
+                    limit_rps: Some(1000.0),
+                    ..Default::default()
+                })
+                .collect(),
+        }],
+    );
+    let now = tokio::time::Instant::now();
+    node.set_rules(rules, now);
+    let mut inboxes = Vec::new();
+    let zone_report = |z: usize, round: usize| proto::Report {
+        reporter_id: format!("agg-{z}"),
+        level: proto::Level::Zone as i32,
+        zone: format!("z{z}"),
+        region: "eu".into(),
+        services: vec!["svc".into()],
+        rates: (0..buckets)
+            .map(|b| proto::BucketRate {
+                service: "svc".into(),
+                bucket: format!("b{b}"),
+                zone: format!("z{z}"),
+                region: "eu".into(),
+                offered: 10.0 + ((z + b + round) % 7) as f64 * 5.0,
+                clients: 20,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut links = Vec::new();
+    for z in 0..zones {
+        let (tx, rx) = mpsc::channel(64);
+        let _ = node.on_report(z as u64, tx.clone(), &zone_report(z, 0), None, now);
+        links.push(tx);
+        inboxes.push(rx);
+    }
+    let mut times = Vec::new();
+    for round in 1..=20 {
+        for (z, tx) in links.iter().enumerate() {
+            let _ = node.on_report(z as u64, tx.clone(), &zone_report(z, round), None, now);
+        }
+        let at = now + Duration::from_millis(250 * round as u64);
+        let t = Instant::now();
+        node.tick(at);
+        times.push(t.elapsed());
+        for rx in &mut inboxes {
+            while rx.try_recv().is_ok() {}
+        }
+    }
+    times.sort();
+    let per: BTreeMap<&str, Duration> = [
+        ("median", times[times.len() / 2]),
+        ("max", *times.last().unwrap()),
+    ]
+    .into();
+    println!(
+        "controller tick, {zones} zones x {buckets} buckets (ratios + per-zone allowances + instructions): median {:.1} ms, max {:.1} ms",
+        per["median"].as_secs_f64() * 1e3,
+        per["max"].as_secs_f64() * 1e3
+    );
+}
+
+fn main() {
+    controller_tick();
+    let counts: Vec<usize> = std::env::var("SCALE_CLIENTS")
+        .unwrap_or_else(|_| "500,1000,2000,5000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let seconds: u64 = std::env::var("SCALE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for n in counts {
+        rt.block_on(aggregator_run(n, seconds));
+    }
+}
