@@ -207,16 +207,17 @@ mod tests {
     use super::*;
 
     fn rules() -> Rules {
-        let mut r = Rules::default();
-        r.services.insert(
-            "pay".into(),
-            vec![proto::BucketRule {
-                name: "g".into(),
-                limit_rps: Some(100.0),
-                ..Default::default()
+        Rules::from_wire(
+            "v1",
+            &[proto::ServiceRules {
+                service: "pay".into(),
+                buckets: vec![proto::BucketRule {
+                    name: "g".into(),
+                    limit_rps: Some(100.0),
+                    ..Default::default()
+                }],
             }],
-        );
-        r
+        )
     }
 
     fn row(offered: f64) -> proto::BucketRate {

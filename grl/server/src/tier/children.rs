@@ -46,12 +46,56 @@ pub struct Sent {
     pub config_gen: Option<u64>,
     /// The services that config covered.
     pub services: Vec<String>,
-    /// The ratios sent, by (service, bucket).
-    pub ratios: BTreeMap<(String, String), f64>,
-    /// The allowances sent, by (service, bucket).
-    pub allowed: BTreeMap<(String, String), Option<f64>>,
+    /// The ratios and allowances sent, in the order they were sent.
+    pub ratios: Vec<SentRatio>,
     /// When the last instruction went out.
     pub at: Option<Instant>,
+}
+
+/// One ratio a child was sent: which bucket (a hash of service and bucket name, so that
+/// comparing with the next round allocates nothing), the ratio and the allowance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SentRatio {
+    /// Hash of (service, bucket), see [`SentRatio::key_of`].
+    pub key: u64,
+    /// The drop ratio sent.
+    pub ratio: f64,
+    /// The allowance sent.
+    pub allowed: Option<f64>,
+}
+
+impl SentRatio {
+    /// The key of a (service, bucket) pair.
+    pub fn key_of(service: &str, bucket: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (service, bucket).hash(&mut h);
+        h.finish()
+    }
+}
+
+/// A child's rows grouped by bucket ([`Child::offered_index`]), to sum a bucket's rows
+/// without allocating.
+#[derive(Debug)]
+pub struct OfferedIndex<'a> {
+    rows: Vec<(&'a ratios::RateKey, f64)>,
+    by_bucket: std::collections::HashMap<(&'a str, &'a str), (usize, usize)>,
+}
+
+impl OfferedIndex<'_> {
+    /// Like [`Child::offered`].
+    pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
+        let Some(&(from, to)) = self.by_bucket.get(&(service, bucket)) else {
+            return 0.0;
+        };
+        self.rows[from..to]
+            .iter()
+            .filter(|(k, _)| {
+                scope.is_none_or(|(s, key)| ratios::scope_key_ref(s, &k.region, &k.zone) == key)
+            })
+            .map(|(_, o)| o)
+            .sum()
+    }
 }
 
 /// One child and its latest report.
@@ -82,23 +126,25 @@ pub struct Child<L> {
 }
 
 impl<L> Child<L> {
+    /// Its rows grouped by bucket (they are sorted by service and bucket already).
+    pub fn offered_index(&self) -> OfferedIndex<'_> {
+        let rows: Vec<_> = self.rates.iter().map(|(k, r)| (k, r.offered)).collect();
+        let mut by_bucket = std::collections::HashMap::new();
+        let mut from = 0;
+        for i in 1..=rows.len() {
+            let (a, _) = rows[from];
+            if i == rows.len() || rows[i].0.service != a.service || rows[i].0.bucket != a.bucket {
+                by_bucket.insert((a.service.as_str(), a.bucket.as_str()), (from, i));
+                from = i;
+            }
+        }
+        OfferedIndex { rows, by_bucket }
+    }
+
     /// The child's offered rate in one bucket, summed over its rows whose scope key (see
     /// [`ratios::scope_key`]) is the given one, or over all its rows.
     pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
-        let from = ratios::RateKey {
-            service: service.to_string(),
-            bucket: bucket.to_string(),
-            region: String::new(),
-            zone: String::new(),
-        };
-        self.rates
-            .range(from..)
-            .take_while(|(k, _)| k.service == service && k.bucket == bucket)
-            .filter(|(k, _)| {
-                scope.is_none_or(|(s, key)| ratios::scope_key(s, &k.region, &k.zone) == key)
-            })
-            .map(|(_, r)| r.offered)
-            .sum()
+        self.offered_index().offered(service, bucket, scope)
     }
 }
 
@@ -239,6 +285,14 @@ impl<L: Liveness> Children<L> {
             self.remove(id);
         }
         gone
+    }
+
+    /// Every row of every fresh child.
+    pub fn rows(&self, now: Instant) -> impl Iterator<Item = (&ratios::RateKey, &ratios::Rate)> {
+        self.map
+            .values()
+            .filter(move |c| !self.is_stale(c, now))
+            .flat_map(|c| c.rates.iter())
     }
 
     /// The sum of the rates of all fresh children.

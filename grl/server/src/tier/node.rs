@@ -8,7 +8,7 @@
 //! An urgent report (a child's rate jumped) wakes the tick at once (coalesced with the
 //! other urgent reports of the same few milliseconds) and, below the top, an upward report.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
-use super::children::{Child, Children};
+use super::children::{Child, Children, SentRatio};
 use super::election::{self, Role};
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
@@ -306,14 +306,19 @@ impl Node {
         for id in st.children.prune(now) {
             info!(child = %id, "stale, dropped");
         }
-        let totals = st.children.totals(now);
-        st.computed = ratios::compute(&st.rules.limited(), &totals, &self.cfg.scopes);
-        st.bucket_offered.clear();
-        for (k, r) in &totals {
-            *st.bucket_offered
-                .entry((k.service.clone(), k.bucket.clone()))
-                .or_default() += r.offered;
+        st.computed = ratios::compute(
+            &st.rules.limited(),
+            st.children.rows(now),
+            &self.cfg.scopes,
+        );
+        let mut offered: HashMap<(&str, &str), f64> = HashMap::new();
+        for (k, r) in st.children.rows(now) {
+            *offered.entry((&k.service, &k.bucket)).or_default() += r.offered;
         }
+        st.bucket_offered = offered
+            .into_iter()
+            .map(|((s, b), o)| ((s.to_string(), b.to_string()), o))
+            .collect();
         st.parent.ratios.retain(|_, (_, exp)| *exp > now);
         let Parent {
             ratios, allowed, ..
@@ -344,11 +349,7 @@ impl Node {
             bucket_offered,
             ..
         } = st;
-        let from = Sources {
-            computed,
-            bucket_offered,
-            parent,
-        };
+        let from = Sources::new(computed, bucket_offered, parent);
         let mut send = |c: &mut Child<Link>| {
             instruct(&self.cfg, rules, *config_gen, &from, c, now, &self.bytes);
         };
@@ -425,11 +426,43 @@ impl Node {
     }
 }
 
-/// What ratios and allowances are made from.
+/// What ratios and allowances are made from, indexed by borrowed names once per round of
+/// instructions (a round looks up every bucket for every child: owned keys would cost
+/// allocations per bucket per child).
 struct Sources<'a> {
-    computed: &'a BTreeMap<RatioKey, Computed>,
-    bucket_offered: &'a BTreeMap<(String, String), f64>,
-    parent: &'a Parent,
+    computed: HashMap<(&'a str, &'a str, &'a str), &'a Computed>,
+    bucket_offered: HashMap<(&'a str, &'a str), f64>,
+    parent_ratios: HashMap<(&'a str, &'a str), (f64, Instant)>,
+    parent_allowed: HashMap<(&'a str, &'a str), f64>,
+}
+
+impl<'a> Sources<'a> {
+    fn new(
+        computed: &'a BTreeMap<RatioKey, Computed>,
+        bucket_offered: &'a BTreeMap<(String, String), f64>,
+        parent: &'a Parent,
+    ) -> Self {
+        Self {
+            computed: computed
+                .iter()
+                .map(|((s, b, g), c)| ((s.as_str(), b.as_str(), g.as_str()), c))
+                .collect(),
+            bucket_offered: bucket_offered
+                .iter()
+                .map(|((s, b), o)| ((s.as_str(), b.as_str()), *o))
+                .collect(),
+            parent_ratios: parent
+                .ratios
+                .iter()
+                .map(|((s, b), r)| ((s.as_str(), b.as_str()), *r))
+                .collect(),
+            parent_allowed: parent
+                .allowed
+                .iter()
+                .map(|((s, b), a)| ((s.as_str(), b.as_str()), *a))
+                .collect(),
+        }
+    }
 }
 
 /// Sends `c` an instruction if its config is out of date, its ratios or allowances changed,
@@ -449,19 +482,10 @@ fn instruct(
     let send_config =
         c.sent.config_gen != Some(config_gen) || c.sent.services != c.services || resend_config;
     let changed = ratios.len() != c.sent.ratios.len()
-        || ratios.iter().any(|r| {
-            c.sent
-                .ratios
-                .get(&(r.service.clone(), r.bucket.clone()))
-                .is_none_or(|old| ratios::changed(*old, r.ratio))
-                || ratios::allowance_changed(
-                    c.sent
-                        .allowed
-                        .get(&(r.service.clone(), r.bucket.clone()))
-                        .copied()
-                        .flatten(),
-                    r.allowed,
-                )
+        || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
+            old.key != SentRatio::key_of(&r.service, &r.bucket)
+                || ratios::changed(old.ratio, r.ratio)
+                || ratios::allowance_changed(old.allowed, r.allowed)
         });
     let due = c
         .sent
@@ -486,18 +510,16 @@ fn instruct(
     let sent_ratios = instr
         .ratios
         .iter()
-        .map(|r| ((r.service.clone(), r.bucket.clone()), r.ratio))
-        .collect();
-    let sent_allowed = instr
-        .ratios
-        .iter()
-        .map(|r| ((r.service.clone(), r.bucket.clone()), r.allowed))
+        .map(|r| SentRatio {
+            key: SentRatio::key_of(&r.service, &r.bucket),
+            ratio: r.ratio,
+            allowed: r.allowed,
+        })
         .collect();
     match c.link.try_send(Ok(instr)) {
         Ok(()) => {
             bytes.instructions_out.fetch_add(len, Ordering::Relaxed);
             c.sent.ratios = sent_ratios;
-            c.sent.allowed = sent_allowed;
             c.sent.at = Some(now);
             if send_config {
                 c.sent.config_gen = Some(config_gen);
@@ -521,35 +543,30 @@ fn ratios_for(
     c: &Child<Link>,
     now: Instant,
 ) -> Vec<proto::DropRatio> {
-    let Sources {
-        computed,
-        bucket_offered,
-        parent,
-    } = from;
+    let offered = c.offered_index();
     let own_ms = cfg.validity().as_millis() as u32;
     let mut out = Vec::new();
     for svc in &c.services {
-        for b in rules.services.get(svc).into_iter().flatten() {
+        for b in rules.services().get(svc).into_iter().flatten() {
             let (Some(_), Ok(scope)) = (b.limit_rps, wire::scope_from_wire(b.scope)) else {
                 continue;
             };
             let (ratio, valid_for_ms, allowed) = if cfg.scopes.contains(&scope) {
-                let group = ratios::scope_key(scope, &c.region, &c.zone);
-                let own = c.offered(svc, &b.name, Some((scope, &group)));
-                let key = (svc.clone(), b.name.clone(), group);
-                let computed = computed.get(&key);
+                let group = ratios::scope_key_ref(scope, &c.region, &c.zone);
+                let own = offered.offered(svc, &b.name, Some((scope, group)));
+                let computed = from.computed.get(&(svc.as_str(), b.name.as_str(), group));
                 let allowed = computed
                     .filter(|_| own > 0.0)
                     .map(|x| ratios::share(x.limit, own, x.offered));
                 (computed.map_or(0.0, |x| x.ratio), own_ms, allowed)
             } else {
-                let key = (svc.clone(), b.name.clone());
-                match parent.ratios.get(&key) {
+                let key = (svc.as_str(), b.name.as_str());
+                match from.parent_ratios.get(&key) {
                     Some((r, exp)) if *exp > now => {
-                        let own = c.offered(svc, &b.name, None);
-                        let group = bucket_offered.get(&key).copied().unwrap_or(0.0);
-                        let allowed = parent
-                            .allowed
+                        let own = offered.offered(svc, &b.name, None);
+                        let group = from.bucket_offered.get(&key).copied().unwrap_or(0.0);
+                        let allowed = from
+                            .parent_allowed
                             .get(&key)
                             .filter(|_| own > 0.0)
                             .map(|a| ratios::share(*a, own, group));

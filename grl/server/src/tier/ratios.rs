@@ -18,7 +18,7 @@
 //! see it) come back as shares: one window plus a round trip through the tiers, about
 //! 100 ms, then the shares sum to the limit again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use grl_config::Scope;
 use grl_core::proto;
@@ -165,41 +165,51 @@ pub struct Computed {
     pub ratio: f64,
 }
 
+/// The scope key of a row as a borrowed string (see [`scope_key`]).
+pub fn scope_key_ref<'a>(scope: Scope, region: &'a str, zone: &'a str) -> &'a str {
+    match scope {
+        Scope::Global => "",
+        Scope::Region => region,
+        Scope::Zone => zone,
+    }
+}
+
 /// Computes the ratio of every limited bucket whose scope is in `scopes`, for every scope
-/// key seen in `totals` (a limited bucket with no traffic gets ratio 0 under key "" for
-/// global scope only).
-pub fn compute(
+/// key seen in `rows` (every fresh child's rates, or [`Totals`]; a limited bucket with no
+/// traffic gets ratio 0 under key "" for global scope only). Sums over borrowed keys: only
+/// the result's keys are allocated.
+pub fn compute<'a>(
     limited: &[Limited],
-    totals: &Totals,
+    rows: impl IntoIterator<Item = (&'a RateKey, &'a Rate)>,
     scopes: &[Scope],
 ) -> BTreeMap<RatioKey, Computed> {
-    let mut sums: BTreeMap<RatioKey, f64> = BTreeMap::new();
-    let wanted: BTreeMap<(&str, &str), &Limited> = limited
+    let wanted: HashMap<(&str, &str), &Limited> = limited
         .iter()
         .filter(|l| scopes.contains(&l.scope))
         .map(|l| ((l.service.as_str(), l.bucket.as_str()), l))
         .collect();
+    let mut sums: HashMap<(&str, &str, &str), f64> = HashMap::with_capacity(wanted.len());
     for l in wanted.values() {
         if l.scope == Scope::Global {
-            sums.insert((l.service.clone(), l.bucket.clone(), String::new()), 0.0);
+            sums.insert((l.service.as_str(), l.bucket.as_str(), ""), 0.0);
         }
     }
-    for (k, r) in totals {
+    for (k, r) in rows {
         if let Some(l) = wanted.get(&(k.service.as_str(), k.bucket.as_str())) {
             let key = (
-                k.service.clone(),
-                k.bucket.clone(),
-                scope_key(l.scope, &k.region, &k.zone),
+                l.service.as_str(),
+                l.bucket.as_str(),
+                scope_key_ref(l.scope, &k.region, &k.zone),
             );
             *sums.entry(key).or_default() += r.offered;
         }
     }
     sums.into_iter()
-        .map(|(key, offered)| {
-            let limit = wanted[&(key.0.as_str(), key.1.as_str())].limit;
+        .map(|((service, bucket, scope), offered)| {
+            let limit = wanted[&(service, bucket)].limit;
             let ratio = drop_ratio(offered, limit);
             (
-                key,
+                (service.to_string(), bucket.to_string(), scope.to_string()),
                 Computed {
                     offered,
                     limit,

@@ -24,7 +24,7 @@ impl Node {
             })
             .collect();
         let mut buckets = Vec::new();
-        for (svc, rules) in &s.rules.services {
+        for (svc, rules) in s.rules.services() {
             for b in rules {
                 let offered: f64 = totals
                     .iter()
