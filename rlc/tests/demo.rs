@@ -43,6 +43,24 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
     );
     assert_eq!(summary["others_dropped"], 0, "{summary}");
     assert!(summary["others_offered"].as_u64().unwrap() > 0);
+    // Clients follow their own load: the second after the surge ends is let through, not
+    // dropped at the surge's ratio (it admitted 6.6 % before issue #13).
+    assert!(
+        stdout.contains("step down: the second after the surge admitted"),
+        "{stdout}"
+    );
+    let (offered, admitted) = (
+        summary["step_down_offered"]
+            .as_f64()
+            .context("step_down_offered")?,
+        summary["step_down_admitted"]
+            .as_f64()
+            .context("step_down_admitted")?,
+    );
+    assert!(
+        offered > 0.0 && admitted >= 0.85 * offered,
+        "the second after the surge admitted {admitted} of {offered}: {summary}"
+    );
 
     // The demo reads as a demo: piped, the table is plain lines with no log line among them
     // and no terminal escapes; the logs went to demo.log in --dir.

@@ -161,3 +161,51 @@ async fn empty_domain_foreign_domain_and_no_descriptors_are_invalid_argument() {
     );
     assert_eq!(sum(&m, "grl_requests_total", &[]), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_the_rate_limit_service_answers_tls_callers_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = crate::security::Ca::new(dir.path(), "ca");
+    let (cert, key) = ca.leaf("sidecar", "sidecar");
+    let up = Upstream::start().await;
+    let agg = format!("127.0.0.1:{}", test_support::ports::free_port());
+    let (cert, key, ca_file) = (
+        cert.display().to_string(),
+        key.display().to_string(),
+        ca.cert_path().display().to_string(),
+    );
+    let sc = Sidecar::start(
+        &up.url(),
+        &agg,
+        &["--rls-tls-cert", &cert, "--rls-tls-key", &key],
+    );
+    let d = r#"{"entries": [["source_cluster", "a"], ["path", "/pay.Pay/Card"]]}"#;
+    let (s, seen) = rls_call(args(
+        &sc.rls,
+        &["--ca", &ca_file, "--descriptor", d, "--until", "OK"],
+    ))
+    .await;
+    assert!(seen, "a TLS caller got no answer: {s}");
+    let (s, seen) = rls_call(args(
+        &sc.rls,
+        &[
+            "--descriptor",
+            d,
+            "--until",
+            "OK",
+            "--deadline",
+            "3",
+            "--timeout",
+            "1",
+        ],
+    ))
+    .await;
+    assert!(!seen, "a plaintext caller was answered: {s}");
+    assert_eq!(n(&s["overall"], "OK"), 0, "{s}");
+    let m = sc.scrape().await;
+    assert_eq!(
+        sum(&m, "grl_sidecar_rls_requests_total", &[]),
+        1.0,
+        "only the TLS call reached the service"
+    );
+}

@@ -25,14 +25,14 @@ const TOKEN: &str = "planted-admin-token-7f3a9c2e51";
 const LONG: Duration = Duration::from_secs(30);
 
 /// A test CA that writes its certificate and signs leaf certificates into a directory.
-struct Ca {
+pub(crate) struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
     dir: PathBuf,
     name: String,
 }
 
 impl Ca {
-    fn new(dir: &Path, name: &str) -> Self {
+    pub(crate) fn new(dir: &Path, name: &str) -> Self {
         let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         p.distinguished_name.push(DnType::CommonName, name);
@@ -45,13 +45,13 @@ impl Ca {
         }
     }
 
-    fn cert_path(&self) -> PathBuf {
+    pub(crate) fn cert_path(&self) -> PathBuf {
         self.dir.join(format!("{}.pem", self.name))
     }
 
     /// A leaf for `cn` (also a SAN DNS name) plus `localhost` and 127.0.0.1, usable as
     /// server and client certificate; written to `<file>.crt` and `<file>.key`.
-    fn leaf(&self, cn: &str, file: &str) -> (PathBuf, PathBuf) {
+    pub(crate) fn leaf(&self, cn: &str, file: &str) -> (PathBuf, PathBuf) {
         let mut p =
             CertificateParams::new(vec![cn.to_string(), "localhost".into(), "127.0.0.1".into()])
                 .unwrap();

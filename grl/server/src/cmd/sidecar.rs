@@ -1,10 +1,15 @@
 //! `grl sidecar`: a reverse proxy and Envoy's rate limit service in front of one local
 //! service, deciding with a client of the zone aggregator.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use anyhow::Context;
 
 use grl::sidecar::proxy::{ProxyOptions, UpstreamProtocol};
 use grl::sidecar::{self, Listeners, SidecarOptions};
+use grl::tier::tls::{ServerTls, ServerTlsFiles};
 use grl_client::{Client, ClientConfig};
 use tracing::info;
 
@@ -38,6 +43,17 @@ pub(crate) struct Args {
     /// Address for Envoy's rate limit service (gRPC), for an Envoy or Istio proxy.
     #[arg(long)]
     rls_listen: Option<String>,
+    /// Certificate chain (PEM) served on `--rls-listen`: the rate limit service then
+    /// speaks TLS only (for an Envoy that is not in the same pod). Re-read when it changes.
+    #[arg(long, value_name = "FILE", requires_all = ["rls_listen", "rls_tls_key"])]
+    rls_tls_cert: Option<PathBuf>,
+    /// The private key of `--rls-tls-cert` (PEM).
+    #[arg(long, value_name = "FILE", requires = "rls_tls_cert")]
+    rls_tls_key: Option<PathBuf>,
+    /// CA (PEM) that rate limit service callers' client certificates must chain to (mutual
+    /// TLS).
+    #[arg(long, value_name = "FILE", requires = "rls_tls_cert")]
+    rls_tls_client_ca: Option<PathBuf>,
     /// Descriptor entry key whose value is the caller, in rate limit service requests.
     #[arg(long, default_value = "source_cluster")]
     rls_caller_key: String,
@@ -93,6 +109,17 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         },
         rls_caller_key: a.rls_caller_key,
         rls_procedure_key: a.rls_procedure_key,
+        rls_tls: match (a.rls_tls_cert, a.rls_tls_key) {
+            (Some(cert), Some(key)) => Some(Arc::new(
+                ServerTls::load(ServerTlsFiles {
+                    cert,
+                    key,
+                    client_ca: a.rls_tls_client_ca,
+                })
+                .context("--rls-tls-cert/--rls-tls-key/--rls-tls-client-ca")?,
+            )),
+            _ => None,
+        },
     };
     let running = sidecar::start(client.clone(), &opts, listeners)?;
     let control = client.spawn();

@@ -37,6 +37,9 @@ pub struct SidecarOptions {
     pub rls_caller_key: String,
     /// The descriptor entry key naming the procedure in rate limit service requests.
     pub rls_procedure_key: String,
+    /// TLS on the rate limit service's port (mutual with a client CA); `None`: plaintext,
+    /// for an Envoy in the same pod or host.
+    pub rls_tls: Option<Arc<crate::tier::tls::ServerTls>>,
 }
 
 /// The listeners the sidecar serves on.
@@ -108,19 +111,27 @@ pub fn start(
             )
             .into_server();
             let mut rx = rx.clone();
+            let tls = opts.rls_tls.clone();
             tasks.push(tokio::spawn(async move {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(l).map(|s| {
-                    s.inspect(|s| {
-                        let _ = s.set_nodelay(true);
-                    })
-                });
-                if let Err(e) = tonic::transport::Server::builder()
-                    .add_service(svc)
-                    .serve_with_incoming_shutdown(incoming, async move {
-                        let _ = rx.wait_for(|s| *s).await;
-                    })
-                    .await
-                {
+                let router = tonic::transport::Server::builder().add_service(svc);
+                let stop = async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                };
+                let served = match tls {
+                    Some(t) => {
+                        let incoming = crate::tier::tls::incoming(l, t);
+                        router.serve_with_incoming_shutdown(incoming, stop).await
+                    }
+                    None => {
+                        let incoming = tokio_stream::wrappers::TcpListenerStream::new(l).map(|s| {
+                            s.inspect(|s| {
+                                let _ = s.set_nodelay(true);
+                            })
+                        });
+                        router.serve_with_incoming_shutdown(incoming, stop).await
+                    }
+                };
+                if let Err(e) = served {
                     error!(error = %e, "rate limit service failed");
                 }
             }));

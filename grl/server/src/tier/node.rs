@@ -306,11 +306,7 @@ impl Node {
         for id in st.children.prune(now) {
             info!(child = %id, "stale, dropped");
         }
-        st.computed = ratios::compute(
-            &st.rules.limited(),
-            st.children.rows(now),
-            &self.cfg.scopes,
-        );
+        st.computed = ratios::compute(&st.rules.limited(), st.children.rows(now), &self.cfg.scopes);
         let mut offered: HashMap<(&str, &str), f64> = HashMap::new();
         for (k, r) in st.children.rows(now) {
             *offered.entry((&k.service, &k.bucket)).or_default() += r.offered;

@@ -46,6 +46,8 @@ def main():
     p.add_argument("--min-seconds", type=float, default=0.0)
     p.add_argument("--deadline", type=float, default=30.0)
     p.add_argument("--timeout", type=float, default=10.0, help="per-call deadline")
+    p.add_argument("--ca", help="TLS: the CA (PEM) of the server's certificate")
+    p.add_argument("--server-name", default="localhost", help="TLS: the name to verify")
     a = p.parse_args()
 
     specs = [json.loads(s) for s in a.descriptor]
@@ -67,7 +69,14 @@ def main():
     }
     start = time.monotonic()
     after = 0
-    with grpc.insecure_channel(a.target) as channel:
+    if a.ca:
+        with open(a.ca, "rb") as f:
+            creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+        options = [("grpc.ssl_target_name_override", a.server_name)]
+        channel = grpc.secure_channel(a.target, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(a.target)
+    with channel:
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
         while time.monotonic() - start < a.deadline:
             try:
