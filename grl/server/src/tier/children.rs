@@ -65,31 +65,30 @@ pub struct SentRatio {
 }
 
 impl SentRatio {
-    /// The key of a (service, bucket) pair.
+    /// The key of a (service, bucket) pair (foldhash with a fixed seed: stable within the
+    /// process, cheap).
     pub fn key_of(service: &str, bucket: &str) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
-        (service, bucket).hash(&mut h);
-        h.finish()
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(0x6772_6c5f_7365_6e74).hash_one((service, bucket))
     }
 }
 
-/// A child's rows grouped by bucket ([`Child::offered_index`]), to sum a bucket's rows
-/// without allocating.
+/// A child's rows in key order ([`Child::offered_index`]), to sum a bucket's rows by binary
+/// search without allocating per lookup.
 #[derive(Debug)]
 pub struct OfferedIndex<'a> {
     rows: Vec<(&'a ratios::RateKey, f64)>,
-    by_bucket: std::collections::HashMap<(&'a str, &'a str), (usize, usize)>,
 }
 
 impl OfferedIndex<'_> {
     /// Like [`Child::offered`].
     pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
-        let Some(&(from, to)) = self.by_bucket.get(&(service, bucket)) else {
-            return 0.0;
-        };
-        self.rows[from..to]
+        let from = self
+            .rows
+            .partition_point(|(k, _)| (k.service.as_str(), k.bucket.as_str()) < (service, bucket));
+        self.rows[from..]
             .iter()
+            .take_while(|(k, _)| k.service == service && k.bucket == bucket)
             .filter(|(k, _)| {
                 scope.is_none_or(|(s, key)| ratios::scope_key_ref(s, &k.region, &k.zone) == key)
             })
@@ -126,19 +125,11 @@ pub struct Child<L> {
 }
 
 impl<L> Child<L> {
-    /// Its rows grouped by bucket (they are sorted by service and bucket already).
+    /// Its rows in key order (sorted by service and bucket first, as the map keeps them).
     pub fn offered_index(&self) -> OfferedIndex<'_> {
-        let rows: Vec<_> = self.rates.iter().map(|(k, r)| (k, r.offered)).collect();
-        let mut by_bucket = std::collections::HashMap::new();
-        let mut from = 0;
-        for i in 1..=rows.len() {
-            let (a, _) = rows[from];
-            if i == rows.len() || rows[i].0.service != a.service || rows[i].0.bucket != a.bucket {
-                by_bucket.insert((a.service.as_str(), a.bucket.as_str()), (from, i));
-                from = i;
-            }
+        OfferedIndex {
+            rows: self.rates.iter().map(|(k, r)| (k, r.offered)).collect(),
         }
-        OfferedIndex { rows, by_bucket }
     }
 
     /// The child's offered rate in one bucket, summed over its rows whose scope key (see

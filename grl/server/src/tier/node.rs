@@ -307,7 +307,7 @@ impl Node {
             info!(child = %id, "stale, dropped");
         }
         st.computed = ratios::compute(&st.rules.limited(), st.children.rows(now), &self.cfg.scopes);
-        let mut offered: HashMap<(&str, &str), f64> = HashMap::new();
+        let mut offered: FastMap<(&str, &str), f64> = FastMap::default();
         for (k, r) in st.children.rows(now) {
             *offered.entry((&k.service, &k.bucket)).or_default() += r.offered;
         }
@@ -360,7 +360,7 @@ impl Node {
         let mut s = self.lock();
         s.seq += 1;
         let keep_zone = self.cfg.level == proto::Level::Zone;
-        let totals = ratios::regroup(&s.children.totals(now), keep_zone);
+        let totals = ratios::regroup(s.children.rows(now), keep_zone);
         proto::Report {
             reporter_id: self.cfg.id.clone(),
             level: self.cfg.level as i32,
@@ -426,11 +426,15 @@ impl Node {
 /// instructions (a round looks up every bucket for every child: owned keys would cost
 /// allocations per bucket per child).
 struct Sources<'a> {
-    computed: HashMap<(&'a str, &'a str, &'a str), &'a Computed>,
-    bucket_offered: HashMap<(&'a str, &'a str), f64>,
-    parent_ratios: HashMap<(&'a str, &'a str), (f64, Instant)>,
-    parent_allowed: HashMap<(&'a str, &'a str), f64>,
+    computed: FastMap<(&'a str, &'a str, &'a str), &'a Computed>,
+    bucket_offered: FastMap<(&'a str, &'a str), f64>,
+    parent_ratios: FastMap<(&'a str, &'a str), (f64, Instant)>,
+    parent_allowed: FastMap<(&'a str, &'a str), f64>,
 }
+
+/// A hash map with a fast non-cryptographic hasher, for indexes built and read by this
+/// tier alone within one round.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 impl<'a> Sources<'a> {
     fn new(

@@ -101,22 +101,33 @@ pub fn to_wire(k: &RateKey, r: &Rate) -> proto::BucketRate {
     }
 }
 
-/// Re-sums `totals` keeping the region (and the zone when `keep_zone`), e.g. to forward a
-/// zone's or a region's totals to the parent.
-pub fn regroup(totals: &Totals, keep_zone: bool) -> Totals {
-    let mut out = Totals::new();
-    for (k, r) in totals {
-        let key = RateKey {
-            zone: if keep_zone {
-                k.zone.clone()
-            } else {
-                String::new()
-            },
-            ..k.clone()
-        };
-        out.entry(key).or_default().add(r);
+/// Re-sums `rows` (every fresh child's rates, or [`Totals`]) keeping the region (and the
+/// zone when `keep_zone`), e.g. to forward a zone's or a region's totals to the parent.
+/// Sums over borrowed keys: only the result's keys are allocated.
+pub fn regroup<'a>(
+    rows: impl IntoIterator<Item = (&'a RateKey, &'a Rate)>,
+    keep_zone: bool,
+) -> Totals {
+    let mut sums: HashMap<(&str, &str, &str, &str), Rate> = HashMap::new();
+    for (k, r) in rows {
+        let zone = if keep_zone { k.zone.as_str() } else { "" };
+        sums.entry((&k.service, &k.bucket, &k.region, zone))
+            .or_default()
+            .add(r);
     }
-    out
+    sums.into_iter()
+        .map(|((service, bucket, region, zone), r)| {
+            (
+                RateKey {
+                    service: service.to_string(),
+                    bucket: bucket.to_string(),
+                    region: region.to_string(),
+                    zone: zone.to_string(),
+                },
+                r,
+            )
+        })
+        .collect()
 }
 
 /// `max(0, (offered - limit) / offered)`, 0 when nothing is offered.
