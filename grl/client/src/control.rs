@@ -277,27 +277,30 @@ impl Inner {
             ..
         } = &mut *c;
         for (id, b) in books.iter_mut().enumerate() {
-            let delta: Vec<u64> = (0..DECISIONS)
-                .map(|i| b.totals[i] - b.reported[i])
-                .collect();
+            let delta: [u64; DECISIONS] = std::array::from_fn(|i| b.totals[i] - b.reported[i]);
             b.reported = b.totals;
             let is_active = active.contains(&(id as u32));
             if id as u32 == UNMATCHED || (!is_active && delta.iter().all(|d| *d == 0)) {
                 continue;
             }
             b.reported_rate = delta.iter().sum::<u64>() as f64 / secs;
-            rates.push(proto::BucketRate {
-                service: self.cfg.service.clone(),
-                bucket: registry.cells[id].name.clone(),
-                zone: self.cfg.zone.clone(),
-                region: self.cfg.region.clone(),
-                offered: delta.iter().sum::<u64>() as f64 / secs,
-                dropped: delta[1] as f64 / secs,
-                shadow_dropped: delta[2] as f64 / secs,
-                clients: 1,
-            });
+            rates.push(self.bucket_rate(&registry.cells[id].name, &delta, secs));
         }
         self.report_with(&c, rates)
+    }
+
+    /// One bucket's row of a report: the decisions `delta` counted over `secs`.
+    fn bucket_rate(&self, bucket: &str, delta: &[u64; DECISIONS], secs: f64) -> proto::BucketRate {
+        proto::BucketRate {
+            service: self.cfg.service.clone(),
+            bucket: bucket.to_string(),
+            zone: self.cfg.zone.clone(),
+            region: self.cfg.region.clone(),
+            offered: delta.iter().sum::<u64>() as f64 / secs,
+            dropped: delta[1] as f64 / secs,
+            shadow_dropped: delta[2] as f64 / secs,
+            clients: 1,
+        }
     }
 
     /// A report carrying `rates` (empty for the hello sent on connect).
@@ -363,16 +366,7 @@ impl Inner {
                     b.hold = Some((now + self.cfg.interval, a));
                 }
             }
-            rates.push(proto::BucketRate {
-                service: self.cfg.service.clone(),
-                bucket: registry.cells[id as usize].name.clone(),
-                zone: self.cfg.zone.clone(),
-                region: self.cfg.region.clone(),
-                offered: delta.iter().sum::<u64>() as f64 / secs,
-                dropped: delta[1] as f64 / secs,
-                shadow_dropped: delta[2] as f64 / secs,
-                clients: 1,
-            });
+            rates.push(self.bucket_rate(&registry.cells[id as usize].name, &delta, secs));
             if let (Some(a), Some(_)) = (b.allowed, b.expires) {
                 let t = threshold(local_ratio(a, now_rate));
                 changed |= registry.cells[id as usize]
