@@ -72,13 +72,39 @@ fn compose_runs_the_whole_stack_with_contract_commands() -> Result<()> {
     }
     let of = |bin: &str, path: &[&str]| invs.iter().filter(|i| i.is(bin, path)).collect::<Vec<_>>();
 
+    // One controller, or a region's active/standby controllers: then every one of them is
+    // in the same etcd election, advertises its own compose address, and every aggregator
+    // lists all of them.
     let controllers = of("grl", &["controller"]);
-    ensure!(
-        controllers.len() == 1,
-        "expected one controller, found {}",
-        controllers.len()
-    );
+    ensure!(!controllers.is_empty(), "expected a controller");
     let controller = controllers[0];
+    if controllers.len() > 1 {
+        for c in &controllers {
+            ensure!(
+                c.flag("election")?.starts_with("etcd=http://"),
+                "service {}: active/standby controllers need --election etcd=…",
+                c.service
+            );
+            ensure!(
+                c.flag("election-key")? == controller.flag("election-key")?,
+                "service {}: another --election-key than {}",
+                c.service,
+                controller.service
+            );
+            let (_, port) = host_port(c.flag("listen")?)?;
+            ensure!(
+                c.flag("advertise")? == format!("{}:{port}", c.service),
+                "service {}: --advertise must be its own compose address",
+                c.service
+            );
+            let (etcd, _) = host_port(c.flag("election")?.trim_start_matches("etcd=http://"))?;
+            ensure!(
+                names.contains(etcd),
+                "service {}: --election names no service {etcd}",
+                c.service
+            );
+        }
+    }
 
     let aggregators = of("grl", &["aggregator"]);
     let zones: BTreeSet<&str> = aggregators
@@ -90,7 +116,16 @@ fn compose_runs_the_whole_stack_with_contract_commands() -> Result<()> {
         "expected aggregators in >= 2 distinct zones, got {zones:?}"
     );
     for agg in &aggregators {
-        listener(&invs, agg.flag("controller")?, "grl", &["controller"])?;
+        let listed = agg.flag_all("controller");
+        for addr in &listed {
+            listener(&invs, addr, "grl", &["controller"])?;
+        }
+        ensure!(
+            listed.len() == controllers.len(),
+            "service {}: --controller must list every controller ({})",
+            agg.service,
+            controllers.len()
+        );
         if let Ok(region) = controller.flag("region") {
             ensure!(
                 agg.flag("region")? == region,
@@ -169,34 +204,41 @@ fn compose_runs_the_whole_stack_with_contract_commands() -> Result<()> {
         "config-repo-init: SEED_DIR must be the config-repo/ template"
     );
     let git_volume = compose.named_volume_at("config-repo-init", bare)?;
-    // `--config` and `--config-git` exclude each other (clap refuses the pair).
-    match (controller.flag("config"), controller.flag("config-git")) {
-        (Ok(_), Ok(_)) => bail!("controller: --config and --config-git exclude each other"),
-        (Err(_), Err(_)) => bail!("controller: neither --config nor --config-git"),
-        (Ok(dir), Err(_)) => {
+    for controller in &controllers {
+        // `--config` and `--config-git` exclude each other (clap refuses the pair).
+        match (controller.flag("config"), controller.flag("config-git")) {
+            (Ok(_), Ok(_)) => bail!("controller: --config and --config-git exclude each other"),
+            (Err(_), Err(_)) => bail!("controller: neither --config nor --config-git"),
+            (Ok(dir), Err(_)) => {
+                ensure!(
+                    dir == checkout,
+                    "controller --config must be the seeded checkout {checkout}"
+                );
+                ensure!(
+                    compose.named_volume_at(&controller.service, checkout)?
+                        == compose.named_volume_at("config-repo-init", checkout)?,
+                    "controller and config-repo-init must share the checkout volume"
+                );
+            }
+            (Err(_), Ok(_)) => {}
+        }
+        if let Ok(git) = controller.flag("config-git") {
             ensure!(
-                dir == checkout,
-                "controller --config must be the seeded checkout {checkout}"
+                git == bare,
+                "controller --config-git must be the seeded repo {bare}"
             );
             ensure!(
-                compose.named_volume_at(&controller.service, checkout)?
-                    == compose.named_volume_at("config-repo-init", checkout)?,
-                "controller and config-repo-init must share the checkout volume"
+                compose.named_volume_at(&controller.service, git)? == git_volume,
+                "controller must mount volume {git_volume}"
             );
         }
-        (Err(_), Ok(_)) => {}
     }
-    if let Ok(git) = controller.flag("config-git") {
-        ensure!(
-            git == bare,
-            "controller --config-git must be the seeded repo {bare}"
-        );
-        ensure!(
-            compose.named_volume_at(&controller.service, git)? == git_volume,
-            "controller must mount volume {git_volume}"
-        );
-    }
-    for svc in ["controller", "rlc"] {
+    let waiting: Vec<&str> = controllers
+        .iter()
+        .map(|c| c.service.as_str())
+        .chain(["rlc"])
+        .collect();
+    for svc in waiting {
         let deps = compose.depends_on(svc)?;
         ensure!(
             deps.iter().any(|(d, c)| d == "config-repo-init"

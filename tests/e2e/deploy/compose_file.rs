@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use serde_yaml::Value;
 
-use super::contract::{CONTRACT, Required, RequiredSwitch};
+use super::contract::{CONTRACT, Repeated, Required, RequiredRepeated, RequiredSwitch};
 use super::{read_yaml, repo_root};
 
 /// A GRL/RLC process of the compose file: `bin path... --flag value...`.
@@ -20,8 +20,10 @@ pub(super) struct Invocation {
     pub(super) bin: String,
     /// The subcommand path, e.g. `["override", "set"]`.
     pub(super) path: Vec<String>,
-    /// Each flag given, with its value (`None` for a switch).
+    /// Each flag given, with its first value (`None` for a switch).
     pub(super) flags: BTreeMap<String, Option<String>>,
+    /// Every value of each flag the contract lets repeat, in order.
+    pub(super) repeated: BTreeMap<String, Vec<String>>,
 }
 
 impl Invocation {
@@ -33,6 +35,14 @@ impl Invocation {
                 .iter()
                 .map(String::as_str)
                 .eq(path.iter().copied())
+    }
+
+    /// Every value of a repeatable `--name` (empty when not given).
+    pub(super) fn flag_all(&self, name: &str) -> Vec<&str> {
+        self.repeated
+            .get(name)
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default()
     }
 
     /// The value of `--name`; an error naming the service if it is not set.
@@ -228,6 +238,7 @@ fn parse_invocation(service: &str, cmd: &[String]) -> Result<Option<Invocation>>
             )
         })?;
     let mut flags = BTreeMap::new();
+    let mut repeated: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut args = cmd[1 + sub.path.len()..].iter();
     while let Some(arg) = args.next() {
         let Some(flag) = arg.strip_prefix("--") else {
@@ -257,13 +268,21 @@ fn parse_invocation(service: &str, cmd: &[String]) -> Result<Option<Invocation>>
                 _ => bail!("service {service}: --{name} needs a value"),
             },
         };
+        if matches!(kind, Repeated | RequiredRepeated) {
+            repeated
+                .entry(name.to_string())
+                .or_insert_with(Vec::new)
+                .extend(value.clone());
+            flags.entry(name.to_string()).or_insert(value);
+            continue;
+        }
         ensure!(
             flags.insert(name.to_string(), value).is_none(),
             "service {service}: --{name} given twice"
         );
     }
     for (name, kind) in sub.flags {
-        if matches!(kind, Required | RequiredSwitch) {
+        if matches!(kind, Required | RequiredSwitch | RequiredRepeated) {
             ensure!(
                 flags.contains_key(*name),
                 "service {service}: required flag --{name} is missing"
@@ -279,6 +298,7 @@ fn parse_invocation(service: &str, cmd: &[String]) -> Result<Option<Invocation>>
             .map(std::string::ToString::to_string)
             .collect(),
         flags,
+        repeated,
     }))
 }
 

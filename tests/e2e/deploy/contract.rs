@@ -10,8 +10,12 @@ pub(super) enum Arg {
     Optional,
     /// A switch without a value, which must be given.
     RequiredSwitch,
+    /// Takes a value, may be given several times, and must be given at least once.
+    RequiredRepeated,
+    /// Takes a value and may be given several times.
+    Repeated,
 }
-pub(super) use Arg::{Optional, Required, RequiredSwitch};
+pub(super) use Arg::{Optional, Repeated, Required, RequiredRepeated, RequiredSwitch};
 
 /// One subcommand of the contract: binary, subcommand path, flags.
 pub(super) struct Subcommand {
@@ -29,7 +33,7 @@ pub(super) const CONTRACT: &[Subcommand] = &[
             ("listen", Required),
             ("config", Optional),
             ("region", Optional),
-            ("parent", Optional),
+            ("parent", Repeated),
             ("election", Optional),
             ("election-key", Optional),
             ("election-ttl", Optional),
@@ -53,7 +57,7 @@ pub(super) const CONTRACT: &[Subcommand] = &[
             ("listen", Required),
             ("zone", Required),
             ("region", Required),
-            ("controller", Required),
+            ("controller", RequiredRepeated),
             ("metrics-listen", Optional),
             ("interval-ms", Optional),
             ("tls-cert", Optional),
