@@ -389,6 +389,42 @@ fn bad_start_up_flags_exit_2_naming_the_flag() {
             "--max-client-rps",
         ),
         (
+            ctl(&["--config", d, "--election", "zk=http://127.0.0.1:1"]),
+            "--election",
+        ),
+        (
+            ctl(&["--config", d, "--election", "etcd=http://127.0.0.1:1"]),
+            "--election-key",
+        ),
+        (
+            ctl(&[
+                "--config",
+                d,
+                "--election",
+                "etcd=http://127.0.0.1:1",
+                "--election-key",
+                "/k",
+                "--election-ttl",
+                "1",
+            ]),
+            "--election-ttl",
+        ),
+        (
+            strings(&[
+                "controller",
+                "--listen",
+                "0.0.0.0:0",
+                "--insecure-admin",
+                "--config",
+                d,
+                "--election",
+                "etcd=http://127.0.0.1:1",
+                "--election-key",
+                "/k",
+            ]),
+            "--advertise",
+        ),
+        (
             strings(&[
                 "aggregator",
                 "--listen",
