@@ -127,6 +127,16 @@ impl Proc {
         self.argv.get(i + 1).map(String::as_str)
     }
 
+    /// Every value of a repeated `--flag`.
+    fn flag_all(&self, name: &str) -> Vec<&str> {
+        let want = format!("--{name}");
+        self.argv
+            .windows(2)
+            .filter(|w| w[0] == want)
+            .map(|w| w[1].as_str())
+            .collect()
+    }
+
     fn subcommand(&self) -> &str {
         self.argv.get(1).map_or("", String::as_str)
     }
@@ -277,16 +287,47 @@ fn port_of(addr: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("{addr:?} has no port"))
 }
 
-/// The Service named by the first label of `addr`'s host, and the port it is dialled on.
+/// The Service `addr`'s host names, and the port it is dialled on: the host's first label,
+/// or for a StatefulSet pod's name (`<set>-<n>.<service>`) the headless Service of the
+/// second label, whose StatefulSet has a pod `n`.
 fn service_for<'a>(all: &'a [Value], addr: &str) -> Result<(&'a Value, u64)> {
     let (host, port) = addr
         .rsplit_once(':')
         .ok_or_else(|| anyhow!("{addr:?} has no port"))?;
-    let name = host.split('.').next().unwrap();
-    let svc = all
+    let service = |name: &str| {
+        all.iter().find(|d| {
+            s(d, &["kind"]) == Some("Service") && s(d, &["metadata", "name"]) == Some(name)
+        })
+    };
+    let mut labels = host.split('.');
+    let first = labels.next().unwrap();
+    if let Some(svc) = service(first) {
+        return Ok((svc, port.parse()?));
+    }
+    let second = labels
+        .next()
+        .ok_or_else(|| anyhow!("{addr}: no Service {first}"))?;
+    let svc = service(second).ok_or_else(|| anyhow!("{addr}: no Service {first} or {second}"))?;
+    ensure!(
+        s(svc, &["spec", "clusterIP"]) == Some("None"),
+        "{addr}: Service {second} is not headless, so {first} is no pod name"
+    );
+    let set = all
         .iter()
-        .find(|d| s(d, &["kind"]) == Some("Service") && s(d, &["metadata", "name"]) == Some(name))
-        .ok_or_else(|| anyhow!("{addr}: no Service {name}"))?;
+        .find(|d| {
+            s(d, &["kind"]) == Some("StatefulSet") && s(d, &["spec", "serviceName"]) == Some(second)
+        })
+        .ok_or_else(|| anyhow!("{addr}: no StatefulSet governs Service {second}"))?;
+    let (set_name, ordinal) = first
+        .rsplit_once('-')
+        .ok_or_else(|| anyhow!("{addr}: {first} is no StatefulSet pod name"))?;
+    let replicas = set["spec"]["replicas"].as_u64().unwrap_or(1);
+    ensure!(
+        s(set, &["metadata", "name"]) == Some(set_name)
+            && ordinal.parse::<u64>().is_ok_and(|n| n < replicas),
+        "{addr}: StatefulSet {} with {replicas} replicas has no pod {first}",
+        kind_name(set)
+    );
     Ok((svc, port.parse()?))
 }
 
@@ -360,7 +401,7 @@ fn check_pod(p: &Proc) -> Result<()> {
             "{}: metrics port {mp} is not a containerPort",
             p.workload
         );
-        if p.kind == "Deployment" {
+        if matches!(p.kind.as_str(), "Deployment" | "StatefulSet") {
             for probe in ["readinessProbe", "livenessProbe"] {
                 let port = &c[probe]["httpGet"]["port"];
                 ensure!(
@@ -392,6 +433,84 @@ fn check_pod(p: &Proc) -> Result<()> {
     Ok(())
 }
 
+/// Active/standby controllers: a Lease election in the pod's namespace, each pod advertising
+/// its own stable name, every aggregator listing every pod, and a Role that allows exactly
+/// the Lease calls, bound to the controllers' ServiceAccount (which mounts its token).
+fn check_election(all: &[Value], p: &Proc) -> Result<()> {
+    ensure!(
+        p.flag("election") == Some("kubernetes=$(POD_NAMESPACE)")
+            && p.env.contains("POD_NAMESPACE"),
+        "{}: --election must be kubernetes=$(POD_NAMESPACE) from the downward API",
+        p.workload
+    );
+    let d = all.iter().find(|d| kind_name(d) == p.workload).unwrap();
+    ensure!(
+        p.kind == "StatefulSet",
+        "{}: a StatefulSet gives the pods stable names",
+        p.workload
+    );
+    let svc = s(d, &["spec", "serviceName"]).unwrap_or_default();
+    ensure!(
+        p.flag("advertise") == Some(&format!("$(POD_NAME).{svc}:7300"))
+            && p.env.contains("POD_NAME"),
+        "{}: --advertise must be $(POD_NAME).{svc}:<port>",
+        p.workload
+    );
+    let replicas = d["spec"]["replicas"].as_u64().unwrap_or(1);
+    ensure!(
+        replicas >= 2,
+        "{}: active/standby needs 2 replicas",
+        p.workload
+    );
+    let name = s(d, &["metadata", "name"]).unwrap();
+    let pods: BTreeSet<String> = (0..replicas)
+        .map(|n| format!("{name}-{n}.{svc}:7300"))
+        .collect();
+    for agg in procs(all).iter().filter(|a| a.subcommand() == "aggregator") {
+        let listed: BTreeSet<String> = agg
+            .flag_all("controller")
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        ensure!(
+            listed == pods,
+            "{}: --controller lists {listed:?}, not every controller {pods:?}",
+            agg.workload
+        );
+    }
+    let sa = pod_spec(d)
+        .and_then(|t| s(t, &["spec", "serviceAccountName"]))
+        .unwrap_or_default();
+    ensure!(
+        pod_spec(d).and_then(|t| t["spec"]["automountServiceAccountToken"].as_bool()) == Some(true),
+        "{}: the election needs the ServiceAccount token mounted",
+        p.workload
+    );
+    let binding = all
+        .iter()
+        .find(|b| {
+            s(b, &["kind"]) == Some("RoleBinding")
+                && seq(b.get("subjects"))
+                    .iter()
+                    .any(|x| s(x, &["name"]) == Some(sa))
+        })
+        .ok_or_else(|| anyhow!("no RoleBinding for ServiceAccount {sa}"))?;
+    let role_name = s(binding, &["roleRef", "name"]).unwrap_or_default();
+    let role = all
+        .iter()
+        .find(|r| s(r, &["kind"]) == Some("Role") && s(r, &["metadata", "name"]) == Some(role_name))
+        .ok_or_else(|| anyhow!("no Role {role_name}"))?;
+    let rules = seq(role.get("rules"));
+    ensure!(
+        rules.len() == 1
+            && strings(rules[0].get("apiGroups")) == ["coordination.k8s.io"]
+            && strings(rules[0].get("resources")) == ["leases"]
+            && strings(rules[0].get("verbs")) == ["get", "create", "update"],
+        "Role {role_name} must allow get, create and update on leases only"
+    );
+    Ok(())
+}
+
 #[test]
 fn example_overlay_renders_and_every_object_validates_offline() -> Result<()> {
     let rendered = render()?;
@@ -399,8 +518,11 @@ fn example_overlay_renders_and_every_object_validates_offline() -> Result<()> {
     let names: BTreeSet<String> = all.iter().map(kind_name).collect();
     for want in [
         "Namespace/grl",
-        "Deployment/grl-controller",
+        "StatefulSet/grl-controller",
         "Service/grl-controller",
+        "Service/grl-controller-pods",
+        "Role/grl-controller-lease",
+        "RoleBinding/grl-controller-lease",
         "PodDisruptionBudget/grl-controller",
         "Deployment/grl-aggregator-zone-a",
         "Service/grl-aggregator-zone-a",
@@ -468,8 +590,11 @@ fn every_container_command_matches_the_binaries_help_and_the_objects_agree() -> 
         check_pod(p)?;
         match p.subcommand() {
             "aggregator" => {
-                check_dial(&all, &procs, p, p.flag("controller").unwrap(), "controller")?;
+                for addr in p.flag_all("controller") {
+                    check_dial(&all, &procs, p, addr, "controller")?;
+                }
             }
+            "controller" if p.flag("election").is_some() => check_election(&all, p)?,
             "sidecar" => {
                 check_dial(&all, &procs, p, p.flag("aggregator").unwrap(), "aggregator")?;
             }
