@@ -271,7 +271,7 @@ fn parse_invocation(service: &str, cmd: &[String]) -> Result<Option<Invocation>>
         if matches!(kind, Repeated | RequiredRepeated) {
             repeated
                 .entry(name.to_string())
-                .or_insert_with(Vec::new)
+                .or_default()
                 .extend(value.clone());
             flags.entry(name.to_string()).or_insert(value);
             continue;
