@@ -483,7 +483,7 @@ fn instruct(
         c.sent.config_gen != Some(config_gen) || c.sent.services != c.services || resend_config;
     let changed = ratios.len() != c.sent.ratios.len()
         || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
-            old.key != SentRatio::key_of(&r.service, &r.bucket)
+            old.key != SentRatio::key_of(r.service, r.bucket)
                 || ratios::changed(old.ratio, r.ratio)
                 || ratios::allowance_changed(old.allowed, r.allowed)
         });
@@ -494,6 +494,14 @@ fn instruct(
     if !(send_config || changed || due) {
         return;
     }
+    let sent_ratios = ratios
+        .iter()
+        .map(|r| SentRatio {
+            key: SentRatio::key_of(r.service, r.bucket),
+            ratio: r.ratio,
+            allowed: r.allowed,
+        })
+        .collect();
     let instr = proto::Instruction {
         config_version: rules.version.clone(),
         config: if send_config {
@@ -504,18 +512,18 @@ fn instruct(
         has_config: send_config,
         valid_for_ms: ratios.iter().map(|r| r.valid_for_ms).max().unwrap_or(0),
         interval_ms: cfg.interval.as_millis() as u32,
-        ratios,
+        ratios: ratios
+            .iter()
+            .map(|r| proto::DropRatio {
+                service: r.service.to_string(),
+                bucket: r.bucket.to_string(),
+                ratio: r.ratio,
+                valid_for_ms: r.valid_for_ms,
+                allowed: r.allowed,
+            })
+            .collect(),
     };
     let len = instr.encoded_len() as u64;
-    let sent_ratios = instr
-        .ratios
-        .iter()
-        .map(|r| SentRatio {
-            key: SentRatio::key_of(&r.service, &r.bucket),
-            ratio: r.ratio,
-            allowed: r.allowed,
-        })
-        .collect();
     match c.link.try_send(Ok(instr)) {
         Ok(()) => {
             bytes.instructions_out.fetch_add(len, Ordering::Relaxed);
@@ -530,19 +538,29 @@ fn instruct(
     }
 }
 
+/// One bucket's ratio for a child, with borrowed names: built every round for every child,
+/// turned into the wire form only when an instruction goes out.
+struct ChildRatio<'a> {
+    service: &'a str,
+    bucket: &'a str,
+    ratio: f64,
+    valid_for_ms: u32,
+    allowed: Option<f64>,
+}
+
 /// The ratios of `c`'s services with their remaining validity: computed here for the scopes
 /// this tier owns, else the parent's as long as they are valid; and `c`'s allowance in
 /// each: its share of the limit over the scope (owned here) or of this tier's allowance
 /// (from the parent), by its share of the offered load. No allowance for a child that
 /// offered nothing in the bucket (it applies the ratio until it has a share), nor where the
 /// parent gave none.
-fn ratios_for(
+fn ratios_for<'a>(
     cfg: &NodeConfig,
-    rules: &Rules,
+    rules: &'a Rules,
     from: &Sources<'_>,
-    c: &Child<Link>,
+    c: &'a Child<Link>,
     now: Instant,
-) -> Vec<proto::DropRatio> {
+) -> Vec<ChildRatio<'a>> {
     let offered = c.offered_index();
     let own_ms = cfg.validity().as_millis() as u32;
     let mut out = Vec::new();
@@ -575,9 +593,9 @@ fn ratios_for(
                     _ => continue,
                 }
             };
-            out.push(proto::DropRatio {
-                service: svc.clone(),
-                bucket: b.name.clone(),
+            out.push(ChildRatio {
+                service: svc,
+                bucket: &b.name,
                 ratio,
                 valid_for_ms,
                 allowed,
