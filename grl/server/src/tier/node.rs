@@ -182,7 +182,9 @@ impl Node {
 
     /// A child's report arrived from `peer` on stream `conn`. A report or row outside the
     /// bounds is refused (see [`admission`]): counted by reason, logged with the peer, and
-    /// it changes nothing. Returns the reason when the whole report was refused.
+    /// it changes nothing. Returns the reason when the whole report was refused. On a
+    /// follower (a stream opened just before this tier lost the lead) the report is not
+    /// taken and the stream ends with the redirect to the leader.
     pub fn on_report(
         &self,
         conn: u64,
@@ -195,6 +197,10 @@ impl Node {
             .reports_in
             .fetch_add(r.encoded_len() as u64, Ordering::Relaxed);
         let mut s = self.lock();
+        if !s.role.leading {
+            let _ = link.try_send(Err(election::not_leader(s.role.leader.as_deref())));
+            return Ok(());
+        }
         let limits = s.limits;
         if let Err(reason) = admission::check_report(r, &limits) {
             self.refused.add(reason, 1);
@@ -660,6 +666,30 @@ mod tests {
         assert!(
             matches!(rx.try_recv(), Ok(Ok(_))),
             "no instruction after one interval"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_follower_takes_no_report_and_redirects_the_stream() {
+        let node = controller();
+        let now = Instant::now();
+        node.set_role(
+            Role {
+                leading: false,
+                leader: Some("10.0.0.2:7300".into()),
+            },
+            now,
+        );
+        let (link, mut rx) = mpsc::channel(16);
+        node.on_report(1, link, &report(), None, now).unwrap();
+        let refusal = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(
+            election::redirect_of(&refusal).as_deref(),
+            Some("10.0.0.2:7300")
+        );
+        assert!(
+            node.status(now).children.is_empty(),
+            "a follower took a child"
         );
     }
 
