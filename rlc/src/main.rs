@@ -69,8 +69,9 @@ fn register_secrets(command: &Command) {
     if let Some(a) = run_args {
         for url in [Some(&a.config_repo), Some(&a.db), Some(&a.github_api)]
             .into_iter()
-            .chain([a.prometheus.as_ref(), a.controller.as_ref()])
+            .chain([a.prometheus.as_ref()])
             .flatten()
+            .chain(&a.controllers)
         {
             register_url(url);
         }

@@ -103,7 +103,7 @@ impl Setup {
             workdir: self.work.path().join("checkout"),
             mode,
             db: db.to_string(),
-            controller: None,
+            controllers: Vec::new(),
             controller_auth: Default::default(),
             guards: GuardSettings::default(),
             concurrency: 4,
@@ -133,9 +133,12 @@ fn limits_at(remote: &BareRemote, branch: &str) -> Result<grl_config::Snapshot> 
     grl_config::from_files(branch, files).context("the committed config must be valid")
 }
 
-async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<()> {
-    let before = setup.remote.log("main").len();
-    let (controller, ctl) = grl::tier::controller::start(
+/// A controller on a free port holding only what is pushed to it.
+async fn pushed_controller() -> Result<(
+    grl::tier::Running,
+    std::sync::Arc<grl::tier::controller::Controller>,
+)> {
+    Ok(grl::tier::controller::start(
         grl::tier::controller::ControllerOptions {
             region: "r".into(),
             parents: Vec::new(),
@@ -148,9 +151,16 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
         tokio::net::TcpListener::bind("127.0.0.1:0").await?,
         None,
     )
-    .await?;
+    .await?)
+}
+
+async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<()> {
+    let before = setup.remote.log("main").len();
+    // Two controllers, as a region's active and standby: each gets the commit.
+    let (controller, ctl) = pushed_controller().await?;
+    let (standby, standby_ctl) = pushed_controller().await?;
     let mut settings = setup.settings(PublishMode::Direct, db);
-    settings.controller = Some(controller.addr.to_string());
+    settings.controllers = vec![controller.addr.to_string(), standby.addr.to_string()];
     let report = run_once(&settings, setup.source()).await?;
     assert!(report.push_error.is_none(), "{:?}", report.push_error);
     let pushed = ctl.snapshot();
@@ -158,6 +168,11 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
         Some(&pushed.version),
         report.commit.as_ref(),
         "the controller runs the new commit"
+    );
+    assert_eq!(
+        Some(&standby_ctl.snapshot().version),
+        report.commit.as_ref(),
+        "the standby controller runs the new commit too"
     );
     let pushed_limit = pushed
         .service("payments")

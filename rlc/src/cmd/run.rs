@@ -58,12 +58,19 @@ pub(crate) struct RunArgs {
         hide_env_values = true
     )]
     pub db: String,
-    /// GRL controller to push to after a direct-mode commit (host:port).
-    #[arg(long, env = "RLC_CONTROLLER", hide_env_values = true)]
-    pub controller: Option<String>,
+    /// GRL controller to push to after a direct-mode commit (host:port); repeat the flag
+    /// (or separate with commas in `RLC_CONTROLLER`) for a region's active/standby
+    /// controllers: each gets the config.
+    #[arg(
+        long = "controller",
+        env = "RLC_CONTROLLER",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub controllers: Vec<String>,
     /// CA (PEM) of the controller's certificate: push over TLS (a bare `host:port` is
     /// dialled as `https://`).
-    #[arg(long, value_name = "FILE", requires = "controller")]
+    #[arg(long, value_name = "FILE", requires = "controllers")]
     pub tls_ca: Option<PathBuf>,
     /// Client certificate (PEM) for mutual TLS to the controller.
     #[arg(long, value_name = "FILE", requires_all = ["tls_key", "tls_ca"])]
@@ -77,7 +84,7 @@ pub(crate) struct RunArgs {
         value_name = "FILE",
         env = "RLC_TOKEN_FILE",
         hide_env_values = true,
-        requires = "controller"
+        requires = "controllers"
     )]
     pub token_file: Option<PathBuf>,
     /// Where the local clone of the config repo is kept.
@@ -162,7 +169,7 @@ impl RunArgs {
                 ModeArg::Pr => PublishMode::Pr,
             },
             db: self.db.clone(),
-            controller: self.controller.clone(),
+            controllers: self.controllers.clone(),
             controller_auth: rlc::push::ControllerAuth {
                 tls: grl_core::tls::ClientTls::from_flags(
                     self.tls_ca.as_ref(),

@@ -7,29 +7,32 @@ use super::{DeliveryError, GitHubTarget};
 use crate::git_store::{GitStore, GitStoreError, MAIN_BRANCH, PR_BRANCH};
 use crate::github::{GitHubClient, GitHubError, PullRequest};
 
-/// Sends the config at `commit` (read from `store`, the run's clone) to the controller at
-/// `addr`.
+/// Sends the config at `commit` (read from `store`, the run's clone) to every controller
+/// in `addrs` (a region's active/standby controllers all hold the same config). Tries them
+/// all; the first failure is returned.
 pub(super) async fn push_commit(
     store: GitStore,
-    addr: &str,
+    addrs: &[String],
     auth: &crate::push::ControllerAuth,
     commit: &str,
 ) -> Result<(), DeliveryError> {
-    let result = send(store, addr, auth, commit).await;
-    if let Err(e) = &result {
-        warn!(controller = addr, error = %e, "controller push failed; it will pick the commit up from the repo");
+    let files = read_commit(store, commit).await?;
+    let mut first_error = None;
+    for addr in addrs {
+        if let Err(e) = send(addr, auth, commit, files.clone()).await {
+            warn!(controller = %addr, error = %e, "controller push failed; it will pick the commit up from the repo");
+            first_error.get_or_insert(e);
+        }
     }
-    result
+    first_error.map_or(Ok(()), Err)
 }
 
-async fn send(
+async fn read_commit(
     store: GitStore,
-    addr: &str,
-    auth: &crate::push::ControllerAuth,
     commit: &str,
-) -> Result<(), DeliveryError> {
+) -> Result<Vec<(String, String)>, DeliveryError> {
     let c = commit.to_string();
-    let files = tokio::task::spawn_blocking(move || -> Result<_, GitStoreError> {
+    tokio::task::spawn_blocking(move || -> Result<_, GitStoreError> {
         let mut files = store.files_under(&c, "services")?;
         files.extend(store.files_under(&c, "limits")?);
         Ok(files)
@@ -38,41 +41,56 @@ async fn send(
     .map_err(|source| DeliveryError::Read {
         commit: commit.to_string(),
         source,
-    })?;
+    })
+}
+
+async fn send(
+    addr: &str,
+    auth: &crate::push::ControllerAuth,
+    commit: &str,
+    files: Vec<(String, String)>,
+) -> Result<(), DeliveryError> {
     let resp = crate::push::apply_config(addr, commit, files, auth).await?;
     info!(controller = addr, version = %resp.version, buckets = resp.buckets, "controller updated");
     Ok(())
 }
 
-/// After a run that committed nothing: asks the controller at `addr` which config version
-/// it runs and, when that is not `main_commit` (a previous run's delivery failed, or the
-/// controller restarted on an older config), sends `main_commit`'s config. Returns whether
-/// it sent.
+/// After a run that committed nothing: asks each controller in `addrs` which config version
+/// it runs and sends `main_commit`'s config to those that run another one (a previous run's
+/// delivery failed, or the controller restarted on an older config). Returns whether it
+/// sent to any; an unreachable controller is an error after the others were brought up to
+/// date.
 pub(super) async fn resync(
     store: GitStore,
-    addr: &str,
+    addrs: &[String],
     auth: &crate::push::ControllerAuth,
     main_commit: &str,
 ) -> Result<bool, DeliveryError> {
-    let running = match crate::push::config_version(addr, auth).await {
-        Ok(v) => v,
-        Err(e) => {
-            warn!(controller = addr, error = %e, "cannot ask the controller for its config version");
-            return Err(e.into());
+    let mut behind = Vec::new();
+    let mut first_error: Option<DeliveryError> = None;
+    for addr in addrs {
+        match crate::push::config_version(addr, auth).await {
+            Ok(running) if running == main_commit => {}
+            Ok(running) => {
+                warn!(
+                    controller = %addr,
+                    running = %running,
+                    main = main_commit,
+                    "the controller runs another config than main; sending main's"
+                );
+                behind.push(addr.clone());
+            }
+            Err(e) => {
+                warn!(controller = %addr, error = %e, "cannot ask the controller for its config version");
+                first_error.get_or_insert(e.into());
+            }
         }
-    };
-    if running == main_commit {
-        return Ok(false);
     }
-    warn!(
-        controller = addr,
-        running = %running,
-        main = main_commit,
-        "the controller runs another config than main; sending main's"
-    );
-    push_commit(store, addr, auth, main_commit)
-        .await
-        .map(|()| true)
+    let sent = !behind.is_empty();
+    if sent && let Err(e) = push_commit(store, &behind, auth, main_commit).await {
+        first_error.get_or_insert(e);
+    }
+    first_error.map_or(Ok(sent), Err)
 }
 
 /// Opens or updates the review pull request from [`PR_BRANCH`] with `body`.

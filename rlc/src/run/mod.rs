@@ -48,8 +48,9 @@ pub struct RunSettings {
     pub mode: PublishMode,
     /// Run history database URL (`sqlite://…` or `postgres://…`).
     pub db: String,
-    /// The controller to push to after a direct-mode commit.
-    pub controller: Option<String>,
+    /// The controllers to push to after a direct-mode commit (several for a region's
+    /// active/standby controllers; none: no push).
+    pub controllers: Vec<String>,
     /// TLS and bearer token for the controller push.
     pub controller_auth: crate::push::ControllerAuth,
     /// Guard thresholds.
@@ -174,21 +175,17 @@ pub async fn run_once(
         ),
     };
     let mut resynced_controller = false;
-    let push_error = match (
-        &commit,
-        settings.mode,
-        &settings.controller,
-        &settings.github,
-    ) {
-        (Some(c), PublishMode::Direct, Some(addr), _) => {
-            deliver::push_commit(published.store, addr, &settings.controller_auth, c)
+    let controllers = &settings.controllers;
+    let push_error = match (&commit, settings.mode, &settings.github) {
+        (Some(c), PublishMode::Direct, _) if !controllers.is_empty() => {
+            deliver::push_commit(published.store, controllers, &settings.controller_auth, c)
                 .await
                 .err()
         }
-        (None, PublishMode::Direct, Some(addr), _) => {
+        (None, PublishMode::Direct, _) if !controllers.is_empty() => {
             match deliver::resync(
                 published.store,
-                addr,
+                controllers,
                 &settings.controller_auth,
                 &published.planned.commit,
             )
@@ -201,7 +198,7 @@ pub async fn run_once(
                 Err(e) => Some(e),
             }
         }
-        (Some(_), PublishMode::Pr, _, Some(gh)) => {
+        (Some(_), PublishMode::Pr, Some(gh)) => {
             deliver::open_pull_request(gh, &published.description)
                 .await
                 .err()

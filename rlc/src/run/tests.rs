@@ -238,7 +238,7 @@ impl Env {
             workdir: self.tmp.path().join("checkout"),
             mode,
             db: format!("sqlite://{}", self.tmp.path().join("runs.db").display()),
-            controller: None,
+            controllers: Vec::new(),
             controller_auth: Default::default(),
             guards: GuardSettings::default(),
             concurrency: 4,
@@ -477,7 +477,7 @@ async fn each_failure_maps_to_its_exit_code() {
         .local_addr()
         .unwrap()
         .port();
-    settings.controller = Some(format!("127.0.0.1:{port}"));
+    settings.controllers = vec![format!("127.0.0.1:{port}")];
     let report = run_once(&settings, Counting::new(&env.history, None))
         .await
         .unwrap();

@@ -271,7 +271,15 @@ fn compose_runs_the_whole_stack_with_contract_commands() -> Result<()> {
         matches!(rlc.flag("mode")?, "direct" | "pr"),
         "rlc --mode is direct or pr"
     );
-    listener(&invs, rlc.flag("controller")?, "grl", &["controller"])?;
+    let pushed = rlc.flag_all("controller");
+    for addr in &pushed {
+        listener(&invs, addr, "grl", &["controller"])?;
+    }
+    ensure!(
+        pushed.len() == controllers.len(),
+        "rlc --controller must list every controller ({})",
+        controllers.len()
+    );
     let prom = rlc.flag("prometheus")?;
     ensure!(
         prom == "http://prometheus:9090",

@@ -88,7 +88,7 @@ pub(super) const CONTRACT: &[Subcommand] = &[
         bin: "grl",
         path: &["override", "set"],
         flags: &[
-            ("controller", Required),
+            ("controller", RequiredRepeated),
             ("service", Required),
             ("caller", Optional),
             ("procedure", Optional),
@@ -100,13 +100,13 @@ pub(super) const CONTRACT: &[Subcommand] = &[
     Subcommand {
         bin: "grl",
         path: &["override", "list"],
-        flags: &[("controller", Required)],
+        flags: &[("controller", RequiredRepeated)],
     },
     Subcommand {
         bin: "grl",
         path: &["override", "clear"],
         flags: &[
-            ("controller", Required),
+            ("controller", RequiredRepeated),
             ("id", Optional),
             ("service", Optional),
         ],
@@ -120,7 +120,7 @@ pub(super) const CONTRACT: &[Subcommand] = &[
             ("prometheus", Required),
             ("mode", Optional),
             ("db", Optional),
-            ("controller", Optional),
+            ("controller", Repeated),
             ("metrics-listen", Optional),
             ("workdir", Optional),
             ("tls-ca", Optional),
@@ -138,7 +138,7 @@ pub(super) const CONTRACT: &[Subcommand] = &[
             ("prometheus", Required),
             ("mode", Optional),
             ("db", Optional),
-            ("controller", Optional),
+            ("controller", Repeated),
             ("tls-ca", Optional),
             ("tls-cert", Optional),
             ("tls-key", Optional),

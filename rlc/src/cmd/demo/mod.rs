@@ -74,7 +74,7 @@ pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
         workdir: root.join("rlc-checkout"),
         mode: PublishMode::Direct,
         db: format!("sqlite://{}", root.join("rlc-history.db").display()),
-        controller: None,
+        controllers: Vec::new(),
         controller_auth: Default::default(),
         guards: GuardSettings::default(),
         concurrency: 4,
