@@ -2,8 +2,9 @@
 //!
 //! One loop waits on five things: the report tick (every interval, connected or not, so
 //! totals keep moving), the window tick (offered rates measured, thresholds recomputed from
-//! the allowances, an urgent report sent when a rate jumped), the next instruction, the next ratio expiry (a timer set to the
-//! earliest deadline, so the hot path never reads a clock), and, while disconnected, the
+//! the allowances, an urgent report sent when a rate jumped), the next instruction, the
+//! next ratio expiry (a timer set to the earliest deadline, so the hot path never reads a
+//! clock), and, while disconnected, the
 //! next reconnection attempt (exponential backoff from a tenth of the interval up to 2 s,
 //! with ±50 % jitter so that a zone's clients do not reconnect in lockstep).
 

@@ -90,7 +90,7 @@ impl OfferedIndex<'_> {
             .iter()
             .take_while(|(k, _)| k.service == service && k.bucket == bucket)
             .filter(|(k, _)| {
-                scope.is_none_or(|(s, key)| ratios::scope_key_ref(s, &k.region, &k.zone) == key)
+                scope.is_none_or(|(s, key)| ratios::scope_key(s, &k.region, &k.zone) == key)
             })
             .map(|(_, o)| o)
             .sum()

@@ -58,13 +58,22 @@ impl NodeConfig {
     }
 }
 
+/// One bucket's instruction from the parent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FromParent {
+    /// The drop ratio.
+    pub ratio: f64,
+    /// When it stops being valid.
+    pub expires: Instant,
+    /// This tier's allowance, when the parent gave one (valid as long as the ratio).
+    pub allowed: Option<f64>,
+}
+
 /// What came from the parent.
 #[derive(Debug, Default)]
 pub(crate) struct Parent {
-    /// Ratios by (service, bucket) with their expiry.
-    pub ratios: BTreeMap<(String, String), (f64, Instant)>,
-    /// This tier's allowances by (service, bucket), valid as long as the ratio is.
-    pub allowed: BTreeMap<(String, String), f64>,
+    /// Ratios and allowances by (service, bucket).
+    pub ratios: BTreeMap<(String, String), FromParent>,
     /// Whether the stream to the parent is up.
     pub connected: bool,
     /// When the parent's latest instruction stops being valid.
@@ -321,11 +330,7 @@ impl Node {
             .into_iter()
             .map(|((s, b), o)| ((s.to_string(), b.to_string()), o))
             .collect();
-        st.parent.ratios.retain(|_, (_, exp)| *exp > now);
-        let Parent {
-            ratios, allowed, ..
-        } = &mut st.parent;
-        allowed.retain(|k, _| ratios.contains_key(k));
+        st.parent.ratios.retain(|_, p| p.expires > now);
         self.instruct_children(st, None, now);
     }
 
@@ -388,11 +393,6 @@ impl Node {
         let new_rules = {
             let mut s = self.lock();
             s.parent.valid_until = Some(now + dflt);
-            s.parent.allowed = i
-                .ratios
-                .iter()
-                .filter_map(|r| Some(((r.service.clone(), r.bucket.clone()), r.allowed?)))
-                .collect();
             s.parent.ratios = i
                 .ratios
                 .iter()
@@ -404,7 +404,11 @@ impl Node {
                     };
                     (
                         (r.service.clone(), r.bucket.clone()),
-                        (r.ratio, now + valid),
+                        FromParent {
+                            ratio: r.ratio,
+                            expires: now + valid,
+                            allowed: r.allowed,
+                        },
                     )
                 })
                 .collect();
@@ -434,8 +438,7 @@ impl Node {
 struct Sources<'a> {
     computed: FastMap<(&'a str, &'a str, &'a str), &'a Computed>,
     bucket_offered: FastMap<(&'a str, &'a str), f64>,
-    parent_ratios: FastMap<(&'a str, &'a str), (f64, Instant)>,
-    parent_allowed: FastMap<(&'a str, &'a str), f64>,
+    parent: FastMap<(&'a str, &'a str), FromParent>,
 }
 
 /// A hash map with a fast non-cryptographic hasher, for indexes built and read by this
@@ -457,15 +460,10 @@ impl<'a> Sources<'a> {
                 .iter()
                 .map(|((s, b), o)| ((s.as_str(), b.as_str()), *o))
                 .collect(),
-            parent_ratios: parent
+            parent: parent
                 .ratios
                 .iter()
-                .map(|((s, b), r)| ((s.as_str(), b.as_str()), *r))
-                .collect(),
-            parent_allowed: parent
-                .allowed
-                .iter()
-                .map(|((s, b), a)| ((s.as_str(), b.as_str()), *a))
+                .map(|((s, b), p)| ((s.as_str(), b.as_str()), *p))
                 .collect(),
         }
     }
@@ -576,7 +574,7 @@ fn ratios_for<'a>(
                 continue;
             };
             let (ratio, valid_for_ms, allowed) = if cfg.scopes.contains(&scope) {
-                let group = ratios::scope_key_ref(scope, &c.region, &c.zone);
+                let group = ratios::scope_key(scope, &c.region, &c.zone);
                 let own = offered.offered(svc, &b.name, Some((scope, group)));
                 let computed = from.computed.get(&(svc.as_str(), b.name.as_str(), group));
                 let allowed = computed
@@ -585,16 +583,15 @@ fn ratios_for<'a>(
                 (computed.map_or(0.0, |x| x.ratio), own_ms, allowed)
             } else {
                 let key = (svc.as_str(), b.name.as_str());
-                match from.parent_ratios.get(&key) {
-                    Some((r, exp)) if *exp > now => {
+                match from.parent.get(&key) {
+                    Some(p) if p.expires > now => {
                         let own = offered.offered(svc, &b.name, None);
                         let group = from.bucket_offered.get(&key).copied().unwrap_or(0.0);
-                        let allowed = from
-                            .parent_allowed
-                            .get(&key)
+                        let allowed = p
+                            .allowed
                             .filter(|_| own > 0.0)
-                            .map(|a| ratios::share(*a, own, group));
-                        (*r, (*exp - now).as_millis() as u32, allowed)
+                            .map(|a| ratios::share(a, own, group));
+                        (p.ratio, (p.expires - now).as_millis() as u32, allowed)
                     }
                     _ => continue,
                 }

@@ -141,11 +141,11 @@ pub fn drop_ratio(offered: f64, limit: f64) -> f64 {
 
 /// The part of a [`RateKey`] a bucket of `scope` is summed over: "" for global, the region,
 /// or the zone.
-pub fn scope_key(scope: Scope, region: &str, zone: &str) -> String {
+pub fn scope_key<'a>(scope: Scope, region: &'a str, zone: &'a str) -> &'a str {
     match scope {
-        Scope::Global => String::new(),
-        Scope::Region => region.to_string(),
-        Scope::Zone => zone.to_string(),
+        Scope::Global => "",
+        Scope::Region => region,
+        Scope::Zone => zone,
     }
 }
 
@@ -176,15 +176,6 @@ pub struct Computed {
     pub ratio: f64,
 }
 
-/// The scope key of a row as a borrowed string (see [`scope_key`]).
-pub fn scope_key_ref<'a>(scope: Scope, region: &'a str, zone: &'a str) -> &'a str {
-    match scope {
-        Scope::Global => "",
-        Scope::Region => region,
-        Scope::Zone => zone,
-    }
-}
-
 /// Computes the ratio of every limited bucket whose scope is in `scopes`, for every scope
 /// key seen in `rows` (every fresh child's rates, or [`Totals`]; a limited bucket with no
 /// traffic gets ratio 0 under key "" for global scope only). Sums over borrowed keys: only
@@ -210,7 +201,7 @@ pub fn compute<'a>(
             let key = (
                 l.service.as_str(),
                 l.bucket.as_str(),
-                scope_key_ref(l.scope, &k.region, &k.zone),
+                scope_key(l.scope, &k.region, &k.zone),
             );
             *sums.entry(key).or_default() += r.offered;
         }

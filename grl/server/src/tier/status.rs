@@ -41,8 +41,8 @@ impl Node {
                     .parent
                     .ratios
                     .get(&(svc.clone(), b.name.clone()))
-                    .filter(|(_, exp)| *exp > now)
-                    .map(|(r, _)| *r);
+                    .filter(|p| p.expires > now)
+                    .map(|p| p.ratio);
                 buckets.push(proto::BucketStatus {
                     service: svc.clone(),
                     bucket: b.name.clone(),
