@@ -66,9 +66,6 @@ pub(crate) struct Control {
     window_at: Option<Instant>,
     /// When the last report was built.
     report_at: Option<Instant>,
-    /// The last window saw a bucket fall for the first time: the next window should come
-    /// after half the usual time, so that a real fall is reported sooner.
-    fall_pending: bool,
 }
 
 impl Control {
@@ -82,7 +79,6 @@ impl Control {
             seq: 0,
             window_at: None,
             report_at: None,
-            fall_pending: false,
         }
     }
 
@@ -333,7 +329,6 @@ impl Inner {
         let secs = c.window_at.map_or(0.0, |t| (now - t).as_secs_f64());
         c.window_at = Some(now);
         let mut urgent = false;
-        let mut fall_pending = false;
         let mut changed = false;
         let mut rates = Vec::new();
         let Control {
@@ -365,7 +360,6 @@ impl Inner {
             } else {
                 0
             };
-            fall_pending |= b.far == 1 && fell;
             if b.far == 2 {
                 urgent = true;
                 if fell && let Some(a) = b.allowed {
@@ -384,7 +378,6 @@ impl Inner {
         if changed {
             self.sync_pairs(&c.registry);
         }
-        c.fall_pending = fall_pending;
         if !urgent {
             return None;
         }
@@ -399,12 +392,6 @@ impl Inner {
         let mut report = self.report_with(&c, rates);
         report.urgent = true;
         Some(report)
-    }
-
-    /// Whether the last window saw a bucket fall that the next window should confirm soon
-    /// (see [`Inner::window`]).
-    pub(crate) fn fall_pending(&self) -> bool {
-        self.lock().fall_pending
     }
 
     /// The hello report sent when a stream opens.

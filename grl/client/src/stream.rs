@@ -109,13 +109,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 }
             }
             _ = windows.tick() => {
-                let urgent = inner.window(Instant::now());
-                // A fall seen once is confirmed after half a window: a real one is reported
-                // half a window sooner, a stall still needs both windows to look like one.
-                if inner.fall_pending() {
-                    windows.reset_after(window / 2);
-                }
-                match (urgent, &session) {
+                match (inner.window(Instant::now()), &session) {
                     (Some(report), Some(s)) => s
                         .reports
                         .try_send(report)
