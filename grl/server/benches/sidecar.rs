@@ -11,7 +11,11 @@
 //! 2. Saturation: `CONCURRENCY` (32) closed-loop workers for `SECONDS`, direct then sidecar,
 //!    alternating `ROUNDS` times; prints requests/s and the ratio sidecar/direct.
 //! 3. The Envoy rate limit service: `ShouldRateLimit` at `RATE`/s, open loop, one descriptor
-//!    per call, over one HTTP/2 connection; prints p50/p99/p99.9, from scheduled and actual send.
+//!    per call, over one HTTP/2 connection; prints p50/p99/p99.9, from scheduled and actual
+//!    send. Two clients: a lean one (one hyper HTTP/2 connection, as Envoy holds one) and
+//!    tonic's `Channel`. Two floors, the same lean client against do-nothing servers on their
+//!    own thread (a tonic `RateLimitService` answering `OK`, and hyper's HTTP/2 server alone),
+//!    show what the gRPC stack itself costs on this machine.
 //!
 //! `cargo bench -p grl --bench sidecar` (release build). Env: RATE, SECONDS, ROUNDS,
 //! CONCURRENCY.
@@ -23,6 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use grl::sidecar::envoy::rate_limit_descriptor::Entry;
 use grl::sidecar::envoy::rate_limit_service_client::RateLimitServiceClient;
+use grl::sidecar::envoy::rate_limit_service_server::{RateLimitService, RateLimitServiceServer};
 use grl::sidecar::envoy::{RateLimitDescriptor, RateLimitRequest};
 use grl::tier::aggregator::{self, AggregatorOptions};
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
@@ -30,6 +35,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio_stream::StreamExt;
 
 const CONFIG: &str = "service: payments
 buckets:
@@ -187,6 +193,193 @@ async fn saturate(client: &Http, uri: &http::Uri, conc: u64, secs: u64) -> f64 {
         let _ = w.await;
     }
     rps
+}
+
+/// The one-descriptor request every `ShouldRateLimit` call of the bench sends.
+fn rls_request() -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "payments".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![
+                Entry {
+                    key: "source_cluster".into(),
+                    value: "gateway".into(),
+                },
+                Entry {
+                    key: "path".into(),
+                    value: "/pay.Pay/Card".into(),
+                },
+            ],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// A gRPC length-prefixed message frame.
+fn grpc_frame(m: &impl prost::Message) -> Bytes {
+    let body = m.encode_to_vec();
+    let mut frame = Vec::with_capacity(5 + body.len());
+    frame.push(0);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame.into()
+}
+
+/// A lean gRPC client, closer to what Envoy does than tonic's `Channel`: one HTTP/2
+/// connection, requests sent on it straight from the caller's task (no pool, no buffer task).
+#[derive(Clone)]
+struct LeanGrpc {
+    send: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    uri: http::Uri,
+}
+
+impl LeanGrpc {
+    async fn connect(addr: std::net::SocketAddr) -> Self {
+        let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.set_nodelay(true).unwrap();
+        let (send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(s))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let uri =
+            format!("http://{addr}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+                .parse()
+                .unwrap();
+        Self { send, uri }
+    }
+
+    /// One call; whether it answered with grpc-status 0 and a well-formed response.
+    async fn should_rate_limit(&self, frame: Bytes) -> bool {
+        let req = http::Request::post(self.uri.clone())
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(frame))
+            .unwrap();
+        let Ok(res) = self.send.clone().send_request(req).await else {
+            return false;
+        };
+        let Ok(body) = res.into_body().collect().await else {
+            return false;
+        };
+        let ok = body
+            .trailers()
+            .and_then(|t| t.get("grpc-status"))
+            .is_some_and(|s| s == "0");
+        let bytes = body.to_bytes();
+        ok && bytes.len() >= 5
+            && <grl::sidecar::envoy::RateLimitResponse as prost::Message>::decode(&bytes[5..])
+                .is_ok()
+    }
+}
+
+/// A do-nothing `RateLimitService` (answers `OK` at once) on its own thread: the floor of a
+/// gRPC call on this machine, which the sidecar's figure is compared with.
+fn floor_rls() -> std::net::SocketAddr {
+    #[derive(Default)]
+    struct Ok;
+    #[tonic::async_trait]
+    impl RateLimitService for Ok {
+        async fn should_rate_limit(
+            &self,
+            _: tonic::Request<RateLimitRequest>,
+        ) -> Result<tonic::Response<grl::sidecar::envoy::RateLimitResponse>, tonic::Status>
+        {
+            Result::Ok(tonic::Response::new(Default::default()))
+        }
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(l).map(|s| {
+                s.inspect(|s| {
+                    let _ = s.set_nodelay(true);
+                })
+            });
+            tonic::transport::Server::builder()
+                .add_service(RateLimitServiceServer::new(Ok))
+                .serve_with_incoming(incoming)
+                .await
+                .unwrap();
+        });
+    });
+    addr
+}
+
+/// A do-nothing gRPC answer served by hyper's HTTP/2 server alone (no tonic), on its own
+/// thread: what the HTTP/2 stack costs without any gRPC framework.
+fn floor_h2() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            let answer = grpc_frame(&grl::sidecar::envoy::RateLimitResponse::default());
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                let _ = s.set_nodelay(true);
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(
+                        move |req: http::Request<hyper::body::Incoming>| {
+                            let answer = answer.clone();
+                            async move {
+                                let _ = req.into_body().collect().await;
+                                let mut trailers = http::HeaderMap::new();
+                                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                                let body = Full::new(answer)
+                                    .with_trailers(async move { Some(Ok(trailers)) });
+                                Ok::<_, std::convert::Infallible>(
+                                    http::Response::builder()
+                                        .header("content-type", "application/grpc")
+                                        .body(body)
+                                        .unwrap(),
+                                )
+                            }
+                        },
+                    );
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(s), svc)
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// `rounds` open-loop runs of `call` at `rate`/s; prints each and returns the p99s (µs)
+/// from the actual send.
+async fn rls_rounds<F, Fut>(name: &str, rate: u64, secs: u64, rounds: u64, call: F) -> Vec<f64>
+where
+    F: Fn() -> Fut + Clone,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    fixed_rate(rate, 1, call.clone()).await;
+    let mut p99 = Vec::new();
+    for round in 1..=rounds {
+        let l = fixed_rate(rate, secs, call.clone()).await;
+        let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
+        println!(
+            "{name:<14} round {round}: from scheduled send p50 {:.0} p99 {:.0}; from actual send p50 {:.0} p99 {:.0} p99.9 {:.0}; failed {}",
+            p[0], p[1], q[0], q[1], q[2], l.failed
+        );
+        p99.push(q[1]);
+    }
+    p99
 }
 
 fn free_port() -> u16 {
@@ -349,6 +542,28 @@ async fn run() {
     println!("median ratio sidecar/direct: {:.2}", median(ratios));
 
     println!("\n== ShouldRateLimit at {rate} rps, {rounds} rounds x {secs} s (µs) ==");
+    println!("clients: lean = one hyper HTTP/2 connection, no pool; tonic = tonic's Channel");
+    println!(
+        "floors: the lean client against do-nothing servers on their own thread (tonic, bare hyper HTTP/2)"
+    );
+    let floor = floor_rls();
+    let request = rls_request();
+    let mut p99s: Vec<(&str, Vec<f64>)> = Vec::new();
+    for (name, addr) in [
+        ("floor tonic", floor),
+        ("floor h2", floor_h2()),
+        ("sidecar lean", format!("127.0.0.1:{rp}").parse().unwrap()),
+    ] {
+        let lean = LeanGrpc::connect(addr).await;
+        let call = {
+            let (lean, body) = (lean.clone(), grpc_frame(&request));
+            move || {
+                let (lean, body) = (lean.clone(), body.clone());
+                async move { lean.should_rate_limit(body).await }
+            }
+        };
+        p99s.push((name, rls_rounds(name, rate, secs, rounds, call).await));
+    }
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{rp}"))
         .unwrap()
         .tcp_nodelay(true)
@@ -356,23 +571,6 @@ async fn run() {
         .await
         .unwrap();
     let rls = RateLimitServiceClient::new(channel);
-    let request = RateLimitRequest {
-        domain: "payments".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![
-                Entry {
-                    key: "source_cluster".into(),
-                    value: "gateway".into(),
-                },
-                Entry {
-                    key: "path".into(),
-                    value: "/pay.Pay/Card".into(),
-                },
-            ],
-            ..Default::default()
-        }],
-        hits_addend: 0,
-    };
     let call = {
         let (rls, request) = (rls.clone(), request.clone());
         move || {
@@ -380,24 +578,16 @@ async fn run() {
             async move { rls.should_rate_limit(request).await.is_ok() }
         }
     };
-    fixed_rate(rate, 1, call.clone()).await;
-    let mut p99s = [Vec::new(), Vec::new()];
-    for round in 1..=rounds {
-        let l = fixed_rate(rate, secs, call.clone()).await;
-        let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
+    p99s.push((
+        "sidecar tonic",
+        rls_rounds("sidecar tonic", rate, secs, rounds, call).await,
+    ));
+    for (name, service) in p99s {
         println!(
-            "round {round}: from scheduled send p50 {:.0} p99 {:.0} p99.9 {:.0}; from actual send p50 {:.0} p99 {:.0} p99.9 {:.0}; failed {}",
-            p[0], p[1], p[2], q[0], q[1], q[2], l.failed
+            "median p99 from actual send, {name}: {:.0} µs",
+            median(service)
         );
-        p99s[0].push(p[1]);
-        p99s[1].push(q[1]);
     }
-    let [scheduled, service] = p99s;
-    println!(
-        "median p99: from scheduled send {:.0} µs, from actual send {:.0} µs",
-        median(scheduled),
-        median(service)
-    );
     drop(agg);
     drop(ctl);
 }

@@ -37,7 +37,8 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let result = tokio::runtime::Runtime::new()
+    let result = cli
+        .runtime()
         .map_err(anyhow::Error::from)
         .and_then(|rt| rt.block_on(run(cli)));
     match result {
@@ -45,6 +46,23 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             eprintln!("Error: {e:?}");
             std::process::ExitCode::from(cmd::validate::exit_code(&e) as u8)
+        }
+    }
+}
+
+impl Cli {
+    /// The sidecar runs on as many threads as its `--threads` (one: a current-thread
+    /// runtime); every other command on tokio's default, one worker per core.
+    fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        match &self.command {
+            Command::Sidecar(a) if a.threads == 1 => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build(),
+            Command::Sidecar(a) => tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(a.threads.into())
+                .enable_all()
+                .build(),
+            _ => tokio::runtime::Runtime::new(),
         }
     }
 }

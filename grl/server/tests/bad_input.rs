@@ -481,6 +481,24 @@ fn bad_start_up_flags_exit_2_naming_the_flag() {
             ]),
             "--rps",
         ),
+        (
+            strings(&[
+                "sidecar",
+                "--upstream",
+                "http://127.0.0.1:1",
+                "--service",
+                "payments",
+                "--aggregator",
+                "127.0.0.1:1",
+                "--zone",
+                "a",
+                "--region",
+                "eu",
+                "--threads",
+                "0",
+            ]),
+            "--threads",
+        ),
     ];
     for (args, words) in cases {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();

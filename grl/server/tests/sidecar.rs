@@ -563,7 +563,8 @@ async fn curl_http1_and_h2c_are_forwarded_with_streamed_bodies_both_ways() {
 async fn curl_gets_429_with_retry_after_under_a_pushed_drop_ratio_and_metrics_add_up() {
     let cp = ControlPlane::start().await;
     let up = Upstream::start().await;
-    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    // Every other test runs the default single-threaded sidecar; this one its thread pool.
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &["--threads", "2"]);
     let dir = tempfile::tempdir().unwrap();
     // curl offers far more than the 20 rps limit until the controller's ratio arrives.
     let start = Instant::now();
