@@ -322,7 +322,8 @@ impl Inner {
     /// Ends a window at `now`: measures each active bucket's offered rate since the last
     /// window, recomputes the threshold of every bucket that has an allowance, and returns
     /// an urgent report (the window's rates) when a bucket's rate jumped to more than twice,
-    /// or less than half, of what was last reported, and stayed there a second window.
+    /// or less than half, of what was last reported, and stayed there a second window, or
+    /// fell to under a quarter of it in one window that counted something.
     pub(crate) fn window(&self, now: Instant) -> Option<proto::Report> {
         let mut c = self.lock();
         self.collect(&mut c);
@@ -360,7 +361,12 @@ impl Inner {
             } else {
                 0
             };
-            if b.far == 2 {
+            // A fall to under a quarter, in a window that counted something, is news at once:
+            // the other instances of the bucket are cut for this one's share until the tiers
+            // hear of it. A stall that looks like one costs at most this instance's share for
+            // the few windows until its rise is reported.
+            let sharp_fall = jumped && count > 0 && now_rate < SHARP_FALL * b.reported_rate;
+            if b.far == 2 || (b.far == 1 && sharp_fall) {
                 urgent = true;
                 if fell && let Some(a) = b.allowed {
                     b.hold = Some((now + self.cfg.interval, a));
@@ -443,6 +449,10 @@ impl Inner {
     }
 }
 
+/// A window whose rate fell under this fraction of the reported one is reported at once
+/// (other jumps must hold a second window).
+const SHARP_FALL: f64 = 0.25;
+
 /// The offered-rate estimate after a window of `count` requests over `secs`, from the
 /// previous estimate `prev`; also says whether the window replaced the estimate. A count
 /// too far from the expected one to be counting noise (more than 3 Poisson standard
@@ -493,6 +503,70 @@ mod tests {
         assert!(!jumped);
         assert!((r - 106.0).abs() < 1e-9, "{r}");
         assert_eq!(estimate(0.0, 0, 0.05), (0.0, false));
+    }
+
+    /// A client with bucket `b` (caller `gateway`) allowed `allowed` rps, and a function
+    /// that offers `n` requests and ends the window 50 ms after the last one.
+    fn following_client(allowed: f64) -> (crate::Client, impl FnMut(u64) -> bool) {
+        let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
+        let rule = proto::BucketRule {
+            name: "b".into(),
+            caller: "gateway".into(),
+            scope: proto::Scope::Global as i32,
+            mode: proto::Mode::Deny as i32,
+            limit_rps: Some(allowed),
+            ..Default::default()
+        };
+        client.apply_instruction(&proto::Instruction {
+            has_config: true,
+            config: vec![proto::ServiceRules {
+                service: "payments".into(),
+                buckets: vec![rule],
+            }],
+            ratios: vec![proto::DropRatio {
+                service: "payments".into(),
+                bucket: "b".into(),
+                allowed: Some(allowed),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let c = client.clone();
+        let mut now = Instant::now();
+        let window = move |n: u64| {
+            for _ in 0..n {
+                c.decide("gateway", "pay.Pay/Card");
+            }
+            now += Duration::from_millis(50);
+            c.inner.window(now).is_some()
+        };
+        (client, window)
+    }
+
+    #[test]
+    fn a_fall_under_a_quarter_is_reported_at_once_other_jumps_after_two_windows() {
+        let (client, mut window) = following_client(1000.0);
+        window(0);
+        // 2,000 rps settles and is reported (a rise from nothing, held two windows).
+        assert!(!window(100));
+        assert!(window(100), "a rise held two windows is reported");
+        for _ in 0..5 {
+            assert!(!window(100), "a steady rate is not news");
+        }
+        // A fall to 40 % is far (under half) but not sharp: reported at the second window.
+        assert!(!window(40));
+        assert!(window(40), "a fall to 40 % held two windows is reported");
+        for _ in 0..5 {
+            assert!(!window(40));
+        }
+        // A fall to 10 % of the reported rate is reported from its first window.
+        assert!(window(4), "a fall under a quarter is reported at once");
+        // An empty window is a pause, not a fall.
+        for _ in 0..5 {
+            window(40);
+        }
+        assert!(!window(0), "one empty window is a pause");
+        drop(client);
     }
 
     #[test]

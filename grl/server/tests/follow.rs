@@ -177,11 +177,10 @@ fn assert_follows(run: &BTreeMap<&str, BTreeMap<u64, Second>>) {
         "the surge admitted {mean:.0}/s on average, not the limit ±3 %\n{report}"
     );
     let (o, a) = total(run, DOWN + 1);
-    // 90 % in the issue, met in every run so far (90.1 % .. 94.9 %) but with no margin on a
-    // busy machine: asserted at 85 %.
+    // The issue's 90 %: 91.3 % .. 94.8 % over twelve runs, with a busy loop on one core too.
     assert!(
-        a >= 0.85 * o,
-        "first second after the surge admitted {a:.0} of {o:.0} (< 85 %)\n{report}"
+        a >= 0.90 * o,
+        "first second after the surge admitted {a:.0} of {o:.0} (< 90 %)\n{report}"
     );
     for t in DOWN + 2..=DURATION {
         let (o, a) = total(run, t);
