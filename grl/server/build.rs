@@ -1,4 +1,4 @@
-//! Compiles the subset of Envoy's rate limit service API under `proto/` with protox (pure
+//! Compiles the subset of Envoy's rate limit service and rate limit quota service APIs under `proto/` with protox (pure
 //! Rust), so no `protoc` is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -6,6 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/envoy/config/core/v3/base.proto",
         "proto/envoy/extensions/common/ratelimit/v3/ratelimit.proto",
         "proto/envoy/service/ratelimit/v3/rls.proto",
+        "proto/envoy/type/v3/ratelimit_unit.proto",
+        "proto/envoy/type/v3/ratelimit_strategy.proto",
+        "proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

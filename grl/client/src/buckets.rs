@@ -32,6 +32,10 @@ pub(crate) struct BucketCell {
     pub(crate) shadow: AtomicBool,
     /// Decisions of requests whose pair did not fit in the table.
     pub(crate) overflow: [AtomicU64; DECISIONS],
+    /// Requests decided elsewhere and recorded here ([`crate::Client::record`]), also
+    /// counted in their pairs: the window estimate of this client's own offered rate leaves
+    /// them out, since they arrive in batches.
+    pub(crate) recorded: AtomicU64,
 }
 
 impl BucketCell {
@@ -41,6 +45,7 @@ impl BucketCell {
             threshold: AtomicU64::new(0),
             shadow: AtomicBool::new(false),
             overflow: Default::default(),
+            recorded: AtomicU64::new(0),
         }
     }
 

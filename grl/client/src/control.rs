@@ -46,6 +46,8 @@ struct Book {
     /// The last window counted nothing (one empty window is taken as a pause of the
     /// caller, not a fall: the estimate stays).
     idle: bool,
+    /// The cell's `recorded` count at the end of the last window.
+    recorded_base: u64,
     /// Consecutive windows whose rate was more than twice, or less than half, the last
     /// reported one: an urgent report goes at the second (a lone burst, e.g. a caller
     /// catching up after a pause, is not news).
@@ -345,7 +347,10 @@ impl Inner {
             if secs <= 0.0 {
                 continue;
             }
-            let count: u64 = delta.iter().sum();
+            let recorded = registry.cells[id as usize].recorded.load(Ordering::Relaxed);
+            let batch = recorded - b.recorded_base;
+            b.recorded_base = recorded;
+            let count: u64 = delta.iter().sum::<u64>().saturating_sub(batch);
             let pause = count == 0 && !b.idle;
             b.idle = count == 0;
             let (now_rate, jumped) = if pause {
@@ -398,6 +403,25 @@ impl Inner {
         let mut report = self.report_with(&c, rates);
         report.urgent = true;
         Some(report)
+    }
+
+    /// What a data plane enforcing by itself may admit in bucket `id` (matched, not in
+    /// shadow mode, not failing open): the allowance while the bucket's instruction holds.
+    pub(crate) fn admission(&self, id: u32, now: Instant) -> crate::Admission {
+        let c = self.lock();
+        let Some(b) = c.books.get(id as usize) else {
+            return crate::Admission::Unlimited;
+        };
+        if b.expires.is_none_or(|t| now >= t) {
+            return crate::Admission::Unlimited;
+        }
+        match b.allowed {
+            Some(a) => crate::Admission::PerSecond(a),
+            None => match c.registry.cells[id as usize].ratio() {
+                r if r > 0.0 => crate::Admission::Ratio(r),
+                _ => crate::Admission::Unlimited,
+            },
+        }
     }
 
     /// The hello report sent when a stream opens.
@@ -567,6 +591,33 @@ mod tests {
         }
         assert!(!window(0), "one empty window is a pause");
         drop(client);
+    }
+
+    #[test]
+    fn recorded_batches_count_toward_the_tiers_but_not_the_window_estimate() {
+        let (client, mut window) = following_client(1000.0);
+        window(0);
+        assert!(!window(100));
+        assert!(window(100));
+        for _ in 0..4 {
+            // An Envoy's usage report: 5,000 requests at once, every window.
+            client.record(
+                "gateway",
+                "pay.Pay/Card",
+                4000,
+                1000,
+                Duration::from_secs(1),
+            );
+            assert!(
+                !window(100),
+                "a recorded batch is not a jump of this client's rate"
+            );
+        }
+        let b = client.bucket_totals();
+        let b = b.iter().find(|b| b.bucket == "b").unwrap();
+        assert_eq!(b.offered, 6 * 100 + 4 * 5000);
+        // The local decisions split by the threshold; the recorded ones as reported.
+        assert!(b.allowed >= 4 * 4000 && b.dropped >= 4 * 1000, "{b:?}");
     }
 
     #[test]

@@ -32,6 +32,12 @@
 //! once (an urgent report) so that the tiers re-share the bucket without waiting for the
 //! interval. `decide` is unchanged: it still reads one threshold per pair.
 //!
+//! A data plane that enforces by itself (Envoy's `rate_limit_quota` filter behind
+//! `grl sidecar`) uses [`Client::admission`] (the rate it may admit per bucket) and
+//! [`Client::record`] (the requests it decided, counted as offered load toward the tiers);
+//! recorded batches are left out of the window estimate, which follows this client's own
+//! decisions.
+//!
 //! ```
 //! use std::time::Duration;
 //! use grl_client::{Client, ClientConfig, Decision};
@@ -64,7 +70,7 @@ pub use metrics::{
     CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
 };
 
-use buckets::Resolver;
+use buckets::{BucketCell, Resolver};
 use control::Control;
 use table::{PairEntry, PairTable};
 
@@ -78,6 +84,18 @@ pub enum Decision {
     Drop = 1,
     /// Shadow mode would have refused it: let it through, counted as a virtual drop.
     ShadowDrop = 2,
+}
+
+/// What a data plane that enforces by itself may admit in one bucket
+/// ([`Client::admission`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Admission {
+    /// No limit applies now: no bucket, a shadow bucket, or no instruction in force.
+    Unlimited,
+    /// At most this many requests per second: this client's share of the bucket.
+    PerSecond(f64),
+    /// Refuse this fraction of requests (the tiers sent a ratio and no rate).
+    Ratio(f64),
 }
 
 impl Decision {
@@ -247,9 +265,31 @@ impl Client {
     #[cold]
     #[inline(never)]
     fn decide_new(&self, caller: &str, procedure: &str) -> Decision {
+        match self.pair(caller, procedure) {
+            Ok(e) => e.decide(),
+            Err(cell) => {
+                let threshold = cell.threshold.load(Ordering::Relaxed);
+                local::claim();
+                let (_, hit) = local::shard_and_hit(threshold);
+                let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
+                    (false, _) => Decision::Allow,
+                    (true, false) => Decision::Drop,
+                    (true, true) => Decision::ShadowDrop,
+                };
+                cell.overflow[d as usize].fetch_add(1, Ordering::Relaxed);
+                self.inner.overflow.fetch_add(1, Ordering::Relaxed);
+                d
+            }
+        }
+    }
+
+    /// The pair's entry, added to the table if new; its bucket's cell when the table is full.
+    fn pair(&self, caller: &str, procedure: &str) -> Result<&PairEntry, Arc<BucketCell>> {
         let inner = &*self.inner;
-        // Made again rather than passed, so that the fast path keeps the key in registers.
         let key = inner.table.key(caller, procedure);
+        if let Some(e) = inner.table.get(&key, caller, procedure) {
+            return Ok(e);
+        }
         let resolver = inner.resolver.load_full();
         let id = resolver.resolve(caller, procedure);
         let cell = resolver.cell(id);
@@ -272,22 +312,85 @@ impl Client {
                         .store(now.resolve(caller, procedure), Ordering::Relaxed);
                     control::sync_pair(e, &now.cells);
                 }
-                e.decide()
+                Ok(e)
+            }
+            None => Err(resolver.cells[id as usize].clone()),
+        }
+    }
+
+    /// Records requests of `caller` calling `procedure` that were decided elsewhere over the
+    /// last `elapsed` (e.g. by an Envoy applying this client's
+    /// [`admission`](Self::admission)): `allowed` let through and `denied` refused. They
+    /// count as offered load toward the tiers and in the metrics like decisions of this
+    /// client; in a shadow bucket, the share of those let through that the bucket's
+    /// allowance would have refused counts as shadow drops. Not the hot path: it may add the
+    /// pair.
+    pub fn record(
+        &self,
+        caller: &str,
+        procedure: &str,
+        allowed: u64,
+        denied: u64,
+        elapsed: Duration,
+    ) {
+        let total = allowed.saturating_add(denied);
+        if total == 0 {
+            return;
+        }
+        let (pair, cell) = match self.pair(caller, procedure) {
+            Ok(e) => {
+                let id = e.cell.load(Ordering::Relaxed);
+                (
+                    Some(e),
+                    self.inner.resolver.load().cells[id as usize].clone(),
+                )
+            }
+            Err(cell) => (None, cell),
+        };
+        let virtual_drops = if cell.shadow.load(Ordering::Relaxed) {
+            let id = self.inner.resolver.load().resolve(caller, procedure);
+            let rate = total as f64 / elapsed.as_secs_f64();
+            let ratio = match self.inner.admission(id, tokio::time::Instant::now()) {
+                Admission::PerSecond(a) if rate.is_finite() => control::local_ratio(a, rate),
+                Admission::Ratio(r) => r,
+                _ => 0.0,
+            };
+            ((allowed as f64 * ratio).round() as u64).min(allowed)
+        } else {
+            0
+        };
+        let counts = [allowed - virtual_drops, denied, virtual_drops];
+        match pair {
+            Some(e) => {
+                for (i, n) in counts.into_iter().enumerate() {
+                    e.add(Decision::from_index(i), n);
+                }
             }
             None => {
-                let threshold = cell.threshold.load(Ordering::Relaxed);
-                local::claim();
-                let (_, hit) = local::shard_and_hit(threshold);
-                let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
-                    (false, _) => Decision::Allow,
-                    (true, false) => Decision::Drop,
-                    (true, true) => Decision::ShadowDrop,
-                };
-                cell.overflow[d as usize].fetch_add(1, Ordering::Relaxed);
-                inner.overflow.fetch_add(1, Ordering::Relaxed);
-                d
+                for (i, n) in counts.into_iter().enumerate() {
+                    cell.overflow[i].fetch_add(n, Ordering::Relaxed);
+                }
+                self.inner.overflow.fetch_add(total, Ordering::Relaxed);
             }
         }
+        cell.recorded.fetch_add(total, Ordering::Relaxed);
+    }
+
+    /// What `caller` calling `procedure` may admit now, for a data plane that enforces by
+    /// itself (e.g. Envoy's rate limit quota filter): [`Admission::Unlimited`] when no
+    /// bucket matches, the bucket is in shadow mode, or no instruction is in force
+    /// (fail-open); otherwise this client's share of the bucket's allowed rate, or the drop
+    /// ratio when the tiers sent no rate.
+    pub fn admission(&self, caller: &str, procedure: &str) -> Admission {
+        let resolver = self.inner.resolver.load();
+        let id = resolver.resolve(caller, procedure);
+        if id == buckets::UNMATCHED
+            || resolver.cells[id as usize].shadow.load(Ordering::Relaxed)
+            || self.inner.fail_open.load(Ordering::Relaxed)
+        {
+            return Admission::Unlimited;
+        }
+        self.inner.admission(id, tokio::time::Instant::now())
     }
 
     /// Starts the control-plane task on the current tokio runtime: reports every interval,

@@ -125,6 +125,11 @@ impl PairEntry {
         Decision::from_index(decision)
     }
 
+    /// Counts `n` requests decided elsewhere as `decision` (off the hot path).
+    pub(crate) fn add(&self, decision: Decision, n: u64) {
+        self.shared[decision as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Cumulative counts per decision, summed over shards.
     pub(crate) fn totals(&self) -> [u64; DECISIONS] {
         let mut out = [0; DECISIONS];

@@ -1,4 +1,5 @@
-//! The sidecar's own counters (upstream failures, rate limit service answers) and the
+//! The sidecar's own counters (upstream failures, rate limit service answers, rate limit
+//! quota reports and assignments) and the
 //! `/metrics` exposition that puts them after the client's (`grl_requests_total` and the
 //! client gauges).
 
@@ -12,6 +13,23 @@ pub const UPSTREAM_ERRORS_TOTAL: &str = "grl_sidecar_upstream_errors_total";
 /// `ShouldRateLimit` answers of the rate limit service, by `code` (`ok`, `over_limit`,
 /// `invalid_argument`).
 pub const RLS_REQUESTS_TOTAL: &str = "grl_sidecar_rls_requests_total";
+
+/// Rate limit quota assignments the sidecar sent, by `strategy` (`allow_all`, `deny_all`,
+/// `requests_per_time_unit`).
+pub const RLQS_ASSIGNMENTS_TOTAL: &str = "grl_sidecar_rlqs_assignments_total";
+/// Rate limit quota usage reports received, by `code` (`ok`, `invalid_argument`).
+pub const RLQS_REPORTS_TOTAL: &str = "grl_sidecar_rlqs_reports_total";
+
+/// A strategy of a rate limit quota assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RlqsStrategy {
+    /// Every request allowed.
+    AllowAll = 0,
+    /// Every request denied.
+    DenyAll = 1,
+    /// A number of requests per time unit.
+    RequestsPerTimeUnit = 2,
+}
 
 /// Why a request could not be forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +58,8 @@ pub enum RlsAnswer {
 pub struct SidecarMetrics {
     upstream: [AtomicU64; 3],
     rls: [AtomicU64; 3],
+    rlqs_assignments: [AtomicU64; 3],
+    rlqs_reports: [AtomicU64; 2],
 }
 
 impl SidecarMetrics {
@@ -51,6 +71,16 @@ impl SidecarMetrics {
     /// Counts one `ShouldRateLimit` answer.
     pub fn rls_answer(&self, answer: RlsAnswer) {
         self.rls[answer as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one rate limit quota assignment sent.
+    pub fn rlqs_assignment(&self, strategy: RlqsStrategy) {
+        self.rlqs_assignments[strategy as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one rate limit quota usage report, accepted or refused as malformed.
+    pub fn rlqs_report(&self, accepted: bool) {
+        self.rlqs_reports[usize::from(!accepted)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The client's exposition followed by the sidecar's counters.
@@ -78,6 +108,31 @@ impl SidecarMetrics {
             let _ = writeln!(
                 out,
                 "{RLS_REQUESTS_TOTAL}{{service=\"{service}\",code=\"{code}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP {RLQS_ASSIGNMENTS_TOTAL} Quota assignments the sidecar's rate limit quota service sent.\n# TYPE {RLQS_ASSIGNMENTS_TOTAL} counter"
+        );
+        for (i, strategy) in ["allow_all", "deny_all", "requests_per_time_unit"]
+            .iter()
+            .enumerate()
+        {
+            let n = self.rlqs_assignments[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{RLQS_ASSIGNMENTS_TOTAL}{{service=\"{service}\",strategy=\"{strategy}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP {RLQS_REPORTS_TOTAL} Usage reports the sidecar's rate limit quota service received.\n# TYPE {RLQS_REPORTS_TOTAL} counter"
+        );
+        for (i, code) in ["ok", "invalid_argument"].iter().enumerate() {
+            let n = self.rlqs_reports[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{RLQS_REPORTS_TOTAL}{{service=\"{service}\",code=\"{code}\"}} {n}"
             );
         }
         out

@@ -3,7 +3,9 @@
 //! metrics as a Rust service linking the client) and offers it two ways:
 //!
 //! * [`proxy`]: a reverse proxy (HTTP/1.1 and h2c, so gRPC) in front of the service;
-//! * [`rls`]: Envoy's rate limit service v3, for an Envoy or Istio proxy in the same pod.
+//! * [`rls`]: Envoy's rate limit service v3, for an Envoy or Istio proxy in the same pod;
+//! * [`rlqs`]: Envoy's rate limit quota service v3 on the same port, for Envoy's
+//!   `rate_limit_quota` filter, which then enforces by itself with this client's share.
 //!
 //! [`start`] binds nothing itself: it serves on listeners the caller made (port 0 in tests)
 //! and returns a [`RunningSidecar`]. [`metrics`] renders `/metrics`; [`envoy`] is the
@@ -12,6 +14,7 @@
 pub mod envoy;
 pub mod metrics;
 pub mod proxy;
+pub mod rlqs;
 pub mod rls;
 
 use std::net::SocketAddr;
@@ -110,10 +113,19 @@ pub fn start(
                 metrics.clone(),
             )
             .into_server();
+            let quota = rlqs::Rlqs::new(
+                client.clone(),
+                &opts.rls_caller_key,
+                &opts.rls_procedure_key,
+                metrics.clone(),
+            )
+            .into_server();
             let mut rx = rx.clone();
             let tls = opts.rls_tls.clone();
             tasks.push(tokio::spawn(async move {
-                let router = tonic::transport::Server::builder().add_service(svc);
+                let router = tonic::transport::Server::builder()
+                    .add_service(svc)
+                    .add_service(quota);
                 let stop = async move {
                     let _ = rx.wait_for(|s| *s).await;
                 };

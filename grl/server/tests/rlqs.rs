@@ -1,0 +1,241 @@
+//! The sidecar's Envoy rate limit quota service (v3) driven by a Python data plane written
+//! against `xds-protos` (the stubs the gRPC project generates from Envoy's published API)
+//! that does what Envoy's `rate_limit_quota` filter does: offer, enforce the assignment it
+//! holds, report usage per bucket. Under a real controller: the limited bucket is assigned
+//! its rate, other buckets are allowed all, shadow buckets are allowed all with virtual drops
+//! counted, `/metrics` adds up to the usage reported, and malformed streams are refused.
+//! The example filter config in `deploy/envoy/` parses as Envoy's API and matches the
+//! sidecar's defaults.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::sidecar::{ControlPlane, Sidecar, Upstream, n, python, requests, sum};
+
+const PROCEDURE: &str = "pay.Pay/Card";
+
+/// Runs the data plane with `args` and returns its summary and whether it exited 0.
+async fn data_plane(args: Vec<String>) -> (serde_json::Value, bool) {
+    tokio::task::spawn_blocking(move || {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/rlqs_client.py");
+        let out = Command::new(python())
+            .arg(script)
+            .args(&args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let summary = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "rlqs_client.py {args:?}: {e}; stdout: {stdout}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (summary, out.status.success())
+    })
+    .await
+    .unwrap()
+}
+
+fn bucket(caller: &str, rps: u32) -> String {
+    format!(r#"{{"id": {{"source_cluster": "{caller}", "path": "/{PROCEDURE}"}}, "rps": {rps}}}"#)
+}
+
+fn args(target: &str, rest: &[&str]) -> Vec<String> {
+    ["--target", target]
+        .iter()
+        .chain(rest)
+        .map(|s| (*s).to_string())
+        .collect()
+}
+
+/// Total requests of `caller` in the sidecar's `/metrics`, every decision.
+fn offered(m: &std::collections::BTreeMap<String, f64>, caller: &str) -> u64 {
+    ["allowed", "dropped", "shadow_dropped"]
+        .iter()
+        .map(|d| requests(m, caller, PROCEDURE, d))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoys_quota_filter_is_assigned_its_share_and_metrics_add_up() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    // Bucket 0 offers 10x its 20 rps limit; bucket 1 matches no GRL bucket; bucket 2 is a
+    // shadow bucket offered 5x its limit.
+    let (s, ok) = data_plane(args(
+        &sc.rls,
+        &[
+            "--bucket",
+            &bucket("limited", 200),
+            "--bucket",
+            &bucket("free", 50),
+            "--bucket",
+            &bucket("shadowed", 100),
+            "--until-bucket",
+            "0",
+            "--then",
+            "3",
+            "--deadline",
+            "60",
+        ],
+    ))
+    .await;
+    assert!(ok && s["status"] == "OK", "{s}");
+    assert!(s["until_met"] == true, "bucket 0 never got a rate: {s}");
+    assert_eq!(s["unknown_buckets"], 0, "{s}");
+    let b = &s["buckets"];
+    // The only client of a 20 rps bucket is assigned about 20 rps, held for a while.
+    let rate = b[0]["last"]["rate"].as_f64().unwrap();
+    assert!(
+        b[0]["last"]["kind"] == "REQUESTS_PER_TIME_UNIT" && (10.0..=30.0).contains(&rate),
+        "{s}"
+    );
+    assert!(b[0]["ttl_ms"].as_u64().unwrap() > 0, "{s}");
+    assert!(n(&b[0], "denied") > n(&b[0], "allowed"), "{s}");
+    for i in [1, 2] {
+        assert_eq!(b[i]["last"]["kind"], "ALLOW_ALL", "bucket {i}: {s}");
+        assert_eq!(b[i]["strategies"].as_object().unwrap().len(), 1, "{s}");
+        assert_eq!(n(&b[i], "denied"), 0, "{s}");
+    }
+
+    // /metrics: every request the data plane reported, as the decision it reported; the
+    // shadow bucket's virtual drops counted out of what it let through.
+    let reported = |i: usize| n(&b[i], "allowed") + n(&b[i], "denied");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        let m = sc.scrape().await;
+        if offered(&m, "limited") == reported(0)
+            && offered(&m, "free") == reported(1)
+            && offered(&m, "shadowed") == reported(2)
+        {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "metrics never added up to the usage reported: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        requests(&m, "limited", PROCEDURE, "dropped"),
+        n(&b[0], "denied")
+    );
+    assert!(requests(&m, "shadowed", PROCEDURE, "shadow_dropped") > 0);
+    assert_eq!(requests(&m, "shadowed", PROCEDURE, "dropped"), 0);
+    let assignments = |kind| {
+        sum(
+            &m,
+            "grl_sidecar_rlqs_assignments_total",
+            &[("strategy", kind)],
+        ) as u64
+    };
+    assert!(assignments("requests_per_time_unit") > 0);
+    assert!(assignments("allow_all") > 0);
+    assert_eq!(
+        sum(&m, "grl_sidecar_rlqs_reports_total", &[("code", "ok")]) as u64,
+        n(&s, "reports")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_domain_or_an_empty_bucket_ends_the_stream_and_records_nothing() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    for (rest, words) in [
+        (vec!["--domain", "orders"], "\"payments\""),
+        (vec!["--domain", ""], "no domain"),
+    ] {
+        let mut a = rest.clone();
+        let b = bucket("limited", 100);
+        a.extend(["--bucket", &b, "--seconds", "1", "--deadline", "20"]);
+        let (s, _) = data_plane(args(&sc.rls, &a)).await;
+        assert_eq!(s["status"], "INVALID_ARGUMENT", "{rest:?}: {s}");
+        assert!(
+            s["details"].as_str().unwrap().contains(words),
+            "{rest:?}: {s}"
+        );
+    }
+    let (s, _) = data_plane(args(
+        &sc.rls,
+        &[
+            "--bucket",
+            r#"{"id": {}, "rps": 10}"#,
+            "--seconds",
+            "1",
+            "--deadline",
+            "20",
+        ],
+    ))
+    .await;
+    assert_eq!(s["status"], "INVALID_ARGUMENT", "{s}");
+    assert!(
+        s["details"]
+            .as_str()
+            .unwrap()
+            .contains("bucket id is empty"),
+        "{s}"
+    );
+    let m = sc.scrape().await;
+    assert_eq!(offered(&m, "limited"), 0, "a refused report was recorded");
+    assert_eq!(
+        sum(
+            &m,
+            "grl_sidecar_rlqs_reports_total",
+            &[("code", "invalid_argument")]
+        ) as u64,
+        3
+    );
+}
+
+#[test]
+fn the_example_quota_filter_is_envoy_config_for_the_sidecars_defaults() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let file = root.join("deploy/envoy/rate-limit-quota.yaml");
+    let filter: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/envoy_config_check.py");
+    let mut child = Command::new(python())
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(filter.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let config = &parsed["typedConfig"];
+    assert_eq!(config["domain"], "payments");
+    assert_eq!(config["rlqsServer"]["envoyGrpc"]["clusterName"], "grl_rls");
+    let settings = &config["bucketMatchers"]["onNoMatch"]["action"]["typedConfig"];
+    let mut keys: Vec<&str> = settings["bucketIdBuilder"]["bucketIdBuilder"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    // The sidecar's default --rls-procedure-key and --rls-caller-key.
+    assert_eq!(keys, ["path", "source_cluster"]);
+    for behaviour in ["noAssignmentBehavior", "expiredAssignmentBehavior"] {
+        assert_eq!(
+            settings[behaviour]["fallbackRateLimit"]["blanketRule"], "ALLOW_ALL",
+            "{behaviour}: GRL fails open"
+        );
+    }
+}
