@@ -7,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/envoy/extensions/common/ratelimit/v3/ratelimit.proto",
         "proto/envoy/service/ratelimit/v3/rls.proto",
         "proto/envoy/type/v3/ratelimit_unit.proto",
+        "proto/envoy/type/v3/token_bucket.proto",
         "proto/envoy/type/v3/ratelimit_strategy.proto",
         "proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
     ];

@@ -6,7 +6,7 @@
 //! Everything here runs on the background task (or a test driving it) under one lock that
 //! the hot path never takes. The hot path only reads the thresholds written here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -48,10 +48,64 @@ struct Book {
     idle: bool,
     /// The cell's `recorded` count at the end of the last window.
     recorded_base: u64,
+    /// The cell's `recorded` count at the last report.
+    recorded_reported: u64,
+    /// Recorded batches of the last [`recorded_horizon`](Inner::recorded_horizon): when
+    /// each arrived and its size.
+    recorded_batches: VecDeque<(Instant, u64)>,
+    /// Requests per second recorded over that horizon: usage decided elsewhere arrives in
+    /// batches (an Envoy reports once a second), so it is measured as a sliding sum, which
+    /// a periodic batch keeps steady.
+    recorded_rate: f64,
     /// Consecutive windows whose rate was more than twice, or less than half, the last
     /// reported one: an urgent report goes at the second (a lone burst, e.g. a caller
     /// catching up after a pause, is not news).
     far: u8,
+}
+
+impl Book {
+    /// Adds a window's recorded `batch` at `now` and sums the batches of the last `horizon`.
+    fn record_batch(&mut self, batch: u64, now: Instant, horizon: Duration) {
+        if batch > 0 {
+            self.recorded_batches.push_back((now, batch));
+        }
+        while self
+            .recorded_batches
+            .front()
+            .is_some_and(|(t, _)| now - *t >= horizon)
+        {
+            self.recorded_batches.pop_front();
+        }
+        let sum: u64 = self.recorded_batches.iter().map(|(_, n)| n).sum();
+        self.recorded_rate = sum as f64 / horizon.as_secs_f64();
+    }
+
+    /// The part of allowance `a` for this client's own decisions: all of it, or, when
+    /// usage decided elsewhere is recorded in the same bucket, the part in proportion to
+    /// the own offered rate (the rest is the recording data plane's: [`Inner::admission`]).
+    fn local_share(&self, a: f64) -> f64 {
+        if self.recorded_rate > 0.0 {
+            a * self.offered_now / (self.offered_now + self.recorded_rate)
+        } else {
+            a
+        }
+    }
+
+    /// The part of allowance `a` for usage decided elsewhere: in proportion to the recorded
+    /// rate, or all of it while none is measured yet (a data plane that just started).
+    fn recorded_share(&self, a: f64) -> f64 {
+        if self.recorded_rate > 0.0 {
+            a * self.recorded_rate / (self.offered_now + self.recorded_rate)
+        } else {
+            a
+        }
+    }
+
+    /// Counts a batch recorded at `now`.
+    fn add_recorded(&mut self, n: u64, now: Instant, horizon: Duration) {
+        self.recorded_batches.push_back((now, n));
+        self.record_batch(0, now, horizon);
+    }
 }
 
 /// The control plane's state.
@@ -138,7 +192,7 @@ impl Inner {
                 }
             }
             let ratio = match book.allowed {
-                Some(a) => local_ratio(a, book.offered_now),
+                Some(a) => local_ratio(book.local_share(a), book.offered_now),
                 None => r.ratio,
             };
             c.registry.cells[id as usize]
@@ -281,28 +335,54 @@ impl Inner {
         for (id, b) in books.iter_mut().enumerate() {
             let delta: [u64; DECISIONS] = std::array::from_fn(|i| b.totals[i] - b.reported[i]);
             b.reported = b.totals;
+            let recorded = registry.cells[id].recorded.load(Ordering::Relaxed);
+            let batch = recorded - b.recorded_reported;
+            b.recorded_reported = recorded;
             let is_active = active.contains(&(id as u32));
             if id as u32 == UNMATCHED || (!is_active && delta.iter().all(|d| *d == 0)) {
                 continue;
             }
-            b.reported_rate = delta.iter().sum::<u64>() as f64 / secs;
-            rates.push(self.bucket_rate(&registry.cells[id].name, &delta, secs));
+            let row = self.bucket_rate(&registry.cells[id].name, &delta, batch, b, secs);
+            b.reported_rate = row.offered;
+            rates.push(row);
         }
         self.report_with(&c, rates)
     }
 
-    /// One bucket's row of a report: the decisions `delta` counted over `secs`.
-    fn bucket_rate(&self, bucket: &str, delta: &[u64; DECISIONS], secs: f64) -> proto::BucketRate {
+    /// One bucket's row of a report: the decisions `delta` counted over `secs`, of which
+    /// `batch` were recorded; recorded usage enters as the book's recorded rate rather than
+    /// as the batches that happened to arrive in `secs`. Drops are scaled likewise.
+    fn bucket_rate(
+        &self,
+        bucket: &str,
+        delta: &[u64; DECISIONS],
+        batch: u64,
+        book: &Book,
+        secs: f64,
+    ) -> proto::BucketRate {
+        let counted = delta.iter().sum::<u64>();
+        let offered = counted.saturating_sub(batch) as f64 / secs + book.recorded_rate;
+        let scale = if counted > 0 {
+            offered / counted as f64
+        } else {
+            0.0
+        };
         proto::BucketRate {
             service: self.cfg.service.clone(),
             bucket: bucket.to_string(),
             zone: self.cfg.zone.clone(),
             region: self.cfg.region.clone(),
-            offered: delta.iter().sum::<u64>() as f64 / secs,
-            dropped: delta[1] as f64 / secs,
-            shadow_dropped: delta[2] as f64 / secs,
+            offered,
+            dropped: delta[1] as f64 * scale,
+            shadow_dropped: delta[2] as f64 * scale,
             clients: 1,
         }
+    }
+
+    /// How far back recorded batches are summed: two intervals, and at least two seconds
+    /// (Envoy's quota filter reports once a second by default).
+    fn recorded_horizon(&self) -> Duration {
+        (self.cfg.interval * 2).max(Duration::from_secs(2))
     }
 
     /// A report carrying `rates` (empty for the hello sent on connect).
@@ -334,6 +414,7 @@ impl Inner {
         let mut urgent = false;
         let mut changed = false;
         let mut rates = Vec::new();
+        let horizon = self.recorded_horizon();
         let Control {
             books,
             registry,
@@ -350,6 +431,7 @@ impl Inner {
             let recorded = registry.cells[id as usize].recorded.load(Ordering::Relaxed);
             let batch = recorded - b.recorded_base;
             b.recorded_base = recorded;
+            b.record_batch(0, now, horizon);
             let count: u64 = delta.iter().sum::<u64>().saturating_sub(batch);
             let pause = count == 0 && !b.idle;
             b.idle = count == 0;
@@ -359,6 +441,8 @@ impl Inner {
                 estimate(b.offered_now, count, secs)
             };
             b.offered_now = now_rate;
+            // Compared with what was reported, which includes the recorded rate.
+            let now_rate = now_rate + b.recorded_rate;
             let fell = now_rate < 0.5 * b.reported_rate;
             let far = fell || now_rate > 2.0 * b.reported_rate;
             b.far = if far && (jumped || b.far > 0) {
@@ -377,9 +461,9 @@ impl Inner {
                     b.hold = Some((now + self.cfg.interval, a));
                 }
             }
-            rates.push(self.bucket_rate(&registry.cells[id as usize].name, &delta, secs));
+            rates.push(self.bucket_rate(&registry.cells[id as usize].name, &delta, batch, b, secs));
             if let (Some(a), Some(_)) = (b.allowed, b.expires) {
-                let t = threshold(local_ratio(a, now_rate));
+                let t = threshold(local_ratio(b.local_share(a), b.offered_now));
                 changed |= registry.cells[id as usize]
                     .threshold
                     .swap(t, Ordering::Relaxed)
@@ -393,9 +477,13 @@ impl Inner {
             return None;
         }
         for &id in &c.active.clone() {
+            let recorded = c.registry.cells[id as usize]
+                .recorded
+                .load(Ordering::Relaxed);
             let b = &mut c.books[id as usize];
             b.reported = b.totals;
-            b.reported_rate = b.offered_now;
+            b.recorded_reported = recorded;
+            b.reported_rate = b.offered_now + b.recorded_rate;
             b.far = 0;
         }
         c.seq += 1;
@@ -403,6 +491,21 @@ impl Inner {
         let mut report = self.report_with(&c, rates);
         report.urgent = true;
         Some(report)
+    }
+
+    /// Adds `n` recorded requests to cell `id`'s bookkeeping, with `count` (which adds
+    /// them to a pair or the overflow) under the control lock, so that a window sees both
+    /// or neither.
+    pub(crate) fn record_counts(&self, id: u32, n: u64, count: impl FnOnce(), now: Instant) {
+        let horizon = self.recorded_horizon();
+        let mut c = self.lock();
+        count();
+        c.registry.cells[id as usize]
+            .recorded
+            .fetch_add(n, Ordering::Relaxed);
+        if let Some(b) = c.books.get_mut(id as usize) {
+            b.add_recorded(n, now, horizon);
+        }
     }
 
     /// What a data plane enforcing by itself may admit in bucket `id` (matched, not in
@@ -416,7 +519,7 @@ impl Inner {
             return crate::Admission::Unlimited;
         }
         match b.allowed {
-            Some(a) => crate::Admission::PerSecond(a),
+            Some(a) => crate::Admission::PerSecond(b.recorded_share(a)),
             None => match c.registry.cells[id as usize].ratio() {
                 r if r > 0.0 => crate::Admission::Ratio(r),
                 _ => crate::Admission::Unlimited,

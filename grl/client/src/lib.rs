@@ -92,7 +92,8 @@ pub enum Decision {
 pub enum Admission {
     /// No limit applies now: no bucket, a shadow bucket, or no instruction in force.
     Unlimited,
-    /// At most this many requests per second: this client's share of the bucket.
+    /// At most this many requests per second in the bucket (this client's allowance, or the
+    /// recorded usage's part of it).
     PerSecond(f64),
     /// Refuse this fraction of requests (the tiers sent a ratio and no rate).
     Ratio(f64),
@@ -337,20 +338,24 @@ impl Client {
         if total == 0 {
             return;
         }
-        let (pair, cell) = match self.pair(caller, procedure) {
+        let (pair, cell, id) = match self.pair(caller, procedure) {
             Ok(e) => {
                 let id = e.cell.load(Ordering::Relaxed);
                 (
                     Some(e),
                     self.inner.resolver.load().cells[id as usize].clone(),
+                    id,
                 )
             }
-            Err(cell) => (None, cell),
+            Err(cell) => {
+                let id = self.inner.resolver.load().resolve(caller, procedure);
+                (None, cell, id)
+            }
         };
+        let now = tokio::time::Instant::now();
         let virtual_drops = if cell.shadow.load(Ordering::Relaxed) {
-            let id = self.inner.resolver.load().resolve(caller, procedure);
             let rate = total as f64 / elapsed.as_secs_f64();
-            let ratio = match self.inner.admission(id, tokio::time::Instant::now()) {
+            let ratio = match self.inner.admission(id, now) {
                 Admission::PerSecond(a) if rate.is_finite() => control::local_ratio(a, rate),
                 Admission::Ratio(r) => r,
                 _ => 0.0,
@@ -360,7 +365,7 @@ impl Client {
             0
         };
         let counts = [allowed - virtual_drops, denied, virtual_drops];
-        match pair {
+        let count = || match pair {
             Some(e) => {
                 for (i, n) in counts.into_iter().enumerate() {
                     e.add(Decision::from_index(i), n);
@@ -372,15 +377,25 @@ impl Client {
                 }
                 self.inner.overflow.fetch_add(total, Ordering::Relaxed);
             }
-        }
-        cell.recorded.fetch_add(total, Ordering::Relaxed);
+        };
+        self.inner.record_counts(id, total, count, now);
+    }
+
+    /// The name of the bucket `caller` calling `procedure` falls in under the current
+    /// config; `None` when it matches none. Not the hot path.
+    pub fn bucket(&self, caller: &str, procedure: &str) -> Option<String> {
+        let resolver = self.inner.resolver.load();
+        let id = resolver.resolve(caller, procedure);
+        (id != buckets::UNMATCHED).then(|| resolver.cells[id as usize].name.clone())
     }
 
     /// What `caller` calling `procedure` may admit now, for a data plane that enforces by
     /// itself (e.g. Envoy's rate limit quota filter): [`Admission::Unlimited`] when no
     /// bucket matches, the bucket is in shadow mode, or no instruction is in force
-    /// (fail-open); otherwise this client's share of the bucket's allowed rate, or the drop
-    /// ratio when the tiers sent no rate.
+    /// (fail-open); otherwise the part of this client's allowance for usage decided
+    /// elsewhere (all of it, or, when the client also decides requests of the bucket
+    /// itself, the part in proportion to the recorded rate), or the drop ratio when the
+    /// tiers sent no rate. The caller splits it over its own sub-buckets.
     pub fn admission(&self, caller: &str, procedure: &str) -> Admission {
         let resolver = self.inner.resolver.load();
         let id = resolver.resolve(caller, procedure);

@@ -39,7 +39,11 @@ async fn data_plane(args: Vec<String>) -> (serde_json::Value, bool) {
 }
 
 fn bucket(caller: &str, rps: u32) -> String {
-    format!(r#"{{"id": {{"source_cluster": "{caller}", "path": "/{PROCEDURE}"}}, "rps": {rps}}}"#)
+    bucket_at(caller, PROCEDURE, rps)
+}
+
+fn bucket_at(caller: &str, procedure: &str, rps: u32) -> String {
+    format!(r#"{{"id": {{"source_cluster": "{caller}", "path": "/{procedure}"}}, "rps": {rps}}}"#)
 }
 
 fn args(target: &str, rest: &[&str]) -> Vec<String> {
@@ -50,12 +54,22 @@ fn args(target: &str, rest: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// Total requests of `caller` in the sidecar's `/metrics`, every decision.
-fn offered(m: &std::collections::BTreeMap<String, f64>, caller: &str) -> u64 {
+/// Total requests of `caller` calling `procedure` in the sidecar's `/metrics`, every
+/// decision.
+fn offered_at(m: &std::collections::BTreeMap<String, f64>, caller: &str, procedure: &str) -> u64 {
     ["allowed", "dropped", "shadow_dropped"]
         .iter()
-        .map(|d| requests(m, caller, PROCEDURE, d))
+        .map(|d| requests(m, caller, procedure, d))
         .sum()
+}
+
+fn offered(m: &std::collections::BTreeMap<String, f64>, caller: &str) -> u64 {
+    offered_at(m, caller, PROCEDURE)
+}
+
+fn rate(s: &serde_json::Value) -> f64 {
+    assert_eq!(s["last"]["kind"], "TOKEN_BUCKET", "{s}");
+    s["last"]["rate"].as_f64().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,39 +77,58 @@ async fn envoys_quota_filter_is_assigned_its_share_and_metrics_add_up() {
     let cp = ControlPlane::start().await;
     let up = Upstream::start().await;
     let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
-    // Bucket 0 offers 10x its 20 rps limit; bucket 1 matches no GRL bucket; bucket 2 is a
-    // shadow bucket offered 5x its limit.
+    // Buckets 0 and 1: two Envoy buckets (two procedures) of the one 20 rps GRL bucket of
+    // caller `limited`, offering 10x it together, 3:1; bucket 2 matches no GRL bucket;
+    // bucket 3 is a shadow bucket offered 5x its limit.
+    const REFUND: &str = "pay.Pay/Refund";
     let (s, ok) = data_plane(args(
         &sc.rls,
         &[
             "--bucket",
-            &bucket("limited", 200),
+            &bucket("limited", 150),
+            "--bucket",
+            &bucket_at("limited", REFUND, 50),
             "--bucket",
             &bucket("free", 50),
             "--bucket",
             &bucket("shadowed", 100),
             "--until-bucket",
             "0",
+            "--until-bucket",
+            "1",
             "--then",
-            "3",
+            "4",
             "--deadline",
             "60",
         ],
     ))
     .await;
+    eprintln!("data plane: {s}");
     assert!(ok && s["status"] == "OK", "{s}");
-    assert!(s["until_met"] == true, "bucket 0 never got a rate: {s}");
+    assert!(
+        s["until_met"] == true,
+        "buckets 0 and 1 never got a token bucket: {s}"
+    );
     assert_eq!(s["unknown_buckets"], 0, "{s}");
     let b = &s["buckets"];
-    // The only client of a 20 rps bucket is assigned about 20 rps, held for a while.
-    let rate = b[0]["last"]["rate"].as_f64().unwrap();
+    // The GRL bucket's 20 rps are split over its two Envoy buckets by their offered rates,
+    // not given to each.
+    let (r0, r1) = (rate(&b[0]), rate(&b[1]));
+    assert!((14.0..=26.0).contains(&(r0 + r1)), "{r0} + {r1}: {s}");
     assert!(
-        b[0]["last"]["kind"] == "REQUESTS_PER_TIME_UNIT" && (10.0..=30.0).contains(&rate),
-        "{s}"
+        r0 > 1.5 * r1,
+        "split 3:1 by offered rate, got {r0} and {r1}: {s}"
     );
-    assert!(b[0]["ttl_ms"].as_u64().unwrap() > 0, "{s}");
+    for i in 0..4 {
+        assert_eq!(b[i]["ignored"], 0, "an assignment Envoy would ignore: {s}");
+        let ttl = b[i]["ttl_ms"].as_u64().unwrap();
+        assert!(
+            ttl >= 1000 && ttl % 1000 == 0,
+            "Envoy reads whole seconds: {s}"
+        );
+    }
     assert!(n(&b[0], "denied") > n(&b[0], "allowed"), "{s}");
-    for i in [1, 2] {
+    for i in [2, 3] {
         assert_eq!(b[i]["last"]["kind"], "ALLOW_ALL", "bucket {i}: {s}");
         assert_eq!(b[i]["strategies"].as_object().unwrap().len(), 1, "{s}");
         assert_eq!(n(&b[i], "denied"), 0, "{s}");
@@ -108,8 +141,9 @@ async fn envoys_quota_filter_is_assigned_its_share_and_metrics_add_up() {
     let m = loop {
         let m = sc.scrape().await;
         if offered(&m, "limited") == reported(0)
-            && offered(&m, "free") == reported(1)
-            && offered(&m, "shadowed") == reported(2)
+            && offered_at(&m, "limited", REFUND) == reported(1)
+            && offered(&m, "free") == reported(2)
+            && offered(&m, "shadowed") == reported(3)
         {
             break m;
         }
@@ -132,7 +166,7 @@ async fn envoys_quota_filter_is_assigned_its_share_and_metrics_add_up() {
             &[("strategy", kind)],
         ) as u64
     };
-    assert!(assignments("requests_per_time_unit") > 0);
+    assert!(assignments("token_bucket") > 0);
     assert!(assignments("allow_all") > 0);
     assert_eq!(
         sum(&m, "grl_sidecar_rlqs_reports_total", &[("code", "ok")]) as u64,

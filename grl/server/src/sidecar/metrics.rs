@@ -15,7 +15,7 @@ pub const UPSTREAM_ERRORS_TOTAL: &str = "grl_sidecar_upstream_errors_total";
 pub const RLS_REQUESTS_TOTAL: &str = "grl_sidecar_rls_requests_total";
 
 /// Rate limit quota assignments the sidecar sent, by `strategy` (`allow_all`, `deny_all`,
-/// `requests_per_time_unit`).
+/// `token_bucket`).
 pub const RLQS_ASSIGNMENTS_TOTAL: &str = "grl_sidecar_rlqs_assignments_total";
 /// Rate limit quota usage reports received, by `code` (`ok`, `invalid_argument`).
 pub const RLQS_REPORTS_TOTAL: &str = "grl_sidecar_rlqs_reports_total";
@@ -27,8 +27,8 @@ pub enum RlqsStrategy {
     AllowAll = 0,
     /// Every request denied.
     DenyAll = 1,
-    /// A number of requests per time unit.
-    RequestsPerTimeUnit = 2,
+    /// A token bucket.
+    TokenBucket = 2,
 }
 
 /// Why a request could not be forwarded.
@@ -114,10 +114,7 @@ impl SidecarMetrics {
             out,
             "# HELP {RLQS_ASSIGNMENTS_TOTAL} Quota assignments the sidecar's rate limit quota service sent.\n# TYPE {RLQS_ASSIGNMENTS_TOTAL} counter"
         );
-        for (i, strategy) in ["allow_all", "deny_all", "requests_per_time_unit"]
-            .iter()
-            .enumerate()
-        {
+        for (i, strategy) in ["allow_all", "deny_all", "token_bucket"].iter().enumerate() {
             let n = self.rlqs_assignments[i].load(Ordering::Relaxed);
             let _ = writeln!(
                 out,

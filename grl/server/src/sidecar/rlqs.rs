@@ -1,7 +1,7 @@
 //! Envoy's rate limit quota service, v3 (`envoy.service.rate_limit_quota.v3`), answered
 //! from the sidecar's client, so that Envoy's `rate_limit_quota` HTTP filter becomes a GRL
-//! client: it enforces by itself, reports its usage per bucket, and receives per bucket the
-//! rate it may admit, which is this client's share of the GRL bucket.
+//! client: it enforces by itself, reports its usage per bucket, and receives per bucket a
+//! token bucket filling at its share of this client's allowance.
 //!
 //! One stream per Envoy. The first report names the domain, which must be the sidecar's
 //! `--service`. A report's `BucketId` maps to a (caller, procedure) pair as the rate limit
@@ -10,17 +10,21 @@
 //! denied) is recorded into the client ([`Client::record`]) as offered load: the tiers see
 //! Envoy's traffic like any other client's. The first report of a bucket subscribes to it:
 //! the answer to every report carries an assignment for each of its buckets, and between
-//! reports the session pushes an assignment whenever the bucket's admission changes
-//! (checked every [`PUSH_EVERY`]) and before the last one expires.
+//! reports the session pushes an assignment whenever a bucket's share moves by more than
+//! [`PUSH_CHANGE`] (checked every [`PUSH_EVERY`]) and before the last one expires.
 //!
-//! Assignments ([`strategy`]): no limit in force (no bucket, shadow mode, fail-open) is
-//! `ALLOW_ALL`; an allowance of `a` requests per second is `requests_per_time_unit` (`a`
-//! per second, or per minute below 1 per second); an allowance under one request a minute
-//! is `DENY_ALL`. Each assignment lives for the client's ratio validity, so an Envoy cut off
-//! from the sidecar falls back to its filter's `expired_assignment_behavior` (fail open if
-//! so configured) as a GRL client does. A report with no domain first, a foreign domain, an
-//! empty `BucketId` or more than [`MAX_BUCKETS`] buckets ends the stream with
-//! `INVALID_ARGUMENT`; nothing of that report is recorded.
+//! Shares ([`shares`]): the client's allowance for the data plane's usage
+//! ([`Client::admission`]) is split over the stream's Envoy buckets that fall in the same
+//! GRL bucket, by their offered rates as measured here between reports (Envoy reports
+//! whole seconds only). Assignments ([`strategy`]): no limit in force (no bucket, shadow
+//! mode, fail-open) is `ALLOW_ALL`; a share of `a` requests per second is a token bucket
+//! refilled at `a` per second holding up to a second's worth (at least one token), the only
+//! rate Envoy's filter enforces; a share under one request an hour is `DENY_ALL`. Each assignment lives for the
+//! client's ratio validity in whole seconds, so an Envoy cut off from the sidecar falls back
+//! to its filter's `expired_assignment_behavior` (fail open if so configured) as a GRL client
+//! does. A report with no domain first, a foreign domain, an empty `BucketId`, more than
+//! [`MAX_USAGE`] requests in one usage or more than [`MAX_BUCKETS`] buckets ends the stream
+//! with `INVALID_ARGUMENT`; nothing of that report is recorded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -38,18 +42,24 @@ use super::envoy::quota::{
     rate_limit_quota_response::{BucketAction, bucket_action},
     rate_limit_quota_service_server::{RateLimitQuotaService, RateLimitQuotaServiceServer},
 };
-use super::envoy::types::{RateLimitStrategy, RateLimitUnit, rate_limit_strategy};
+use super::envoy::types::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
 use super::metrics::{RlqsStrategy, SidecarMetrics};
 
-/// How often a session checks its buckets' admission for a change to push.
+/// How often a session checks its buckets' shares for a change to push.
 pub const PUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// The most buckets one stream may subscribe to.
 pub const MAX_BUCKETS: usize = 10_000;
 
-/// A relative change of an allowance smaller than this is not pushed (it is sent with the
-/// next answer or refresh).
-const PUSH_CHANGE: f64 = 0.05;
+/// The most requests one usage may report (2^40: years of a million requests a second).
+pub const MAX_USAGE: u64 = 1 << 40;
+
+/// A relative move of a share smaller than this is not pushed (it goes with the next
+/// answer or refresh).
+pub const PUSH_CHANGE: f64 = 0.05;
+
+/// The longest fill interval sent: a share under one request per this is `DENY_ALL`.
+const LONGEST_FILL: Duration = Duration::from_secs(3600);
 
 /// The rate limit quota service of one sidecar.
 #[derive(Debug, Clone)]
@@ -60,15 +70,30 @@ pub struct Rlqs {
     metrics: Arc<SidecarMetrics>,
 }
 
+/// What one Envoy bucket may admit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Share {
+    /// Everything.
+    All,
+    /// At most this many requests per second.
+    PerSecond(f64),
+}
+
 /// One subscribed bucket of a stream.
 struct Subscription {
     id: BucketId,
     caller: String,
     procedure: String,
-    /// Envoy's last reported rate (allowed + denied per second), for a ratio-only admission.
+    /// The GRL bucket the pair falls in, refreshed at each report.
+    bucket: Option<String>,
+    /// When Envoy last reported the bucket, on this sidecar's clock.
+    reported_at: Option<Instant>,
+    /// Envoy's offered rate between its last two reports (allowed + denied per second).
     offered: f64,
-    sent: Option<(Admission, Instant)>,
+    sent: Option<(Share, Instant)>,
 }
+
+type Subscriptions = BTreeMap<Vec<(String, String)>, Subscription>;
 
 impl Rlqs {
     /// A service deciding with `client`; bucket id keys `caller_key` and `procedure_key`
@@ -109,10 +134,12 @@ impl Rlqs {
         (caller, procedure)
     }
 
-    /// How long an assignment lives: the client's ratio validity.
+    /// How long an assignment lives: the client's ratio validity, in whole seconds (Envoy
+    /// reads only the seconds), at least one.
     fn ttl(&self) -> Duration {
         let cfg = self.client.config();
-        cfg.interval * cfg.expiry_intervals
+        let valid = cfg.interval * cfg.expiry_intervals;
+        Duration::from_secs(valid.as_secs_f64().ceil().max(1.0) as u64)
     }
 
     /// Checks one report whole against the stream's `domain` (set by the first report).
@@ -120,7 +147,7 @@ impl Rlqs {
         &self,
         r: &RateLimitQuotaUsageReports,
         domain: &mut Option<String>,
-        subscribed: usize,
+        subs: &Subscriptions,
     ) -> Result<(), Status> {
         let service = &self.client.config().service;
         match (domain.as_deref(), r.domain.as_str()) {
@@ -136,37 +163,26 @@ impl Rlqs {
             }
             _ => *domain = Some(service.clone()),
         }
-        if let Some(i) = r
-            .bucket_quota_usages
-            .iter()
-            .position(|u| u.bucket_id.as_ref().is_none_or(|b| b.bucket.is_empty()))
-        {
-            return Err(Status::invalid_argument(format!(
-                "usage {i}: the bucket id is empty"
-            )));
+        let mut new = 0;
+        for (i, u) in r.bucket_quota_usages.iter().enumerate() {
+            let Some(id) = u.bucket_id.as_ref().filter(|b| !b.bucket.is_empty()) else {
+                return Err(Status::invalid_argument(format!(
+                    "usage {i}: the bucket id is empty"
+                )));
+            };
+            if u.num_requests_allowed.saturating_add(u.num_requests_denied) > MAX_USAGE {
+                return Err(Status::invalid_argument(format!(
+                    "usage {i}: more than {MAX_USAGE} requests in one report"
+                )));
+            }
+            new += usize::from(!subs.contains_key(&bucket_key(&id.bucket)));
         }
-        if subscribed + r.bucket_quota_usages.len() > MAX_BUCKETS {
+        if subs.len() + new > MAX_BUCKETS {
             return Err(Status::invalid_argument(format!(
                 "more than {MAX_BUCKETS} buckets on one stream"
             )));
         }
         Ok(())
-    }
-
-    /// The assignment for one subscribed bucket now, counted in the metrics.
-    fn action(&self, sub: &mut Subscription, admission: Admission, now: Instant) -> BucketAction {
-        sub.sent = Some((admission, now));
-        let (strategy, kind) = strategy(admission, sub.offered);
-        self.metrics.rlqs_assignment(kind);
-        BucketAction {
-            bucket_id: Some(sub.id.clone()),
-            bucket_action: Some(bucket_action::BucketAction::QuotaAssignmentAction(
-                bucket_action::QuotaAssignmentAction {
-                    assignment_time_to_live: prost_types::Duration::try_from(self.ttl()).ok(),
-                    rate_limit_strategy: Some(strategy),
-                },
-            )),
-        }
     }
 
     /// Serves one stream until Envoy closes it, it breaks a rule, or `out` is dropped.
@@ -176,17 +192,16 @@ impl Rlqs {
         out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) {
         let mut domain = None;
-        let mut subs: BTreeMap<Vec<(String, String)>, Subscription> = BTreeMap::new();
+        let mut subs = Subscriptions::new();
         let mut tick = tokio::time::interval(PUSH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let now = Instant::now();
             let actions = tokio::select! {
                 r = reports.message() => match r {
-                    Ok(Some(r)) => match self.validate(&r, &mut domain, subs.len()) {
+                    Ok(Some(r)) => match self.validate(&r, &mut domain, &subs) {
                         Ok(()) => {
                             self.metrics.rlqs_report(true);
-                            self.apply(&r, &mut subs, now)
+                            self.apply(&r, &mut subs, Instant::now())
                         }
                         Err(status) => {
                             self.metrics.rlqs_report(false);
@@ -196,7 +211,7 @@ impl Rlqs {
                     },
                     Ok(None) | Err(_) => return,
                 },
-                _ = tick.tick() => self.changed(&mut subs, now),
+                _ = tick.tick() => self.assign(&mut subs, Instant::now(), |_, _| false),
             };
             if !actions.is_empty()
                 && out
@@ -215,30 +230,33 @@ impl Rlqs {
     fn apply(
         &self,
         r: &RateLimitQuotaUsageReports,
-        subs: &mut BTreeMap<Vec<(String, String)>, Subscription>,
+        subs: &mut Subscriptions,
         now: Instant,
     ) -> Vec<BucketAction> {
-        let mut actions = Vec::with_capacity(r.bucket_quota_usages.len());
+        let mut reported = Vec::with_capacity(r.bucket_quota_usages.len());
         for u in &r.bucket_quota_usages {
             let Some(id) = &u.bucket_id else { continue };
-            let sub = subs.entry(bucket_key(&id.bucket)).or_insert_with(|| {
+            let key = bucket_key(&id.bucket);
+            let sub = subs.entry(key.clone()).or_insert_with(|| {
                 let (caller, procedure) = self.pair(id);
                 Subscription {
                     id: id.clone(),
                     caller,
                     procedure,
+                    bucket: None,
+                    reported_at: None,
                     offered: 0.0,
                     sent: None,
                 }
             });
             let total = u.num_requests_allowed.saturating_add(u.num_requests_denied);
-            let elapsed = u
-                .time_elapsed
-                .and_then(|d| Duration::try_from(d).ok())
-                .unwrap_or_default();
-            if !elapsed.is_zero() {
-                sub.offered = total as f64 / elapsed.as_secs_f64();
+            let since = sub.reported_at.map(|t| now - t).filter(|d| !d.is_zero());
+            if let Some(d) = since {
+                sub.offered = total as f64 / d.as_secs_f64();
             }
+            sub.reported_at = Some(now);
+            sub.bucket = self.client.bucket(&sub.caller, &sub.procedure);
+            let elapsed = since.unwrap_or_else(|| self.client.config().interval);
             self.client.record(
                 &sub.caller,
                 &sub.procedure,
@@ -246,29 +264,57 @@ impl Rlqs {
                 u.num_requests_denied,
                 elapsed,
             );
-            let admission = self.client.admission(&sub.caller, &sub.procedure);
-            actions.push(self.action(sub, admission, now));
+            reported.push(key);
         }
-        actions
+        reported.sort_unstable();
+        self.assign(subs, now, |key, _| reported.binary_search(key).is_ok())
     }
 
-    /// Assignments for the buckets whose admission changed since it was last sent, or
-    /// whose last assignment is past half its life.
-    fn changed(
+    /// Assignments for the buckets that `always` selects, whose share moved by more than
+    /// [`PUSH_CHANGE`] since it was last sent, or whose last assignment is past half its
+    /// life. Admissions are read once per GRL bucket.
+    fn assign(
         &self,
-        subs: &mut BTreeMap<Vec<(String, String)>, Subscription>,
+        subs: &mut Subscriptions,
         now: Instant,
+        always: impl Fn(&Vec<(String, String)>, &Subscription) -> bool,
     ) -> Vec<BucketAction> {
         let refresh = self.ttl() / 2;
+        let mut groups: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
+        let list: Vec<_> = subs.iter_mut().collect();
+        for (i, (_, sub)) in list.iter().enumerate() {
+            groups.entry(sub.bucket.as_deref()).or_default().push(i);
+        }
+        let mut share = vec![Share::All; list.len()];
+        for members in groups.values() {
+            let first = &list[members[0]].1;
+            let admission = self.client.admission(&first.caller, &first.procedure);
+            let offered: Vec<f64> = members.iter().map(|&i| list[i].1.offered).collect();
+            for (&i, s) in members.iter().zip(shares(admission, &offered)) {
+                share[i] = s;
+            }
+        }
         let mut actions = Vec::new();
-        for sub in subs.values_mut() {
-            let admission = self.client.admission(&sub.caller, &sub.procedure);
-            let due = match sub.sent {
-                None => true,
-                Some((before, at)) => now - at >= refresh || moved(before, admission),
-            };
+        for (i, (key, sub)) in list.into_iter().enumerate() {
+            let due = always(key, sub)
+                || match sub.sent {
+                    None => true,
+                    Some((before, at)) => now - at >= refresh || moved(before, share[i]),
+                };
             if due {
-                actions.push(self.action(sub, admission, now));
+                sub.sent = Some((share[i], now));
+                let (strategy, kind) = strategy(share[i]);
+                self.metrics.rlqs_assignment(kind);
+                actions.push(BucketAction {
+                    bucket_id: Some(sub.id.clone()),
+                    bucket_action: Some(bucket_action::BucketAction::QuotaAssignmentAction(
+                        bucket_action::QuotaAssignmentAction {
+                            assignment_time_to_live: prost_types::Duration::try_from(self.ttl())
+                                .ok(),
+                            rate_limit_strategy: Some(strategy),
+                        },
+                    )),
+                });
             }
         }
         actions
@@ -282,49 +328,66 @@ fn bucket_key(bucket: &HashMap<String, String>) -> Vec<(String, String)> {
     key
 }
 
-/// Whether the admission changed enough to push a new assignment.
-fn moved(before: Admission, now: Admission) -> bool {
+/// Splits one GRL bucket's `admission` over Envoy buckets offering `offered` requests per
+/// second each: by their offered rates, evenly while none is measured. A ratio (tiers that
+/// send no rate) applies to each bucket's own offered rate.
+pub fn shares(admission: Admission, offered: &[f64]) -> Vec<Share> {
+    let total: f64 = offered.iter().sum();
+    offered
+        .iter()
+        .map(|&o| match admission {
+            Admission::Unlimited => Share::All,
+            Admission::PerSecond(a) if total > 0.0 => Share::PerSecond(a * o / total),
+            Admission::PerSecond(a) => Share::PerSecond(a / offered.len() as f64),
+            Admission::Ratio(r) if r >= 1.0 => Share::PerSecond(0.0),
+            Admission::Ratio(r) if o > 0.0 => Share::PerSecond(o * (1.0 - r)),
+            Admission::Ratio(_) => Share::All,
+        })
+        .collect()
+}
+
+/// Whether a share moved enough to push a new assignment.
+fn moved(before: Share, now: Share) -> bool {
     match (before, now) {
-        (Admission::Unlimited, Admission::Unlimited) => false,
-        (Admission::PerSecond(a), Admission::PerSecond(b))
-        | (Admission::Ratio(a), Admission::Ratio(b)) => {
+        (Share::All, Share::All) => false,
+        (Share::PerSecond(a), Share::PerSecond(b)) => {
             (a - b).abs() > PUSH_CHANGE * a.abs().max(b.abs())
         }
         _ => true,
     }
 }
 
-/// The strategy that admits `admission`; `offered` (Envoy's last reported rate) turns a
-/// ratio into a rate.
-pub fn strategy(admission: Admission, offered: f64) -> (RateLimitStrategy, RlqsStrategy) {
-    use rate_limit_strategy::{BlanketRule, RequestsPerTimeUnit, Strategy};
-    let per_second = match admission {
-        Admission::Unlimited => None,
-        Admission::PerSecond(a) => Some(a),
-        Admission::Ratio(r) if r >= 1.0 => Some(0.0),
-        Admission::Ratio(r) if offered > 0.0 => Some(offered * (1.0 - r)),
-        Admission::Ratio(_) => None,
+/// The strategy Envoy's quota filter enforces for `share`: a blanket rule or a token
+/// bucket (Envoy reads the fill interval in whole seconds).
+pub fn strategy(share: Share) -> (RateLimitStrategy, RlqsStrategy) {
+    use rate_limit_strategy::{BlanketRule, Strategy};
+    let bucket = |max: u32, per_fill: u32, every: Duration| {
+        Strategy::TokenBucket(TokenBucket {
+            max_tokens: max,
+            tokens_per_fill: Some(per_fill),
+            fill_interval: prost_types::Duration::try_from(every).ok(),
+        })
     };
-    let (strategy, kind) = match per_second {
-        None => (
+    let (strategy, kind) = match share {
+        Share::All => (
             Strategy::BlanketRule(BlanketRule::AllowAll as i32),
             RlqsStrategy::AllowAll,
         ),
-        Some(a) if a >= 1.0 => (
-            Strategy::RequestsPerTimeUnit(RequestsPerTimeUnit {
-                requests_per_time_unit: a.round() as u64,
-                time_unit: RateLimitUnit::Second as i32,
-            }),
-            RlqsStrategy::RequestsPerTimeUnit,
-        ),
-        Some(a) if (a * 60.0).round() >= 1.0 => (
-            Strategy::RequestsPerTimeUnit(RequestsPerTimeUnit {
-                requests_per_time_unit: (a * 60.0).round() as u64,
-                time_unit: RateLimitUnit::Minute as i32,
-            }),
-            RlqsStrategy::RequestsPerTimeUnit,
-        ),
-        Some(_) => (
+        Share::PerSecond(a) if (a * LONGEST_FILL.as_secs_f64()).round() >= 1.0 => {
+            // Envoy refills continuously at tokens_per_fill / fill_interval: a longer
+            // interval only makes the rate exact to 1 % for small shares.
+            let secs = (100.0 / a).ceil().clamp(1.0, LONGEST_FILL.as_secs_f64());
+            let cap = f64::from(u32::MAX);
+            (
+                bucket(
+                    a.ceil().clamp(1.0, cap) as u32,
+                    (a * secs).round().min(cap) as u32,
+                    Duration::from_secs(secs as u64),
+                ),
+                RlqsStrategy::TokenBucket,
+            )
+        }
+        Share::PerSecond(_) => (
             Strategy::BlanketRule(BlanketRule::DenyAll as i32),
             RlqsStrategy::DenyAll,
         ),
@@ -357,53 +420,73 @@ impl RateLimitQuotaService for Rlqs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rate_limit_strategy::{BlanketRule, RequestsPerTimeUnit, Strategy};
+    use rate_limit_strategy::{BlanketRule, Strategy};
 
-    fn rule(s: &RateLimitStrategy) -> Strategy {
-        s.strategy.unwrap()
+    #[test]
+    fn shares_map_to_strategies_envoy_enforces() {
+        let s = |share| strategy(share).0.strategy.unwrap();
+        let bucket = |max, per_fill, secs| {
+            Strategy::TokenBucket(TokenBucket {
+                max_tokens: max,
+                tokens_per_fill: Some(per_fill),
+                fill_interval: Some(prost_types::Duration {
+                    seconds: secs,
+                    nanos: 0,
+                }),
+            })
+        };
+        assert_eq!(
+            s(Share::All),
+            Strategy::BlanketRule(BlanketRule::AllowAll as i32)
+        );
+        assert_eq!(s(Share::PerSecond(250.4)), bucket(251, 250, 1));
+        assert_eq!(s(Share::PerSecond(20.4)), bucket(21, 102, 5));
+        assert_eq!(s(Share::PerSecond(0.4)), bucket(1, 100, 250));
+        assert_eq!(
+            s(Share::PerSecond(0.0001)),
+            Strategy::BlanketRule(BlanketRule::DenyAll as i32)
+        );
+        assert_eq!(
+            s(Share::PerSecond(0.0)),
+            Strategy::BlanketRule(BlanketRule::DenyAll as i32)
+        );
     }
 
     #[test]
-    fn admissions_map_to_envoy_strategies() {
-        let allow = Strategy::BlanketRule(BlanketRule::AllowAll as i32);
-        let deny = Strategy::BlanketRule(BlanketRule::DenyAll as i32);
-        let per = |n, unit: RateLimitUnit| {
-            Strategy::RequestsPerTimeUnit(RequestsPerTimeUnit {
-                requests_per_time_unit: n,
-                time_unit: unit as i32,
-            })
+    fn a_grl_buckets_allowance_is_split_by_offered_rate() {
+        let per = |v: Vec<Share>| -> Vec<f64> {
+            v.into_iter()
+                .map(|s| match s {
+                    Share::PerSecond(a) => a,
+                    Share::All => f64::INFINITY,
+                })
+                .collect()
         };
-        let s = |a, offered| rule(&strategy(a, offered).0);
-        assert_eq!(s(Admission::Unlimited, 100.0), allow);
         assert_eq!(
-            s(Admission::PerSecond(20.4), 0.0),
-            per(20, RateLimitUnit::Second)
+            per(shares(Admission::PerSecond(20.0), &[30.0, 10.0])),
+            [15.0, 5.0]
         );
         assert_eq!(
-            s(Admission::PerSecond(0.5), 0.0),
-            per(30, RateLimitUnit::Minute)
+            per(shares(Admission::PerSecond(20.0), &[0.0, 0.0])),
+            [10.0, 10.0]
         );
-        assert_eq!(s(Admission::PerSecond(0.001), 0.0), deny);
         assert_eq!(
-            s(Admission::Ratio(0.75), 200.0),
-            per(50, RateLimitUnit::Second)
+            per(shares(Admission::Ratio(0.75), &[200.0, 0.0])),
+            [50.0, f64::INFINITY]
         );
-        assert_eq!(s(Admission::Ratio(1.0), 200.0), deny);
-        assert_eq!(s(Admission::Ratio(0.5), 0.0), allow);
+        assert_eq!(per(shares(Admission::Ratio(1.0), &[5.0])), [0.0]);
+        assert_eq!(
+            shares(Admission::Unlimited, &[1.0, 2.0]),
+            [Share::All, Share::All]
+        );
     }
 
     #[test]
     fn small_moves_are_not_pushed() {
-        assert!(!moved(
-            Admission::PerSecond(100.0),
-            Admission::PerSecond(103.0)
-        ));
-        assert!(moved(
-            Admission::PerSecond(100.0),
-            Admission::PerSecond(110.0)
-        ));
-        assert!(moved(Admission::Unlimited, Admission::PerSecond(110.0)));
-        assert!(!moved(Admission::Unlimited, Admission::Unlimited));
+        assert!(!moved(Share::PerSecond(100.0), Share::PerSecond(103.0)));
+        assert!(moved(Share::PerSecond(100.0), Share::PerSecond(110.0)));
+        assert!(moved(Share::All, Share::PerSecond(110.0)));
+        assert!(!moved(Share::All, Share::All));
     }
 
     #[test]

@@ -1,10 +1,14 @@
 """A data plane of Envoy's rate limit quota service, written against `xds-protos` (the Python
 stubs the gRPC project generates from Envoy's published API), used by the sidecar tests.
 
-It does what Envoy's `rate_limit_quota` filter does: it offers traffic per bucket, enforces
-the assignment it holds (none yet: allow all), and reports its usage per bucket every
---report-ms on one StreamRateLimitQuotas stream to --target. It prints one JSON summary of
-what it saw on stdout.
+It does what Envoy's `rate_limit_quota` filter does (source/extensions/filters/http/
+rate_limit_quota in Envoy): it offers traffic per bucket every 50 ms, enforces the
+assignment it holds (none yet: allow all; a blanket rule; a token bucket refilled at
+tokens_per_fill per whole-second fill_interval; a requests_per_time_unit assignment is
+ignored, as Envoy ignores it), sends a bucket's first usage at once and then every bucket's
+usage every --report-ms on one StreamRateLimitQuotas stream to --target, with the domain in
+every report and time_elapsed in whole seconds (0 on a bucket's first report), as Envoy
+does. It prints one JSON summary of what it saw on stdout.
 
 Buckets are JSON: {"id": {"key": "value", ...}, "rps": offered requests per second}.
 """
@@ -17,25 +21,23 @@ import time
 
 import grpc
 from envoy.service.rate_limit_quota.v3 import rlqs_pb2, rlqs_pb2_grpc
-from envoy.type.v3 import ratelimit_strategy_pb2, ratelimit_unit_pb2
+from envoy.type.v3 import ratelimit_strategy_pb2
 
-SECONDS_PER_UNIT = {
-    ratelimit_unit_pb2.SECOND: 1.0,
-    ratelimit_unit_pb2.MINUTE: 60.0,
-    ratelimit_unit_pb2.HOUR: 3600.0,
-}
+STEP = 0.05
 
 
-def per_second(strategy):
-    """(kind, rate per second or None) of an assignment's strategy."""
+def enforced(strategy):
+    """(kind, refill per second, capacity) Envoy enforces for a strategy, or None when it
+    ignores the assignment."""
     which = strategy.WhichOneof("strategy")
-    if which == "requests_per_time_unit":
-        r = strategy.requests_per_time_unit
-        return "REQUESTS_PER_TIME_UNIT", r.requests_per_time_unit / SECONDS_PER_UNIT[r.time_unit]
+    if which == "token_bucket":
+        tb = strategy.token_bucket
+        secs = tb.fill_interval.seconds  # Envoy reads whole seconds
+        return "TOKEN_BUCKET", tb.tokens_per_fill.value / secs, tb.max_tokens
     if which == "blanket_rule":
         name = ratelimit_strategy_pb2.RateLimitStrategy.BlanketRule.Name(strategy.blanket_rule)
-        return name, None
-    return "UNSET", None
+        return name, None, None
+    return None
 
 
 def main():
@@ -43,8 +45,9 @@ def main():
     p.add_argument("--target", required=True)
     p.add_argument("--domain", default="payments")
     p.add_argument("--bucket", action="append", default=[])
-    p.add_argument("--report-ms", type=int, default=200)
-    p.add_argument("--until-bucket", type=int, help="run until this bucket gets a rate")
+    p.add_argument("--report-ms", type=int, default=1000)
+    p.add_argument("--until-bucket", type=int, action="append",
+                   help="run until these buckets hold a token bucket")
     p.add_argument("--then", type=float, default=0.0, help="seconds to run after --until-bucket")
     p.add_argument("--seconds", type=float, default=0.0, help="run at least this long")
     p.add_argument("--deadline", type=float, default=30.0)
@@ -53,14 +56,17 @@ def main():
     buckets = [json.loads(b) for b in args.bucket]
     state = [
         {
-            "assigned": None,  # (kind, rate per second) of the assignment in force
+            "assigned": None,  # (kind, refill per second, capacity) in force
             "strategies": {},
+            "ignored": 0,
             "last": None,
             "ttl_ms": None,
             "allowed": 0,
             "denied": 0,
+            "unreported": [0, 0],
+            "reported_at": None,
             "owed": 0.0,
-            "credit": 0.0,
+            "tokens": 0.0,
         }
         for _ in buckets
     ]
@@ -94,11 +100,17 @@ def main():
                         if action.WhichOneof("bucket_action") != "quota_assignment_action":
                             continue
                         qa = action.quota_assignment_action
-                        kind, rate = per_second(qa.rate_limit_strategy)
+                        e = enforced(qa.rate_limit_strategy)
                         s = state[i]
-                        s["assigned"] = (kind, rate)
+                        if e is None:
+                            s["ignored"] += 1
+                            continue
+                        kind, rate, cap = e
+                        if s["assigned"] != e and kind == "TOKEN_BUCKET":
+                            s["tokens"] = cap  # a new token bucket starts full
+                        s["assigned"] = e
                         s["strategies"][kind] = s["strategies"].get(kind, 0) + 1
-                        s["last"] = {"kind": kind, "rate": rate}
+                        s["last"] = {"kind": kind, "rate": rate, "max_tokens": cap}
                         s["ttl_ms"] = qa.assignment_time_to_live.ToMilliseconds()
         except grpc.RpcError as e:
             with lock:
@@ -108,57 +120,78 @@ def main():
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
 
+    def report(now, which):
+        """A report of buckets `which`, as Envoy builds it."""
+        r = rlqs_pb2.RateLimitQuotaUsageReports(domain=args.domain)
+        for i in which:
+            s = state[i]
+            u = r.bucket_quota_usages.add()
+            u.bucket_id.bucket.update(buckets[i]["id"])
+            since = 0 if s["reported_at"] is None else int(now - s["reported_at"])
+            u.time_elapsed.FromSeconds(since)
+            u.num_requests_allowed, u.num_requests_denied = s["unreported"]
+            s["unreported"] = [0, 0]
+            s["reported_at"] = now
+        summary["reports"] += 1
+        return r
+
     start = time.monotonic()
     until_met = None
     last = start
-    first = True
+    next_report = start + args.report_ms / 1000.0
     while True:
-        time.sleep(args.report_ms / 1000.0)
+        time.sleep(STEP)
         now = time.monotonic()
         dt = now - last
         last = now
-        report = rlqs_pb2.RateLimitQuotaUsageReports(domain=args.domain if first else "")
-        first = False
         with lock:
+            new = []
             for i, b in enumerate(buckets):
                 s = state[i]
                 s["owed"] += b["rps"] * dt
                 offered = int(s["owed"])
                 s["owed"] -= offered
-                kind, rate = s["assigned"] or ("ALLOW_ALL", None)
+                kind, rate, cap = s["assigned"] or ("ALLOW_ALL", None, None)
                 if kind == "DENY_ALL":
                     allowed = 0
-                elif rate is None:
-                    allowed = offered
+                elif kind == "TOKEN_BUCKET":
+                    s["tokens"] = min(s["tokens"] + rate * dt, cap)
+                    allowed = min(offered, int(s["tokens"]))
+                    s["tokens"] -= allowed
                 else:
-                    # A token bucket of `rate` per second, as Envoy's filter keeps.
-                    s["credit"] = min(s["credit"] + rate * dt, max(rate, 1.0))
-                    allowed = min(offered, int(s["credit"]))
-                    s["credit"] -= allowed
-                denied = offered - allowed
+                    allowed = offered
                 s["allowed"] += allowed
-                s["denied"] += denied
-                u = report.bucket_quota_usages.add()
-                u.bucket_id.bucket.update(b["id"])
-                u.time_elapsed.FromMilliseconds(int(dt * 1000))
-                u.num_requests_allowed = allowed
-                u.num_requests_denied = denied
-            summary["reports"] += 1
+                s["denied"] += offered - allowed
+                s["unreported"][0] += allowed
+                s["unreported"][1] += offered - allowed
+                if s["reported_at"] is None and offered > 0:
+                    new.append(i)
+            out = []
+            if new:
+                out.append(report(now, new))
+            if now >= next_report:
+                next_report += args.report_ms / 1000.0
+                out.append(report(now, [i for i, s in enumerate(state) if s["reported_at"]]))
             ended = summary["status"] != "OK"
             if (
                 until_met is None
                 and args.until_bucket is not None
-                and state[args.until_bucket]["last"]
-                and state[args.until_bucket]["last"]["kind"] == "REQUESTS_PER_TIME_UNIT"
+                and all(state[i]["last"] and state[i]["last"]["kind"] == "TOKEN_BUCKET"
+                        for i in args.until_bucket)
             ):
                 until_met = now
-        outgoing.put(report)
+        for r in out:
+            outgoing.put(r)
         elapsed = now - start
         done = elapsed >= args.seconds and (
             args.until_bucket is None or (until_met is not None and now - until_met >= args.then)
         )
         if ended or done or elapsed >= args.deadline:
             break
+    # The usage not reported yet goes in a last report, as Envoy's next timer would send it.
+    with lock:
+        if any(s["unreported"] != [0, 0] for s in state):
+            outgoing.put(report(time.monotonic(), [i for i, s in enumerate(state) if s["reported_at"]]))
     # Half-closes the stream; the service then ends it, which ends the reader.
     outgoing.put(None)
     reader.join(timeout=10)
@@ -166,7 +199,8 @@ def main():
     with lock:
         summary["until_met"] = until_met is not None
         summary["buckets"] = [
-            {k: s[k] for k in ("strategies", "last", "ttl_ms", "allowed", "denied")} for s in state
+            {k: s[k] for k in ("strategies", "ignored", "last", "ttl_ms", "allowed", "denied")}
+            for s in state
         ]
         print(json.dumps(summary))
 
