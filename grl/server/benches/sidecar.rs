@@ -65,8 +65,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// The upstream: HTTP/1.1, answers every request with a 2-byte body, on its own thread.
-fn upstream() -> std::net::SocketAddr {
+/// Serves on a loopback port from its own thread and current-thread runtime: `serve` gets
+/// the listener. Returns the address.
+fn on_own_thread<F, Fut>(serve: F) -> std::net::SocketAddr
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.set_nonblocking(true).unwrap();
     let addr = l.local_addr().unwrap();
@@ -75,25 +80,29 @@ fn upstream() -> std::net::SocketAddr {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(l).unwrap();
-            loop {
-                let (s, _) = l.accept().await.unwrap();
-                let _ = s.set_nodelay(true);
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(|_req| async {
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                            Bytes::from_static(b"ok"),
-                        )))
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
-                });
-            }
-        });
+        rt.block_on(async move { serve(tokio::net::TcpListener::from_std(l).unwrap()).await });
     });
     addr
+}
+
+/// The upstream: HTTP/1.1, answers every request with a 2-byte body, on its own thread.
+fn upstream() -> std::net::SocketAddr {
+    on_own_thread(|l| async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                        Bytes::from_static(b"ok"),
+                    )))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    })
 }
 
 type Http = HttpClient<HttpConnector, Empty<Bytes>>;
@@ -289,76 +298,53 @@ fn floor_rls() -> std::net::SocketAddr {
             Result::Ok(tonic::Response::new(Default::default()))
         }
     }
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.set_nonblocking(true).unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(l).unwrap();
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(l).map(|s| {
-                s.inspect(|s| {
-                    let _ = s.set_nodelay(true);
-                })
-            });
-            tonic::transport::Server::builder()
-                .add_service(RateLimitServiceServer::new(Ok))
-                .serve_with_incoming(incoming)
-                .await
-                .unwrap();
+    on_own_thread(|l| async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(l).map(|s| {
+            s.inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
         });
-    });
-    addr
+        tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Ok))
+            .serve_with_incoming(incoming)
+            .await
+            .unwrap();
+    })
 }
 
 /// A do-nothing gRPC answer served by hyper's HTTP/2 server alone (no tonic), on its own
 /// thread: what the HTTP/2 stack costs without any gRPC framework.
 fn floor_h2() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.set_nonblocking(true).unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::from_std(l).unwrap();
-            let answer = grpc_frame(&grl::sidecar::envoy::RateLimitResponse::default());
-            loop {
-                let (s, _) = l.accept().await.unwrap();
-                let _ = s.set_nodelay(true);
-                let answer = answer.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(
-                        move |req: http::Request<hyper::body::Incoming>| {
-                            let answer = answer.clone();
-                            async move {
-                                let _ = req.into_body().collect().await;
-                                let mut trailers = http::HeaderMap::new();
-                                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                                let body = Full::new(answer)
-                                    .with_trailers(async move { Some(Ok(trailers)) });
-                                Ok::<_, std::convert::Infallible>(
-                                    http::Response::builder()
-                                        .header("content-type", "application/grpc")
-                                        .body(body)
-                                        .unwrap(),
-                                )
-                            }
-                        },
-                    );
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(s), svc)
-                        .await;
-                });
-            }
-        });
-    });
-    addr
+    on_own_thread(|l| async move {
+        let answer = grpc_frame(&grl::sidecar::envoy::RateLimitResponse::default());
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let _ = s.set_nodelay(true);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let answer = answer.clone();
+                        async move {
+                            let _ = req.into_body().collect().await;
+                            let mut trailers = http::HeaderMap::new();
+                            trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                            let body =
+                                Full::new(answer).with_trailers(async move { Some(Ok(trailers)) });
+                            Ok::<_, std::convert::Infallible>(
+                                http::Response::builder()
+                                    .header("content-type", "application/grpc")
+                                    .body(body)
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    })
 }
 
 /// `rounds` open-loop runs of `call` at `rate`/s; prints each and returns the p99s (µs)

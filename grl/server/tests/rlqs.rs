@@ -12,27 +12,17 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::sidecar::{ControlPlane, Sidecar, Upstream, n, python, requests, sum};
+use super::sidecar::{
+    ControlPlane, Sidecar, Upstream, n, python, python_script, requests, sum, target_args as args,
+};
 
 const PROCEDURE: &str = "pay.Pay/Card";
 
 /// Runs the data plane with `args` and returns its summary and whether it exited 0.
 async fn data_plane(args: Vec<String>) -> (serde_json::Value, bool) {
     tokio::task::spawn_blocking(move || {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/rlqs_client.py");
-        let out = Command::new(python())
-            .arg(script)
-            .args(&args)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let summary = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-            panic!(
-                "rlqs_client.py {args:?}: {e}; stdout: {stdout}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        (summary, out.status.success())
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        python_script("rlqs_client.py", &args)
     })
     .await
     .unwrap()
@@ -44,14 +34,6 @@ fn bucket(caller: &str, rps: u32) -> String {
 
 fn bucket_at(caller: &str, procedure: &str, rps: u32) -> String {
     format!(r#"{{"id": {{"source_cluster": "{caller}", "path": "/{procedure}"}}, "rps": {rps}}}"#)
-}
-
-fn args(target: &str, rest: &[&str]) -> Vec<String> {
-    ["--target", target]
-        .iter()
-        .chain(rest)
-        .map(|s| (*s).to_string())
-        .collect()
 }
 
 /// Total requests of `caller` calling `procedure` in the sidecar's `/metrics`, every

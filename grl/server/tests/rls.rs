@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::sidecar::{ControlPlane, Sidecar, Upstream, n, requests, rls_client, sum};
+use super::sidecar::{
+    ControlPlane, Sidecar, Upstream, n, requests, rls_client, sum, target_args as args,
+};
 
 const PROCEDURE: &str = "pay.Pay/Card";
 
@@ -16,14 +18,6 @@ async fn rls_call(args: Vec<String>) -> (serde_json::Value, bool) {
     })
     .await
     .unwrap()
-}
-
-fn args(target: &str, rest: &[&str]) -> Vec<String> {
-    ["--target", target]
-        .iter()
-        .chain(rest)
-        .map(|s| (*s).to_string())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

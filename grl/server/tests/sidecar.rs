@@ -368,23 +368,39 @@ pub(crate) fn python() -> String {
     py
 }
 
-/// Runs `tests/python/rls_client.py` with `args`; its JSON summary and whether it saw what
-/// it was told to wait for.
-pub(crate) fn rls_client(args: &[&str]) -> (serde_json::Value, bool) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/rls_client.py");
+/// Runs `tests/python/<script>` with `args`; its JSON summary and whether it exited 0.
+pub(crate) fn python_script(script: &str, args: &[&str]) -> (serde_json::Value, bool) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
     let out = Command::new(python())
-        .arg(script)
+        .arg(path)
         .args(args)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let summary = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
-            "rls_client.py {args:?}: {e}; stdout: {stdout}; stderr: {}",
+            "{script} {args:?}: {e}; stdout: {stdout}; stderr: {}",
             String::from_utf8_lossy(&out.stderr)
         )
     });
     (summary, out.status.success())
+}
+
+/// Runs `tests/python/rls_client.py` with `args`; its JSON summary and whether it saw what
+/// it was told to wait for.
+pub(crate) fn rls_client(args: &[&str]) -> (serde_json::Value, bool) {
+    python_script("rls_client.py", args)
+}
+
+/// `--target target` followed by `rest`, as the Python clients take them.
+pub(crate) fn target_args(target: &str, rest: &[&str]) -> Vec<String> {
+    ["--target", target]
+        .iter()
+        .chain(rest)
+        .map(|s| (*s).to_string())
+        .collect()
 }
 
 /// A count from a summary map, 0 when absent.

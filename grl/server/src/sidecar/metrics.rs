@@ -88,50 +88,45 @@ impl SidecarMetrics {
         let mut out = String::with_capacity(4096);
         client.encode_metrics(&mut out);
         let service = client.config().service.replace(['\\', '"', '\n'], "_");
-        let _ = writeln!(
-            out,
-            "# HELP {UPSTREAM_ERRORS_TOTAL} Requests the sidecar could not forward to its upstream.\n# TYPE {UPSTREAM_ERRORS_TOTAL} counter"
+        let mut family =
+            |name: &str, help: &str, label: &str, values: &[&str], counts: &[AtomicU64]| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+                for (value, n) in values.iter().zip(counts) {
+                    let n = n.load(Ordering::Relaxed);
+                    let _ = writeln!(
+                        out,
+                        "{name}{{service=\"{service}\",{label}=\"{value}\"}} {n}"
+                    );
+                }
+            };
+        family(
+            UPSTREAM_ERRORS_TOTAL,
+            "Requests the sidecar could not forward to its upstream.",
+            "kind",
+            &["connect", "timeout", "other"],
+            &self.upstream,
         );
-        for (i, kind) in ["connect", "timeout", "other"].iter().enumerate() {
-            let n = self.upstream[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{UPSTREAM_ERRORS_TOTAL}{{service=\"{service}\",kind=\"{kind}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP {RLS_REQUESTS_TOTAL} ShouldRateLimit calls answered by the sidecar's rate limit service.\n# TYPE {RLS_REQUESTS_TOTAL} counter"
+        family(
+            RLS_REQUESTS_TOTAL,
+            "ShouldRateLimit calls answered by the sidecar's rate limit service.",
+            "code",
+            &["ok", "over_limit", "invalid_argument"],
+            &self.rls,
         );
-        for (i, code) in ["ok", "over_limit", "invalid_argument"].iter().enumerate() {
-            let n = self.rls[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{RLS_REQUESTS_TOTAL}{{service=\"{service}\",code=\"{code}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP {RLQS_ASSIGNMENTS_TOTAL} Quota assignments the sidecar's rate limit quota service sent.\n# TYPE {RLQS_ASSIGNMENTS_TOTAL} counter"
+        family(
+            RLQS_ASSIGNMENTS_TOTAL,
+            "Quota assignments the sidecar's rate limit quota service sent.",
+            "strategy",
+            &["allow_all", "deny_all", "token_bucket"],
+            &self.rlqs_assignments,
         );
-        for (i, strategy) in ["allow_all", "deny_all", "token_bucket"].iter().enumerate() {
-            let n = self.rlqs_assignments[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{RLQS_ASSIGNMENTS_TOTAL}{{service=\"{service}\",strategy=\"{strategy}\"}} {n}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP {RLQS_REPORTS_TOTAL} Usage reports the sidecar's rate limit quota service received.\n# TYPE {RLQS_REPORTS_TOTAL} counter"
+        family(
+            RLQS_REPORTS_TOTAL,
+            "Usage reports the sidecar's rate limit quota service received.",
+            "code",
+            &["ok", "invalid_argument"],
+            &self.rlqs_reports,
         );
-        for (i, code) in ["ok", "invalid_argument"].iter().enumerate() {
-            let n = self.rlqs_reports[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{RLQS_REPORTS_TOTAL}{{service=\"{service}\",code=\"{code}\"}} {n}"
-            );
-        }
         out
     }
 }
