@@ -70,7 +70,7 @@ pub use metrics::{
     CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
 };
 
-use buckets::{BucketCell, Resolver};
+use buckets::Resolver;
 use control::Control;
 use table::{PairEntry, PairTable};
 
@@ -268,7 +268,8 @@ impl Client {
     fn decide_new(&self, caller: &str, procedure: &str) -> Decision {
         match self.pair(caller, procedure) {
             Ok(e) => e.decide(),
-            Err(cell) => {
+            Err((resolver, id)) => {
+                let cell = resolver.cell(id);
                 let threshold = cell.threshold.load(Ordering::Relaxed);
                 local::claim();
                 let (_, hit) = local::shard_and_hit(threshold);
@@ -284,8 +285,9 @@ impl Client {
         }
     }
 
-    /// The pair's entry, added to the table if new; its bucket's cell when the table is full.
-    fn pair(&self, caller: &str, procedure: &str) -> Result<&PairEntry, Arc<BucketCell>> {
+    /// The pair's entry, added to the table if new; the resolver and the pair's cell id
+    /// when the table is full.
+    fn pair(&self, caller: &str, procedure: &str) -> Result<&PairEntry, (Arc<Resolver>, u32)> {
         let inner = &*self.inner;
         let key = inner.table.key(caller, procedure);
         if let Some(e) = inner.table.get(&key, caller, procedure) {
@@ -315,7 +317,7 @@ impl Client {
                 }
                 Ok(e)
             }
-            None => Err(resolver.cells[id as usize].clone()),
+            None => Err((resolver, id)),
         }
     }
 
@@ -347,10 +349,7 @@ impl Client {
                     id,
                 )
             }
-            Err(cell) => {
-                let id = self.inner.resolver.load().resolve(caller, procedure);
-                (None, cell, id)
-            }
+            Err((resolver, id)) => (None, resolver.cells[id as usize].clone(), id),
         };
         let now = tokio::time::Instant::now();
         let virtual_drops = if cell.shadow.load(Ordering::Relaxed) {
