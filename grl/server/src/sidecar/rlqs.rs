@@ -14,9 +14,9 @@
 //! [`PUSH_CHANGE`] (checked every [`PUSH_EVERY`]) and before the last one expires.
 //!
 //! Shares ([`shares`]): the client's allowance for the data plane's usage
-//! ([`Client::admission`]) is split over the stream's Envoy buckets that fall in the same
-//! GRL bucket, by their offered rates as measured here between reports (Envoy reports
-//! whole seconds only). Assignments ([`strategy`]): no limit in force (no bucket, shadow
+//! ([`Client::admission`]) is shared over the stream's Envoy buckets that fall in the same
+//! GRL bucket as the tiers share (headroom under the allowance, by offered rate above it),
+//! with offered rates measured here between reports (Envoy reports whole seconds only). Assignments ([`strategy`]): no limit in force (no bucket, shadow
 //! mode, fail-open) is `ALLOW_ALL`; a share of `a` requests per second is a token bucket
 //! refilled at `a` per second holding up to a second's worth (at least one token), the only
 //! rate Envoy's filter enforces; a share under one request an hour is `DENY_ALL`. Each assignment lives for the
@@ -329,16 +329,21 @@ fn bucket_key(bucket: &HashMap<String, String>) -> Vec<(String, String)> {
 }
 
 /// Splits one GRL bucket's `admission` over Envoy buckets offering `offered` requests per
-/// second each: by their offered rates, evenly while none is measured. A ratio (tiers that
+/// second each, the way the tiers share an allowance: while their total is under it, each
+/// may admit its own rate plus all of the unused part (an idle bucket keeps room to start);
+/// above it, the allowance is split by offered rate, each bucket weighing at least a tenth
+/// of an even share (one that just started is not refused outright). A ratio (tiers that
 /// send no rate) applies to each bucket's own offered rate.
 pub fn shares(admission: Admission, offered: &[f64]) -> Vec<Share> {
     let total: f64 = offered.iter().sum();
+    let floor = total / (10.0 * offered.len() as f64);
+    let weights: f64 = offered.iter().map(|o| o.max(floor)).sum();
     offered
         .iter()
         .map(|&o| match admission {
             Admission::Unlimited => Share::All,
-            Admission::PerSecond(a) if total > 0.0 => Share::PerSecond(a * o / total),
-            Admission::PerSecond(a) => Share::PerSecond(a / offered.len() as f64),
+            Admission::PerSecond(a) if total <= a => Share::PerSecond(o + (a - total)),
+            Admission::PerSecond(a) => Share::PerSecond(a * o.max(floor) / weights),
             Admission::Ratio(r) if r >= 1.0 => Share::PerSecond(0.0),
             Admission::Ratio(r) if o > 0.0 => Share::PerSecond(o * (1.0 - r)),
             Admission::Ratio(_) => Share::All,
@@ -466,9 +471,19 @@ mod tests {
             per(shares(Admission::PerSecond(20.0), &[30.0, 10.0])),
             [15.0, 5.0]
         );
+        // Under the allowance: own rate plus all of the unused part.
         assert_eq!(
             per(shares(Admission::PerSecond(20.0), &[0.0, 0.0])),
-            [10.0, 10.0]
+            [20.0, 20.0]
+        );
+        assert_eq!(
+            per(shares(Admission::PerSecond(20.0), &[12.0, 0.0])),
+            [20.0, 8.0]
+        );
+        // Over it: an idle bucket still weighs a tenth of an even share.
+        assert_eq!(
+            per(shares(Admission::PerSecond(21.0), &[200.0, 0.0])),
+            [20.0, 1.0]
         );
         assert_eq!(
             per(shares(Admission::Ratio(0.75), &[200.0, 0.0])),
