@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use grl_core::proto;
 
-use super::buckets::{Registry, Resolver, RuleSet, UNMATCHED, threshold};
+use super::buckets::{BucketCell, Registry, Resolver, RuleSet, UNMATCHED, threshold};
 use super::table::{DECISIONS, PairEntry};
 use super::{BucketTotals, ClientStatus, Inner};
 
@@ -50,9 +50,11 @@ struct Book {
     recorded_base: u64,
     /// The cell's `recorded` count at the last report.
     recorded_reported: u64,
-    /// Recorded batches of the last [`recorded_horizon`](Inner::recorded_horizon): when
-    /// each arrived and its size.
+    /// Recorded batches of the last `recorded_horizon`: when each arrived and its size.
     recorded_batches: VecDeque<(Instant, u64)>,
+    /// How far back recorded batches are summed: twice the span the last batch covered,
+    /// and at least [`Inner::recorded_horizon`].
+    recorded_horizon: Duration,
     /// Requests per second recorded over that horizon: usage decided elsewhere arrives in
     /// batches (an Envoy reports once a second), so it is measured as a sliding sum, which
     /// a periodic batch keeps steady.
@@ -64,11 +66,9 @@ struct Book {
 }
 
 impl Book {
-    /// Adds a window's recorded `batch` at `now` and sums the batches of the last `horizon`.
-    fn record_batch(&mut self, batch: u64, now: Instant, horizon: Duration) {
-        if batch > 0 {
-            self.recorded_batches.push_back((now, batch));
-        }
+    /// Forgets recorded batches older than the horizon and sums the rest.
+    fn recorded_since(&mut self, now: Instant, least: Duration) {
+        let horizon = self.recorded_horizon.max(least);
         while self
             .recorded_batches
             .front()
@@ -101,10 +101,13 @@ impl Book {
         }
     }
 
-    /// Counts a batch recorded at `now`.
-    fn add_recorded(&mut self, n: u64, now: Instant, horizon: Duration) {
+    /// Counts a batch of `n` requests over `span` recorded at `now`: a data plane that
+    /// reports every 5 s is summed over 10 s, so that its rate does not fall to 0 between
+    /// its reports.
+    fn add_recorded(&mut self, n: u64, span: Duration, now: Instant, least: Duration) {
         self.recorded_batches.push_back((now, n));
-        self.record_batch(0, now, horizon);
+        self.recorded_horizon = (span * 2).max(least);
+        self.recorded_since(now, least);
     }
 }
 
@@ -431,7 +434,7 @@ impl Inner {
             let recorded = registry.cells[id as usize].recorded.load(Ordering::Relaxed);
             let batch = recorded - b.recorded_base;
             b.recorded_base = recorded;
-            b.record_batch(0, now, horizon);
+            b.recorded_since(now, horizon);
             let count: u64 = delta.iter().sum::<u64>().saturating_sub(batch);
             let pause = count == 0 && !b.idle;
             b.idle = count == 0;
@@ -493,19 +496,39 @@ impl Inner {
         Some(report)
     }
 
-    /// Adds `n` recorded requests to cell `id`'s bookkeeping, with `count` (which adds
-    /// them to a pair or the overflow) under the control lock, so that a window sees both
-    /// or neither.
-    pub(crate) fn record_counts(&self, id: u32, n: u64, count: impl FnOnce(), now: Instant) {
-        let horizon = self.recorded_horizon();
+    /// Adds `n` recorded requests over `span` to cell `id`'s bookkeeping and has `count` add
+    /// them to a pair or the overflow, under the control lock, so that a window sees both or
+    /// neither. `count` gets the cell and, in a shadow bucket, the share its allowance would
+    /// have refused of the data plane's bucket-wide recorded rate.
+    pub(crate) fn record_counts(
+        &self,
+        id: u32,
+        n: u64,
+        span: Duration,
+        now: Instant,
+        count: impl FnOnce(&BucketCell, Option<f64>),
+    ) {
+        let least = self.recorded_horizon();
         let mut c = self.lock();
-        count();
-        c.registry.cells[id as usize]
-            .recorded
-            .fetch_add(n, Ordering::Relaxed);
-        if let Some(b) = c.books.get_mut(id as usize) {
-            b.add_recorded(n, now, horizon);
-        }
+        let Control {
+            books, registry, ..
+        } = &mut *c;
+        let Some(cell) = registry.cells.get(id as usize) else {
+            return;
+        };
+        let Some(b) = books.get_mut(id as usize) else {
+            return;
+        };
+        b.add_recorded(n, span, now, least);
+        let shadow = cell
+            .shadow
+            .load(Ordering::Relaxed)
+            .then(|| match (b.allowed, b.expires) {
+                (Some(a), Some(t)) if now < t => local_ratio(b.recorded_share(a), b.recorded_rate),
+                _ => cell.ratio(),
+            });
+        count(cell, shadow);
+        cell.recorded.fetch_add(n, Ordering::Relaxed);
     }
 
     /// What a data plane enforcing by itself may admit in bucket `id` (matched, not in

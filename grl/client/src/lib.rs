@@ -70,7 +70,7 @@ pub use metrics::{
     CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
 };
 
-use buckets::Resolver;
+use buckets::{BucketCell, Resolver};
 use control::Control;
 use table::{PairEntry, PairTable};
 
@@ -340,44 +340,30 @@ impl Client {
         if total == 0 {
             return;
         }
-        let (pair, cell, id) = match self.pair(caller, procedure) {
-            Ok(e) => {
-                let id = e.cell.load(Ordering::Relaxed);
-                (
-                    Some(e),
-                    self.inner.resolver.load().cells[id as usize].clone(),
-                    id,
-                )
-            }
-            Err((resolver, id)) => (None, resolver.cells[id as usize].clone(), id),
+        let (pair, id) = match self.pair(caller, procedure) {
+            Ok(e) => (Some(e), e.cell.load(Ordering::Relaxed)),
+            Err((_, id)) => (None, id),
         };
-        let now = tokio::time::Instant::now();
-        let virtual_drops = if cell.shadow.load(Ordering::Relaxed) {
-            let rate = total as f64 / elapsed.as_secs_f64();
-            let ratio = match self.inner.admission(id, now) {
-                Admission::PerSecond(a) if rate.is_finite() => control::local_ratio(a, rate),
-                Admission::Ratio(r) => r,
-                _ => 0.0,
-            };
-            ((allowed as f64 * ratio).round() as u64).min(allowed)
-        } else {
-            0
-        };
-        let counts = [allowed - virtual_drops, denied, virtual_drops];
-        let count = || match pair {
-            Some(e) => {
-                for (i, n) in counts.into_iter().enumerate() {
-                    e.add(Decision::from_index(i), n);
+        let count = |cell: &BucketCell, shadow: Option<f64>| {
+            let virtual_drops =
+                shadow.map_or(0, |r| ((allowed as f64 * r).round() as u64).min(allowed));
+            let counts = [allowed - virtual_drops, denied, virtual_drops];
+            match pair {
+                Some(e) => {
+                    for (i, n) in counts.into_iter().enumerate() {
+                        e.add(Decision::from_index(i), n);
+                    }
+                }
+                None => {
+                    for (i, n) in counts.into_iter().enumerate() {
+                        cell.overflow[i].fetch_add(n, Ordering::Relaxed);
+                    }
+                    self.inner.overflow.fetch_add(total, Ordering::Relaxed);
                 }
             }
-            None => {
-                for (i, n) in counts.into_iter().enumerate() {
-                    cell.overflow[i].fetch_add(n, Ordering::Relaxed);
-                }
-                self.inner.overflow.fetch_add(total, Ordering::Relaxed);
-            }
         };
-        self.inner.record_counts(id, total, count, now);
+        self.inner
+            .record_counts(id, total, elapsed, tokio::time::Instant::now(), count);
     }
 
     /// The name of the bucket `caller` calling `procedure` falls in under the current

@@ -110,6 +110,15 @@ async fn envoys_quota_filter_is_assigned_its_share_and_metrics_add_up() {
         );
     }
     assert!(n(&b[0], "denied") > n(&b[0], "allowed"), "{s}");
+    // What Envoy let through once it held its token buckets: the GRL bucket's 20 rps, plus
+    // at most the buckets' capacity each time Envoy rebuilt one (a changed assignment).
+    let secs = s["seconds_after"].as_f64().unwrap();
+    let admitted = (n(&b[0], "allowed_after") + n(&b[1], "allowed_after")) as f64;
+    let rebuilt = (n(&b[0], "rebuilt") + n(&b[1], "rebuilt")) as f64;
+    assert!(
+        admitted <= 20.0 * secs * 1.15 + 20.0 * rebuilt && admitted >= 20.0 * secs * 0.7,
+        "{admitted} admitted in {secs:.1} s after the assignment: {s}"
+    );
     for i in [2, 3] {
         assert_eq!(b[i]["last"]["kind"], "ALLOW_ALL", "bucket {i}: {s}");
         assert_eq!(b[i]["strategies"].as_object().unwrap().len(), 1, "{s}");
@@ -153,6 +162,44 @@ async fn envoys_quota_filter_is_assigned_its_share_and_metrics_add_up() {
     assert_eq!(
         sum(&m, "grl_sidecar_rlqs_reports_total", &[("code", "ok")]) as u64,
         n(&s, "reports")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_envoy_streams_split_one_share() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    // Envoy opens one stream per filter config: two of them, each with one Envoy bucket of
+    // the 20 rps GRL bucket of caller `limited`, 100 rps each. Stream b ends 3 s after it
+    // holds a token bucket, stream a 6 s after: b's last assignment is its half of the
+    // share, a's is the whole share once b is gone.
+    let plane = |procedure: &str, then: &'static str| {
+        data_plane(args(
+            &sc.rls,
+            &[
+                "--bucket",
+                &bucket_at("limited", procedure, 100),
+                "--until-bucket",
+                "0",
+                "--then",
+                then,
+                "--deadline",
+                "60",
+            ],
+        ))
+    };
+    let ((a, ok_a), (b, ok_b)) =
+        tokio::join!(plane("pay.Pay/Card", "6"), plane("pay.Pay/Refund", "3"));
+    assert!(ok_a && ok_b, "{a}\n{b}");
+    let (ra, rb) = (rate(&a["buckets"][0]), rate(&b["buckets"][0]));
+    assert!(
+        (7.0..=13.0).contains(&rb),
+        "stream b held {rb} rps of a 20 rps bucket shared with stream a:\n{a}\n{b}"
+    );
+    assert!(
+        (16.0..=24.0).contains(&ra),
+        "stream a held {ra} rps once alone in a 20 rps bucket:\n{a}\n{b}"
     );
 }
 

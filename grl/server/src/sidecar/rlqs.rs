@@ -14,12 +14,14 @@
 //! [`PUSH_CHANGE`] (checked every [`PUSH_EVERY`]) and before the last one expires.
 //!
 //! Shares ([`shares`]): the client's allowance for the data plane's usage
-//! ([`Client::admission`]) is shared over the stream's Envoy buckets that fall in the same
-//! GRL bucket as the tiers share (headroom under the allowance, by offered rate above it),
+//! ([`Client::admission`]) is shared over every open stream's Envoy buckets that fall in
+//! the same GRL bucket (Envoy opens one stream per filter config) as the tiers share (headroom under the allowance, by offered rate above it),
 //! with offered rates measured here between reports (Envoy reports whole seconds only). Assignments ([`strategy`]): no limit in force (no bucket, shadow
 //! mode, fail-open) is `ALLOW_ALL`; a share of `a` requests per second is a token bucket
-//! refilled at `a` per second holding up to a second's worth (at least one token), the only
-//! rate Envoy's filter enforces; a share under one request an hour is `DENY_ALL`. Each assignment lives for the
+//! refilled at `a` per second (`a × 3600` tokens per [`FILL_INTERVAL`]) holding up to a
+//! second's worth (at least one token), the only rate Envoy's filter enforces; a share that
+//! rounds to no token an hour is `DENY_ALL`. A share is re-sent unchanged unless it moved
+//! by more than [`PUSH_CHANGE`]: Envoy rebuilds a changed token bucket full. Each assignment lives for the
 //! client's ratio validity in whole seconds, so an Envoy cut off from the sidecar falls back
 //! to its filter's `expired_assignment_behavior` (fail open if so configured) as a GRL client
 //! does. A report with no domain first, a foreign domain, an empty `BucketId`, more than
@@ -28,7 +30,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grl_client::{Admission, Client};
@@ -58,8 +61,14 @@ pub const MAX_USAGE: u64 = 1 << 40;
 /// answer or refresh).
 pub const PUSH_CHANGE: f64 = 0.05;
 
-/// The longest fill interval sent: a share under one request per this is `DENY_ALL`.
-const LONGEST_FILL: Duration = Duration::from_secs(3600);
+/// The fill interval of every token bucket sent. Envoy refills continuously at
+/// `tokens_per_fill / fill_interval` and rebuilds a bucket only when `max_tokens` or
+/// `tokens_per_fill` change (it compares the interval's nanoseconds only), so one long
+/// interval makes every rate exact and every change visible.
+const FILL_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// The shortest span an offered rate is measured over.
+const MEASURE_OVER: Duration = Duration::from_secs(1);
 
 /// The rate limit quota service of one sidecar.
 #[derive(Debug, Clone)]
@@ -68,6 +77,30 @@ pub struct Rlqs {
     caller_key: Arc<str>,
     procedure_key: Arc<str>,
     metrics: Arc<SidecarMetrics>,
+    /// Every open stream's buckets, so that a share is split over all of them: Envoy opens
+    /// one stream per filter config.
+    offers: Offers,
+    next_stream: Arc<AtomicU64>,
+}
+
+/// Per open stream, its buckets' GRL bucket and offered rate.
+type Offers = Arc<Mutex<HashMap<u64, Vec<(Option<String>, f64)>>>>;
+
+/// Removes a stream's offers when its session ends.
+struct Registered {
+    offers: Offers,
+    stream: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.offers).remove(&self.stream);
+    }
+}
+
+/// Locks the offers; a panic elsewhere leaves them usable.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What one Envoy bucket may admit.
@@ -88,7 +121,11 @@ struct Subscription {
     bucket: Option<String>,
     /// When Envoy last reported the bucket, on this sidecar's clock.
     reported_at: Option<Instant>,
-    /// Envoy's offered rate between its last two reports (allowed + denied per second).
+    /// Since when usage is summed for the next offered rate, and the sum: a rate is taken
+    /// over at least [`MEASURE_OVER`] (Envoy sends a bucket's first usage at once and the
+    /// next at its reporting interval, which may come milliseconds later).
+    measuring: (Instant, u64),
+    /// Envoy's offered rate (allowed + denied per second) over the last measurement.
     offered: f64,
     sent: Option<(Share, Instant)>,
 }
@@ -109,6 +146,8 @@ impl Rlqs {
             caller_key: caller_key.into(),
             procedure_key: procedure_key.into(),
             metrics,
+            offers: Arc::default(),
+            next_stream: Arc::default(),
         }
     }
 
@@ -191,6 +230,11 @@ impl Rlqs {
         mut reports: Streaming<RateLimitQuotaUsageReports>,
         out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) {
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let _registered = Registered {
+            offers: self.offers.clone(),
+            stream,
+        };
         let mut domain = None;
         let mut subs = Subscriptions::new();
         let mut tick = tokio::time::interval(PUSH_EVERY);
@@ -201,7 +245,7 @@ impl Rlqs {
                     Ok(Some(r)) => match self.validate(&r, &mut domain, &subs) {
                         Ok(()) => {
                             self.metrics.rlqs_report(true);
-                            self.apply(&r, &mut subs, Instant::now())
+                            self.apply(&r, &mut subs, stream, Instant::now())
                         }
                         Err(status) => {
                             self.metrics.rlqs_report(false);
@@ -211,7 +255,7 @@ impl Rlqs {
                     },
                     Ok(None) | Err(_) => return,
                 },
-                _ = tick.tick() => self.assign(&mut subs, Instant::now(), |_, _| false),
+                _ = tick.tick() => self.assign(&mut subs, stream, Instant::now(), |_, _| false),
             };
             if !actions.is_empty()
                 && out
@@ -231,6 +275,7 @@ impl Rlqs {
         &self,
         r: &RateLimitQuotaUsageReports,
         subs: &mut Subscriptions,
+        stream: u64,
         now: Instant,
     ) -> Vec<BucketAction> {
         let mut reported = Vec::with_capacity(r.bucket_quota_usages.len());
@@ -245,14 +290,20 @@ impl Rlqs {
                     procedure,
                     bucket: None,
                     reported_at: None,
+                    measuring: (now, 0),
                     offered: 0.0,
                     sent: None,
                 }
             });
             let total = u.num_requests_allowed.saturating_add(u.num_requests_denied);
             let since = sub.reported_at.map(|t| now - t).filter(|d| !d.is_zero());
-            if let Some(d) = since {
-                sub.offered = total as f64 / d.as_secs_f64();
+            if since.is_some() {
+                let (from, sum) = &mut sub.measuring;
+                *sum += total;
+                if now - *from >= MEASURE_OVER {
+                    sub.offered = *sum as f64 / (now - *from).as_secs_f64();
+                    sub.measuring = (now, 0);
+                }
             }
             sub.reported_at = Some(now);
             sub.bucket = self.client.bucket(&sub.caller, &sub.procedure);
@@ -267,55 +318,75 @@ impl Rlqs {
             reported.push(key);
         }
         reported.sort_unstable();
-        self.assign(subs, now, |key, _| reported.binary_search(key).is_ok())
+        self.assign(subs, stream, now, |key, _| {
+            reported.binary_search(key).is_ok()
+        })
     }
 
     /// Assignments for the buckets that `always` selects, whose share moved by more than
     /// [`PUSH_CHANGE`] since it was last sent, or whose last assignment is past half its
-    /// life. Admissions are read once per GRL bucket.
+    /// life. A share that did not move that much is sent as it was last sent, so that Envoy
+    /// keeps its token bucket (it rebuilds a changed one full). Shares are split over every
+    /// stream's buckets of a GRL bucket; admissions are read once per GRL bucket.
     fn assign(
         &self,
         subs: &mut Subscriptions,
+        stream: u64,
         now: Instant,
         always: impl Fn(&Vec<(String, String)>, &Subscription) -> bool,
     ) -> Vec<BucketAction> {
         let refresh = self.ttl() / 2;
-        let mut groups: HashMap<Option<&str>, Vec<usize>> = HashMap::new();
         let list: Vec<_> = subs.iter_mut().collect();
-        for (i, (_, sub)) in list.iter().enumerate() {
-            groups.entry(sub.bucket.as_deref()).or_default().push(i);
+        let mut groups: HashMap<Option<String>, (Vec<usize>, Vec<f64>)> = HashMap::new();
+        {
+            let mut offers = lock(&self.offers);
+            offers.insert(
+                stream,
+                list.iter()
+                    .map(|(_, sub)| (sub.bucket.clone(), sub.offered))
+                    .collect(),
+            );
+            for (i, (_, sub)) in list.iter().enumerate() {
+                let g = groups.entry(sub.bucket.clone()).or_default();
+                g.0.push(i);
+                g.1.push(sub.offered);
+            }
+            let others = offers.iter().filter(|(s, _)| **s != stream);
+            for (bucket, offered) in others.flat_map(|(_, rows)| rows) {
+                if let Some(g) = groups.get_mut(bucket) {
+                    g.1.push(*offered);
+                }
+            }
         }
         let mut share = vec![Share::All; list.len()];
-        for members in groups.values() {
+        for (members, offered) in groups.values() {
             let first = &list[members[0]].1;
             let admission = self.client.admission(&first.caller, &first.procedure);
-            let offered: Vec<f64> = members.iter().map(|&i| list[i].1.offered).collect();
-            for (&i, s) in members.iter().zip(shares(admission, &offered)) {
+            for (&i, s) in members.iter().zip(shares(admission, offered)) {
                 share[i] = s;
             }
         }
         let mut actions = Vec::new();
         for (i, (key, sub)) in list.into_iter().enumerate() {
-            let due = always(key, sub)
-                || match sub.sent {
-                    None => true,
-                    Some((before, at)) => now - at >= refresh || moved(before, share[i]),
-                };
-            if due {
-                sub.sent = Some((share[i], now));
-                let (strategy, kind) = strategy(share[i]);
-                self.metrics.rlqs_assignment(kind);
-                actions.push(BucketAction {
-                    bucket_id: Some(sub.id.clone()),
-                    bucket_action: Some(bucket_action::BucketAction::QuotaAssignmentAction(
-                        bucket_action::QuotaAssignmentAction {
-                            assignment_time_to_live: prost_types::Duration::try_from(self.ttl())
-                                .ok(),
-                            rate_limit_strategy: Some(strategy),
-                        },
-                    )),
-                });
-            }
+            let send = match sub.sent {
+                None => Some(share[i]),
+                Some((before, _)) if moved(before, share[i]) => Some(share[i]),
+                Some((before, at)) if always(key, sub) || now - at >= refresh => Some(before),
+                Some(_) => None,
+            };
+            let Some(send) = send else { continue };
+            sub.sent = Some((send, now));
+            let (strategy, kind) = strategy(send);
+            self.metrics.rlqs_assignment(kind);
+            actions.push(BucketAction {
+                bucket_id: Some(sub.id.clone()),
+                bucket_action: Some(bucket_action::BucketAction::QuotaAssignmentAction(
+                    bucket_action::QuotaAssignmentAction {
+                        assignment_time_to_live: prost_types::Duration::try_from(self.ttl()).ok(),
+                        rate_limit_strategy: Some(strategy),
+                    },
+                )),
+            });
         }
         actions
     }
@@ -329,11 +400,11 @@ fn bucket_key(bucket: &HashMap<String, String>) -> Vec<(String, String)> {
 }
 
 /// Splits one GRL bucket's `admission` over Envoy buckets offering `offered` requests per
-/// second each, the way the tiers share an allowance: while their total is under it, each
-/// may admit its own rate plus all of the unused part (an idle bucket keeps room to start);
-/// above it, the allowance is split by offered rate, each bucket weighing at least a tenth
-/// of an even share (one that just started is not refused outright). A ratio (tiers that
-/// send no rate) applies to each bucket's own offered rate.
+/// second each, never more than the admission in all: while their total is under it, each
+/// may admit its own rate plus an even part of the unused rest (an idle or new bucket keeps
+/// room to start); above it, the admission is split by offered rate, each bucket weighing
+/// at least a tenth of an even share (one that just started is not refused outright). A
+/// ratio (tiers that send no rate) applies to each bucket's own offered rate.
 pub fn shares(admission: Admission, offered: &[f64]) -> Vec<Share> {
     let total: f64 = offered.iter().sum();
     let floor = total / (10.0 * offered.len() as f64);
@@ -342,7 +413,9 @@ pub fn shares(admission: Admission, offered: &[f64]) -> Vec<Share> {
         .iter()
         .map(|&o| match admission {
             Admission::Unlimited => Share::All,
-            Admission::PerSecond(a) if total <= a => Share::PerSecond(o + (a - total)),
+            Admission::PerSecond(a) if total <= a => {
+                Share::PerSecond(o + (a - total) / offered.len() as f64)
+            }
             Admission::PerSecond(a) => Share::PerSecond(a * o.max(floor) / weights),
             Admission::Ratio(r) if r >= 1.0 => Share::PerSecond(0.0),
             Admission::Ratio(r) if o > 0.0 => Share::PerSecond(o * (1.0 - r)),
@@ -378,17 +451,17 @@ pub fn strategy(share: Share) -> (RateLimitStrategy, RlqsStrategy) {
             Strategy::BlanketRule(BlanketRule::AllowAll as i32),
             RlqsStrategy::AllowAll,
         ),
-        Share::PerSecond(a) if (a * LONGEST_FILL.as_secs_f64()).round() >= 1.0 => {
-            // Envoy refills continuously at tokens_per_fill / fill_interval: a longer
-            // interval only makes the rate exact to 1 % for small shares.
-            let secs = (100.0 / a).ceil().clamp(1.0, LONGEST_FILL.as_secs_f64());
+        Share::PerSecond(a) if (a * FILL_INTERVAL.as_secs_f64()).round() >= 1.0 => {
             let cap = f64::from(u32::MAX);
+            let per_fill = (a * FILL_INTERVAL.as_secs_f64()).round();
+            // Beyond u32 tokens an hour (over a million a second), a one-second interval.
+            let (per_fill, every) = if per_fill <= cap {
+                (per_fill, FILL_INTERVAL)
+            } else {
+                (a.round().min(cap), Duration::from_secs(1))
+            };
             (
-                bucket(
-                    a.ceil().clamp(1.0, cap) as u32,
-                    (a * secs).round().min(cap) as u32,
-                    Duration::from_secs(secs as u64),
-                ),
+                bucket(a.ceil().clamp(1.0, cap) as u32, per_fill as u32, every),
                 RlqsStrategy::TokenBucket,
             )
         }
@@ -444,9 +517,11 @@ mod tests {
             s(Share::All),
             Strategy::BlanketRule(BlanketRule::AllowAll as i32)
         );
-        assert_eq!(s(Share::PerSecond(250.4)), bucket(251, 250, 1));
-        assert_eq!(s(Share::PerSecond(20.4)), bucket(21, 102, 5));
-        assert_eq!(s(Share::PerSecond(0.4)), bucket(1, 100, 250));
+        assert_eq!(s(Share::PerSecond(250.4)), bucket(251, 901_440, 3600));
+        assert_eq!(s(Share::PerSecond(20.0)), bucket(20, 72_000, 3600));
+        assert_eq!(s(Share::PerSecond(0.4)), bucket(1, 1440, 3600));
+        assert_eq!(s(Share::PerSecond(0.1)), bucket(1, 360, 3600));
+        assert_eq!(s(Share::PerSecond(2e6)), bucket(2_000_000, 2_000_000, 1));
         assert_eq!(
             s(Share::PerSecond(0.0001)),
             Strategy::BlanketRule(BlanketRule::DenyAll as i32)
@@ -471,14 +546,14 @@ mod tests {
             per(shares(Admission::PerSecond(20.0), &[30.0, 10.0])),
             [15.0, 5.0]
         );
-        // Under the allowance: own rate plus all of the unused part.
+        // Under the allowance: own rate plus an even part of the unused rest.
         assert_eq!(
             per(shares(Admission::PerSecond(20.0), &[0.0, 0.0])),
-            [20.0, 20.0]
+            [10.0, 10.0]
         );
         assert_eq!(
             per(shares(Admission::PerSecond(20.0), &[12.0, 0.0])),
-            [20.0, 8.0]
+            [16.0, 4.0]
         );
         // Over it: an idle bucket still weighs a tenth of an even share.
         assert_eq!(

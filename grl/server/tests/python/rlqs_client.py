@@ -27,16 +27,19 @@ STEP = 0.05
 
 
 def enforced(strategy):
-    """(kind, refill per second, capacity) Envoy enforces for a strategy, or None when it
-    ignores the assignment."""
+    """(kind, refill per second, capacity, identity) Envoy enforces for a strategy, or None
+    when it ignores the assignment. Envoy keeps its token bucket when the identity (max
+    tokens, tokens per fill, the fill interval's nanoseconds) is unchanged, and builds a
+    new, full one otherwise."""
     which = strategy.WhichOneof("strategy")
     if which == "token_bucket":
         tb = strategy.token_bucket
         secs = tb.fill_interval.seconds  # Envoy reads whole seconds
-        return "TOKEN_BUCKET", tb.tokens_per_fill.value / secs, tb.max_tokens
+        ident = (tb.max_tokens, tb.tokens_per_fill.value, tb.fill_interval.nanos)
+        return "TOKEN_BUCKET", tb.tokens_per_fill.value / secs, tb.max_tokens, ident
     if which == "blanket_rule":
         name = ratelimit_strategy_pb2.RateLimitStrategy.BlanketRule.Name(strategy.blanket_rule)
-        return name, None, None
+        return name, None, None, name
     return None
 
 
@@ -59,6 +62,8 @@ def main():
             "assigned": None,  # (kind, refill per second, capacity) in force
             "strategies": {},
             "ignored": 0,
+            "rebuilt": 0,
+            "allowed_after": 0,
             "last": None,
             "ttl_ms": None,
             "allowed": 0,
@@ -105,9 +110,10 @@ def main():
                         if e is None:
                             s["ignored"] += 1
                             continue
-                        kind, rate, cap = e
-                        if s["assigned"] != e and kind == "TOKEN_BUCKET":
+                        kind, rate, cap, ident = e
+                        if kind == "TOKEN_BUCKET" and (s["assigned"] is None or s["assigned"][3] != ident):
                             s["tokens"] = cap  # a new token bucket starts full
+                            s["rebuilt"] += 1
                         s["assigned"] = e
                         s["strategies"][kind] = s["strategies"].get(kind, 0) + 1
                         s["last"] = {"kind": kind, "rate": rate, "max_tokens": cap}
@@ -151,7 +157,7 @@ def main():
                 s["owed"] += b["rps"] * dt
                 offered = int(s["owed"])
                 s["owed"] -= offered
-                kind, rate, cap = s["assigned"] or ("ALLOW_ALL", None, None)
+                kind, rate, cap, _ = s["assigned"] or ("ALLOW_ALL", None, None, None)
                 if kind == "DENY_ALL":
                     allowed = 0
                 elif kind == "TOKEN_BUCKET":
@@ -162,6 +168,8 @@ def main():
                     allowed = offered
                 s["allowed"] += allowed
                 s["denied"] += offered - allowed
+                if until_met is not None:
+                    s["allowed_after"] += allowed
                 s["unreported"][0] += allowed
                 s["unreported"][1] += offered - allowed
                 if s["reported_at"] is None and offered > 0:
@@ -198,8 +206,15 @@ def main():
     channel.close()
     with lock:
         summary["until_met"] = until_met is not None
+        summary["seconds_after"] = 0.0 if until_met is None else last - until_met
         summary["buckets"] = [
-            {k: s[k] for k in ("strategies", "ignored", "last", "ttl_ms", "allowed", "denied")}
+            {
+                k: s[k]
+                for k in (
+                    "strategies", "ignored", "rebuilt", "last", "ttl_ms", "allowed", "denied",
+                    "allowed_after",
+                )
+            }
             for s in state
         ]
         print(json.dumps(summary))
