@@ -186,6 +186,17 @@ async fn killed_leader_is_replaced_by_the_standby_which_enforces_again() {
         "{out:?}"
     );
 
+    // The clients offered nothing while the command ran: a pause long enough to be
+    // reported as a fall, after which the tiers gave the idle bucket's room back. Offer the
+    // surge again until the leader enforces it, so that the kill finds its ratios in force.
+    let resumed = Instant::now();
+    let mut enforced = false;
+    while !enforced && resumed.elapsed() < Duration::from_secs(15) {
+        let w = surge_window(&clients, Duration::from_millis(400)).await;
+        enforced = (frac(&w) - REQUIRED).abs() < 0.03;
+    }
+    assert!(enforced, "the leader did not enforce again after the pause");
+
     leader._proc.0.kill().unwrap();
     let killed = Instant::now();
 
