@@ -130,7 +130,10 @@ struct Subscription {
     sent: Option<(Share, Instant)>,
 }
 
-type Subscriptions = BTreeMap<Vec<(String, String)>, Subscription>;
+/// A bucket id's pairs in a canonical order ([`bucket_key`]).
+type Key = Vec<(String, String)>;
+
+type Subscriptions = BTreeMap<Key, Subscription>;
 
 impl Rlqs {
     /// A service deciding with `client`; bucket id keys `caller_key` and `procedure_key`
@@ -181,13 +184,14 @@ impl Rlqs {
         Duration::from_secs(valid.as_secs_f64().ceil().max(1.0) as u64)
     }
 
-    /// Checks one report whole against the stream's `domain` (set by the first report).
+    /// Checks one report whole against the stream's `domain` (set by the first report);
+    /// the key of each of its usages, in order.
     fn validate(
         &self,
         r: &RateLimitQuotaUsageReports,
         domain: &mut Option<String>,
         subs: &Subscriptions,
-    ) -> Result<(), Status> {
+    ) -> Result<Vec<Key>, Status> {
         let service = &self.client.config().service;
         match (domain.as_deref(), r.domain.as_str()) {
             (None, "") => {
@@ -202,7 +206,7 @@ impl Rlqs {
             }
             _ => *domain = Some(service.clone()),
         }
-        let mut new = 0;
+        let mut keys = Vec::with_capacity(r.bucket_quota_usages.len());
         for (i, u) in r.bucket_quota_usages.iter().enumerate() {
             let Some(id) = u.bucket_id.as_ref().filter(|b| !b.bucket.is_empty()) else {
                 return Err(Status::invalid_argument(format!(
@@ -214,14 +218,15 @@ impl Rlqs {
                     "usage {i}: more than {MAX_USAGE} requests in one report"
                 )));
             }
-            new += usize::from(!subs.contains_key(&bucket_key(&id.bucket)));
+            keys.push(bucket_key(&id.bucket));
         }
+        let new = keys.iter().filter(|k| !subs.contains_key(*k)).count();
         if subs.len() + new > MAX_BUCKETS {
             return Err(Status::invalid_argument(format!(
                 "more than {MAX_BUCKETS} buckets on one stream"
             )));
         }
-        Ok(())
+        Ok(keys)
     }
 
     /// Serves one stream until Envoy closes it, it breaks a rule, or `out` is dropped.
@@ -243,9 +248,9 @@ impl Rlqs {
             let actions = tokio::select! {
                 r = reports.message() => match r {
                     Ok(Some(r)) => match self.validate(&r, &mut domain, &subs) {
-                        Ok(()) => {
+                        Ok(keys) => {
                             self.metrics.rlqs_report(true);
-                            self.apply(&r, &mut subs, stream, Instant::now())
+                            self.apply(&r, keys, &mut subs, stream, Instant::now())
                         }
                         Err(status) => {
                             self.metrics.rlqs_report(false);
@@ -270,18 +275,19 @@ impl Rlqs {
         }
     }
 
-    /// Records one valid report and returns an assignment for each of its buckets.
+    /// Records one valid report (its usages' `keys` from [`Self::validate`]) and returns an
+    /// assignment for each of its buckets.
     fn apply(
         &self,
         r: &RateLimitQuotaUsageReports,
+        keys: Vec<Key>,
         subs: &mut Subscriptions,
         stream: u64,
         now: Instant,
     ) -> Vec<BucketAction> {
         let mut reported = Vec::with_capacity(r.bucket_quota_usages.len());
-        for u in &r.bucket_quota_usages {
+        for (u, key) in r.bucket_quota_usages.iter().zip(keys) {
             let Some(id) = &u.bucket_id else { continue };
-            let key = bucket_key(&id.bucket);
             let sub = subs.entry(key.clone()).or_insert_with(|| {
                 let (caller, procedure) = self.pair(id);
                 Subscription {
@@ -333,7 +339,7 @@ impl Rlqs {
         subs: &mut Subscriptions,
         stream: u64,
         now: Instant,
-        always: impl Fn(&Vec<(String, String)>, &Subscription) -> bool,
+        always: impl Fn(&Key, &Subscription) -> bool,
     ) -> Vec<BucketAction> {
         let refresh = self.ttl() / 2;
         let list: Vec<_> = subs.iter_mut().collect();
@@ -393,7 +399,7 @@ impl Rlqs {
 }
 
 /// A bucket id's pairs in a canonical order (Envoy: the order of keys does not matter).
-fn bucket_key(bucket: &HashMap<String, String>) -> Vec<(String, String)> {
+fn bucket_key(bucket: &HashMap<String, String>) -> Key {
     let mut key: Vec<_> = bucket.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     key.sort_unstable();
     key

@@ -612,6 +612,14 @@ fn ratios_for<'a>(
 mod tests {
     use super::*;
 
+    /// A role: leading or not, with the leader's address.
+    fn role(leading: bool, leader: &str) -> Role {
+        Role {
+            leading,
+            leader: Some(leader.into()),
+        }
+    }
+
     fn controller() -> Node {
         Node::new(NodeConfig {
             level: proto::Level::Global,
@@ -641,20 +649,8 @@ mod tests {
     async fn a_new_leader_learns_one_interval_before_it_instructs() {
         let node = controller();
         let t0 = Instant::now();
-        node.set_role(
-            Role {
-                leading: false,
-                leader: Some("other:1".into()),
-            },
-            t0,
-        );
-        node.set_role(
-            Role {
-                leading: true,
-                leader: Some("me:1".into()),
-            },
-            t0,
-        );
+        node.set_role(role(false, "other:1"), t0);
+        node.set_role(role(true, "me:1"), t0);
         let (link, mut rx) = mpsc::channel(16);
         node.on_report(1, link, &report(), None, t0).unwrap();
         node.tick(t0 + Duration::from_millis(500));
@@ -670,13 +666,7 @@ mod tests {
     async fn a_follower_takes_no_report_and_redirects_the_stream() {
         let node = controller();
         let now = Instant::now();
-        node.set_role(
-            Role {
-                leading: false,
-                leader: Some("10.0.0.2:7300".into()),
-            },
-            now,
-        );
+        node.set_role(role(false, "10.0.0.2:7300"), now);
         let (link, mut rx) = mpsc::channel(16);
         node.on_report(1, link, &report(), None, now).unwrap();
         let refusal = rx.try_recv().unwrap().unwrap_err();
@@ -697,13 +687,7 @@ mod tests {
         let (link, mut rx) = mpsc::channel(16);
         node.on_report(1, link, &report(), None, now).unwrap();
         while rx.try_recv().is_ok() {}
-        node.set_role(
-            Role {
-                leading: false,
-                leader: Some("10.0.0.2:7300".into()),
-            },
-            now,
-        );
+        node.set_role(role(false, "10.0.0.2:7300"), now);
         let refusal = rx.try_recv().unwrap().unwrap_err();
         assert_eq!(refusal.code(), tonic::Code::Unavailable);
         assert_eq!(
