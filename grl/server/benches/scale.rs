@@ -103,8 +103,15 @@ fn report(id: &str, seq: u64, offered: f64) -> proto::Report {
     }
 }
 
+/// When each simulated client was last instructed and its longest gap between two
+/// instructions (ms since the epoch / ms).
+struct Heard {
+    last: Vec<AtomicU64>,
+    longest_gap: Vec<AtomicU64>,
+}
+
 /// One simulated client: reports every second, records when it was last instructed.
-async fn sim(ch: Channel, i: usize, last: Arc<Vec<AtomicU64>>, epoch: Instant) {
+async fn sim(ch: Channel, i: usize, heard: Arc<Heard>, epoch: Instant) {
     let id = format!("sim-{i}");
     let (tx, rx) = mpsc::channel(4);
     tx.send(report(&id, 0, 0.0)).await.unwrap();
@@ -128,7 +135,11 @@ async fn sim(ch: Channel, i: usize, last: Arc<Vec<AtomicU64>>, epoch: Instant) {
         }
     });
     while let Ok(Some(_)) = inbound.message().await {
-        last[i].store(epoch.elapsed().as_millis() as u64, Relaxed);
+        let now = epoch.elapsed().as_millis() as u64;
+        let before = heard.last[i].swap(now, Relaxed);
+        if before > 0 {
+            heard.longest_gap[i].fetch_max(now - before, Relaxed);
+        }
     }
     reporter.abort();
 }
@@ -163,7 +174,10 @@ async fn aggregator_run(n: usize, seconds: u64) {
     wait_port(ap).await;
     let pid = agg.0.id();
     let epoch = Instant::now();
-    let last: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let heard = Arc::new(Heard {
+        last: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        longest_gap: (0..n).map(|_| AtomicU64::new(0)).collect(),
+    });
     let channels: Vec<Channel> = (0..n.div_ceil(100))
         .map(|_| {
             Endpoint::from_shared(format!("http://{agg_addr}"))
@@ -172,17 +186,19 @@ async fn aggregator_run(n: usize, seconds: u64) {
         })
         .collect();
     let tasks: Vec<_> = (0..n)
-        .map(|i| tokio::spawn(sim(channels[i / 100].clone(), i, last.clone(), epoch)))
+        .map(|i| tokio::spawn(sim(channels[i / 100].clone(), i, heard.clone(), epoch)))
         .collect();
     let mut status = TierClient::new(channels[0].clone());
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let cpu0 = cpu_seconds(pid);
+    let (cpu0, own0) = (cpu_seconds(pid), cpu_seconds(std::process::id()));
+    heard.longest_gap.iter().for_each(|g| g.store(0, Relaxed));
     let t0 = Instant::now();
     let (mut folded_ok, mut instructed_ok, mut worst_age, mut fewest) = (0, 0, 0.0f64, n);
     for _ in 0..seconds {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let now = epoch.elapsed().as_millis() as u64;
-        let instructed = last
+        let instructed = heard
+            .last
             .iter()
             .filter(|t| now - t.load(Relaxed) <= 1000)
             .count();
@@ -201,10 +217,21 @@ async fn aggregator_run(n: usize, seconds: u64) {
         worst_age = worst_age.max(age);
         folded_ok += usize::from(st.children.len() == n && age <= 1.1);
     }
-    let cores = (cpu_seconds(pid) - cpu0) / t0.elapsed().as_secs_f64();
+    let span = t0.elapsed().as_secs_f64();
+    let cores = (cpu_seconds(pid) - cpu0) / span;
+    let own = (cpu_seconds(std::process::id()) - own0) / span;
     let rss = peak_rss_mib(pid);
+    let mut gaps: Vec<u64> = heard.longest_gap.iter().map(|g| g.load(Relaxed)).collect();
+    gaps.sort_unstable();
+    let over = gaps.iter().filter(|&&g| g > 1000).count();
     println!(
         "aggregator, {n:>5} clients x {BUCKETS} buckets: {folded_ok}/{seconds} s all reports folded (oldest report {worst_age:.2} s), {instructed_ok}/{seconds} s every client instructed (fewest {fewest}), CPU {cores:.2} cores, peak RSS {rss:.0} MiB"
+    );
+    println!(
+        "  longest gap between two instructions to one client: median client {} ms, p99 client {} ms, worst {} ms; {over} of {n} clients had a gap over 1,000 ms; the simulated clients used {own:.2} cores",
+        gaps[n / 2],
+        gaps[n * 99 / 100],
+        gaps[n - 1]
     );
     for t in tasks {
         t.abort();

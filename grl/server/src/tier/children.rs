@@ -10,8 +10,9 @@ use tokio::time::Instant;
 
 use super::admission::{Reason, ReportLimits};
 use super::ratios::{self, Totals};
+use super::rules::Slots;
 use grl_config::Scope;
-use grl_core::proto;
+use grl_core::{proto, wire};
 
 /// Whether the stream to a child is still open (its receiving half not dropped).
 pub trait Liveness {
@@ -81,6 +82,44 @@ pub struct OfferedIndex<'a> {
 }
 
 impl OfferedIndex<'_> {
+    /// The child's offered rate in each bucket of `service` by the bucket's position in
+    /// `buckets`, in one pass over the service's rows (one hash per row; a binary search
+    /// per bucket compared names about five times over, the most of a tier's tick at 5,000
+    /// children): `all` over every row, `in_group` over the rows in the child's own scope
+    /// group (see [`ratios::scope_key`]). Set at first positions only (see [`Slots`]).
+    pub fn by_position(
+        &self,
+        service: &str,
+        buckets: &[proto::BucketRule],
+        slots: &Slots,
+        (region, zone): (&str, &str),
+        all: &mut Vec<f64>,
+        in_group: &mut Vec<f64>,
+    ) {
+        all.clear();
+        all.resize(buckets.len(), 0.0);
+        in_group.clear();
+        in_group.resize(buckets.len(), 0.0);
+        let from = self
+            .rows
+            .partition_point(|(k, _)| k.service.as_str() < service);
+        for (k, o) in self.rows[from..]
+            .iter()
+            .take_while(|(k, _)| k.service == service)
+        {
+            let Some(&p) = slots.position.get(k.bucket.as_str()) else {
+                continue;
+            };
+            all[p] += o;
+            if let Ok(scope) = wire::scope_from_wire(buckets[p].scope)
+                && ratios::scope_key(scope, &k.region, &k.zone)
+                    == ratios::scope_key(scope, region, zone)
+            {
+                in_group[p] += o;
+            }
+        }
+    }
+
     /// Like [`Child::offered`].
     pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
         let from = self
@@ -389,6 +428,56 @@ mod tests {
         assert_eq!(a.offered("pay", "g", Some((Scope::Zone, "z1"))), 20.0);
         assert_eq!(a.offered("pay", "g", Some((Scope::Zone, "z2"))), 0.0);
         assert_eq!(a.offered("pay", "other", None), 0.0);
+    }
+
+    #[test]
+    fn offered_by_position_agrees_with_the_lookup_by_name() {
+        let t0 = Instant::now();
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
+        let mut r = report("a", "z1", 10.0);
+        for (bucket, zone, offered) in [("g", "z2", 4.0), ("h", "z1", 3.0), ("h", "z3", 2.0)] {
+            let mut row = r.rates[0].clone();
+            (row.bucket, row.zone, row.offered) = (bucket.into(), zone.into(), offered);
+            r.rates.push(row);
+        }
+        c.report(1, (), &r, t0, |_| true).unwrap();
+        let rule = |name: &str, scope: proto::Scope| proto::BucketRule {
+            name: name.into(),
+            scope: scope as i32,
+            limit_rps: Some(1.0),
+            ..Default::default()
+        };
+        let buckets = vec![
+            rule("x", proto::Scope::Global),
+            rule("h", proto::Scope::Zone),
+            rule("g", proto::Scope::Zone),
+        ];
+        let rules = super::super::rules::Rules::from_wire(
+            "v",
+            &[proto::ServiceRules {
+                service: "pay".into(),
+                buckets: buckets.clone(),
+            }],
+        );
+        let a = c.iter().find(|c| c.id == "a").unwrap();
+        let (mut all, mut in_group) = (Vec::new(), Vec::new());
+        a.offered_index().by_position(
+            "pay",
+            &buckets,
+            rules.slots("pay").unwrap(),
+            ("eu", "z1"),
+            &mut all,
+            &mut in_group,
+        );
+        assert_eq!(all, [0.0, 5.0, 14.0]);
+        assert_eq!(in_group, [0.0, 3.0, 10.0]);
+        for (j, b) in buckets.iter().enumerate() {
+            assert_eq!(all[j], a.offered("pay", &b.name, None));
+            assert_eq!(
+                in_group[j],
+                a.offered("pay", &b.name, Some((Scope::Zone, "z1")))
+            );
+        }
     }
 
     #[test]

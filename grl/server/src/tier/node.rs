@@ -8,7 +8,7 @@
 //! An urgent report (a child's rate jumped) wakes the tick at once (coalesced with the
 //! other urgent reports of the same few milliseconds) and, below the top, an upward report.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::FastMap;
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
 use super::children::{Child, Children, SentRatio};
 use super::election::{self, Role};
@@ -256,7 +257,7 @@ impl Node {
         }
         if new {
             info!(child = %r.reporter_id, ?peer, zone = %r.zone, region = %r.region, "child connected");
-            self.instruct_children(&mut s, Some(&r.reporter_id), now);
+            self.instruct_children(&mut s, Round::Child(&r.reporter_id), now);
         }
         if r.urgent {
             debug!(child = %r.reporter_id, "urgent report");
@@ -331,12 +332,20 @@ impl Node {
             .map(|((s, b), o)| ((s.to_string(), b.to_string()), o))
             .collect();
         st.parent.ratios.retain(|_, p| p.expires > now);
-        self.instruct_children(st, None, now);
+        self.instruct_children(st, Round::All, now);
     }
 
-    /// Instructs the child `only`, or every child, as far as each needs it now; nobody
-    /// while this tier follows or learns.
-    fn instruct_children(&self, st: &mut State, only: Option<&str>, now: Instant) {
+    /// Re-instructs, from this tier's last computed ratios, only the children that heard
+    /// nothing for [`REINSTRUCT_AFTER`] of an interval. Run between ticks, so that a quiet
+    /// child's gap stays under an interval without a full tick's recomputation.
+    pub fn instruct_due(&self, now: Instant) {
+        let mut s = self.lock();
+        self.instruct_children(&mut s, Round::Due, now);
+    }
+
+    /// Instructs the children of `round` as far as each needs it now; nobody while this
+    /// tier follows or learns.
+    fn instruct_children(&self, st: &mut State, round: Round<'_>, now: Instant) {
         if !st.role.leading {
             return;
         }
@@ -360,9 +369,13 @@ impl Node {
         let mut send = |c: &mut Child<Link>| {
             instruct(&self.cfg, rules, *config_gen, &from, c, now, &self.bytes);
         };
-        match only {
-            Some(id) => children.get_mut(id).into_iter().for_each(send),
-            None => children.iter_mut().for_each(&mut send),
+        match round {
+            Round::Child(id) => children.get_mut(id).into_iter().for_each(send),
+            Round::All => children.iter_mut().for_each(&mut send),
+            Round::Due => children
+                .iter_mut()
+                .filter(|c| reinstruct_due(&self.cfg, c, now))
+                .for_each(&mut send),
         }
     }
 
@@ -417,7 +430,11 @@ impl Node {
         };
         match new_rules {
             Some(r) => self.set_rules(r, now),
-            None => self.tick(now),
+            // The children's sums did not move: pass the parent's news on without a tick.
+            None => {
+                let mut s = self.lock();
+                self.instruct_children(&mut s, Round::All, now);
+            }
         }
     }
 
@@ -440,10 +457,6 @@ struct Sources<'a> {
     bucket_offered: FastMap<(&'a str, &'a str), f64>,
     parent: FastMap<(&'a str, &'a str), FromParent>,
 }
-
-/// A hash map with a fast non-cryptographic hasher, for indexes built and read by this
-/// tier alone within one round.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 impl<'a> Sources<'a> {
     fn new(
@@ -469,8 +482,32 @@ impl<'a> Sources<'a> {
     }
 }
 
+/// Which children a round of instructions looks at.
+enum Round<'a> {
+    /// The one with this id (it just reported for the first time).
+    Child(&'a str),
+    /// Every child (a tick).
+    All,
+    /// Those that heard nothing for [`REINSTRUCT_AFTER`] of an interval.
+    Due,
+}
+
+/// The part of an interval after which a child is instructed again even if nothing
+/// changed, so that its ratios never expire while the tier is up. The tiers look every
+/// eighth of an interval, so a quiet child hears again after 0.875 of an interval: an
+/// eighth of an interval is left for a busy tier's late rounds (on a quarter-interval grid
+/// the gap was a whole interval, and a late round made it longer).
+pub const REINSTRUCT_AFTER: f64 = 0.85;
+
+/// Whether `c` heard nothing for [`REINSTRUCT_AFTER`] of an interval.
+fn reinstruct_due(cfg: &NodeConfig, c: &Child<Link>, now: Instant) -> bool {
+    c.sent
+        .at
+        .is_none_or(|t| now - t >= cfg.interval.mul_f64(REINSTRUCT_AFTER))
+}
+
 /// Sends `c` an instruction if its config is out of date, its ratios or allowances changed,
-/// or it heard nothing for about an interval.
+/// or it heard nothing for [`REINSTRUCT_AFTER`] of an interval.
 fn instruct(
     cfg: &NodeConfig,
     rules: &Rules,
@@ -491,11 +528,7 @@ fn instruct(
                 || ratios::changed(old.ratio, r.ratio)
                 || ratios::allowance_changed(old.allowed, r.allowed)
         });
-    let due = c
-        .sent
-        .at
-        .is_none_or(|t| now - t >= cfg.interval.mul_f64(0.85));
-    if !(send_config || changed || due) {
+    if !(send_config || changed || reinstruct_due(cfg, c, now)) {
         return;
     }
     let sent_ratios = ratios
@@ -568,14 +601,30 @@ fn ratios_for<'a>(
     let offered = c.offered_index();
     let own_ms = cfg.validity().as_millis() as u32;
     let mut out = Vec::new();
+    let (mut all, mut in_group) = (Vec::new(), Vec::new());
     for svc in &c.services {
-        for b in rules.services().get(svc).into_iter().flatten() {
+        let (Some(buckets), Some(slots)) = (rules.services().get(svc), rules.slots(svc)) else {
+            continue;
+        };
+        offered.by_position(
+            svc,
+            buckets,
+            slots,
+            (&c.region, &c.zone),
+            &mut all,
+            &mut in_group,
+        );
+        for (j, b) in buckets.iter().enumerate() {
             let (Some(_), Ok(scope)) = (b.limit_rps, wire::scope_from_wire(b.scope)) else {
                 continue;
             };
             let (ratio, valid_for_ms, allowed) = if cfg.scopes.contains(&scope) {
                 let group = ratios::scope_key(scope, &c.region, &c.zone);
-                let own = offered.offered(svc, &b.name, Some((scope, group)));
+                let own = if slots.first[j] {
+                    in_group[j]
+                } else {
+                    offered.offered(svc, &b.name, Some((scope, group)))
+                };
                 let computed = from.computed.get(&(svc.as_str(), b.name.as_str(), group));
                 let allowed = computed
                     .filter(|_| own > 0.0)
@@ -585,7 +634,11 @@ fn ratios_for<'a>(
                 let key = (svc.as_str(), b.name.as_str());
                 match from.parent.get(&key) {
                     Some(p) if p.expires > now => {
-                        let own = offered.offered(svc, &b.name, None);
+                        let own = if slots.first[j] {
+                            all[j]
+                        } else {
+                            offered.offered(svc, &b.name, None)
+                        };
                         let group = from.bucket_offered.get(&key).copied().unwrap_or(0.0);
                         let allowed = p
                             .allowed
@@ -659,6 +712,27 @@ mod tests {
         assert!(
             matches!(rx.try_recv(), Ok(Ok(_))),
             "no instruction after one interval"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_quiet_child_is_re_instructed_between_ticks_before_an_interval() {
+        let node = controller();
+        let t0 = Instant::now();
+        let (link, mut rx) = mpsc::channel(16);
+        node.on_report(1, link, &report(), None, t0).unwrap();
+        while rx.try_recv().is_ok() {}
+        node.tick(t0 + Duration::from_millis(10));
+        while rx.try_recv().is_ok() {}
+        node.instruct_due(t0 + Duration::from_millis(500));
+        assert!(
+            rx.try_recv().is_err(),
+            "re-instructed after half an interval"
+        );
+        node.instruct_due(t0 + Duration::from_millis(875));
+        assert!(
+            matches!(rx.try_recv(), Ok(Ok(_))),
+            "not re-instructed at 0.875 of an interval"
         );
     }
 

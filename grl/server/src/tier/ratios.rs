@@ -18,7 +18,9 @@
 //! see it) come back as shares: one window plus a round trip through the tiers, about
 //! 100 ms, then the shares sum to the limit again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::FastMap;
 
 use grl_config::Scope;
 use grl_core::proto;
@@ -108,7 +110,7 @@ pub fn regroup<'a>(
     rows: impl IntoIterator<Item = (&'a RateKey, &'a Rate)>,
     keep_zone: bool,
 ) -> Totals {
-    let mut sums: HashMap<(&str, &str, &str, &str), Rate> = HashMap::new();
+    let mut sums: FastMap<(&str, &str, &str, &str), Rate> = FastMap::default();
     for (k, r) in rows {
         let zone = if keep_zone { k.zone.as_str() } else { "" };
         sums.entry((&k.service, &k.bucket, &k.region, zone))
@@ -185,12 +187,13 @@ pub fn compute<'a>(
     rows: impl IntoIterator<Item = (&'a RateKey, &'a Rate)>,
     scopes: &[Scope],
 ) -> BTreeMap<RatioKey, Computed> {
-    let wanted: HashMap<(&str, &str), &Limited> = limited
+    let wanted: FastMap<(&str, &str), &Limited> = limited
         .iter()
         .filter(|l| scopes.contains(&l.scope))
         .map(|l| ((l.service.as_str(), l.bucket.as_str()), l))
         .collect();
-    let mut sums: HashMap<(&str, &str, &str), f64> = HashMap::with_capacity(wanted.len());
+    let mut sums: FastMap<(&str, &str, &str), f64> =
+        FastMap::with_capacity_and_hasher(wanted.len(), Default::default());
     for l in wanted.values() {
         if l.scope == Scope::Global {
             sums.insert((l.service.as_str(), l.bucket.as_str(), ""), 0.0);

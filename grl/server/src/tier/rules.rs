@@ -1,7 +1,9 @@
 //! The bucket rules a tier holds, in wire form: from a config snapshot (plus incident
 //! overrides) at the top, or from the parent's instructions below it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use super::FastMap;
 
 use super::ratios::Limited;
 use grl_config::Snapshot;
@@ -17,7 +19,17 @@ pub struct Rules {
     services: BTreeMap<String, Vec<proto::BucketRule>>,
     /// Position of each bucket in its service's rules, by service and name (every report
     /// row is checked against it: a linear search made a 1,000-bucket report quadratic).
-    index: HashMap<String, HashMap<String, usize>>,
+    index: FastMap<String, Slots>,
+}
+
+/// Where the buckets of one service sit in its rules.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Slots {
+    /// The first position of each bucket name.
+    pub position: FastMap<String, usize>,
+    /// For each position, whether it is its name's first (an override ahead of a config
+    /// bucket of the same name makes the later one a repeat).
+    pub first: Vec<bool>,
 }
 
 impl Rules {
@@ -57,11 +69,18 @@ impl Rules {
         let index = services
             .iter()
             .map(|(svc, buckets)| {
-                let mut by_name = HashMap::with_capacity(buckets.len());
+                let mut slots = Slots {
+                    position: FastMap::with_capacity_and_hasher(buckets.len(), Default::default()),
+                    first: Vec::with_capacity(buckets.len()),
+                };
                 for (i, b) in buckets.iter().enumerate() {
-                    by_name.entry(b.name.clone()).or_insert(i);
+                    let first = !slots.position.contains_key(&b.name);
+                    if first {
+                        slots.position.insert(b.name.clone(), i);
+                    }
+                    slots.first.push(first);
                 }
-                (svc.clone(), by_name)
+                (svc.clone(), slots)
             })
             .collect();
         Self {
@@ -108,8 +127,13 @@ impl Rules {
 
     /// A bucket by service and name.
     pub fn bucket(&self, service: &str, name: &str) -> Option<&proto::BucketRule> {
-        let i = *self.index.get(service)?.get(name)?;
+        let i = *self.index.get(service)?.position.get(name)?;
         self.services.get(service)?.get(i)
+    }
+
+    /// Where the buckets of `service` sit in its rules.
+    pub fn slots(&self, service: &str) -> Option<&Slots> {
+        self.index.get(service)
     }
 
     /// Number of buckets.
