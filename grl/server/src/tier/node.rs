@@ -365,7 +365,7 @@ impl Node {
             bucket_offered,
             ..
         } = st;
-        let from = Sources::new(computed, bucket_offered, parent);
+        let from = Sources::new(rules, computed, bucket_offered, parent);
         let mut send = |c: &mut Child<Link>| {
             instruct(&self.cfg, rules, *config_gen, &from, c, now, &self.bytes);
         };
@@ -454,29 +454,59 @@ impl Node {
 /// allocations per bucket per child).
 struct Sources<'a> {
     computed: FastMap<(&'a str, &'a str, &'a str), &'a Computed>,
-    bucket_offered: FastMap<(&'a str, &'a str), f64>,
-    parent: FastMap<(&'a str, &'a str), FromParent>,
+    /// Per service, what each of its buckets takes from outside the child, by the bucket's
+    /// position in the rules: looked up once per round, not once per child.
+    services: FastMap<&'a str, Vec<BucketSource>>,
+}
+
+/// What a round knows of one bucket before looking at any child.
+struct BucketSource {
+    /// [`SentRatio::key_of`] the bucket.
+    key: u64,
+    /// The parent's ratio and allowance for it.
+    parent: Option<FromParent>,
+    /// What all this tier's fresh children offer in it.
+    offered: f64,
 }
 
 impl<'a> Sources<'a> {
     fn new(
+        rules: &'a Rules,
         computed: &'a BTreeMap<RatioKey, Computed>,
         bucket_offered: &'a BTreeMap<(String, String), f64>,
         parent: &'a Parent,
     ) -> Self {
+        let offered: FastMap<(&str, &str), f64> = bucket_offered
+            .iter()
+            .map(|((s, b), o)| ((s.as_str(), b.as_str()), *o))
+            .collect();
+        let from_parent: FastMap<(&str, &str), FromParent> = parent
+            .ratios
+            .iter()
+            .map(|((s, b), p)| ((s.as_str(), b.as_str()), *p))
+            .collect();
         Self {
             computed: computed
                 .iter()
                 .map(|((s, b, g), c)| ((s.as_str(), b.as_str(), g.as_str()), c))
                 .collect(),
-            bucket_offered: bucket_offered
+            services: rules
+                .services()
                 .iter()
-                .map(|((s, b), o)| ((s.as_str(), b.as_str()), *o))
-                .collect(),
-            parent: parent
-                .ratios
-                .iter()
-                .map(|((s, b), p)| ((s.as_str(), b.as_str()), *p))
+                .map(|(svc, buckets)| {
+                    let per_bucket = buckets
+                        .iter()
+                        .map(|b| {
+                            let key = (svc.as_str(), b.name.as_str());
+                            BucketSource {
+                                key: SentRatio::key_of(svc, &b.name),
+                                parent: from_parent.get(&key).copied(),
+                                offered: offered.get(&key).copied().unwrap_or(0.0),
+                            }
+                        })
+                        .collect();
+                    (svc.as_str(), per_bucket)
+                })
                 .collect(),
         }
     }
@@ -524,7 +554,7 @@ fn instruct(
         c.sent.config_gen != Some(config_gen) || c.sent.services != c.services || resend_config;
     let changed = ratios.len() != c.sent.ratios.len()
         || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
-            old.key != SentRatio::key_of(r.service, r.bucket)
+            old.key != r.key
                 || ratios::changed(old.ratio, r.ratio)
                 || ratios::allowance_changed(old.allowed, r.allowed)
         });
@@ -534,7 +564,7 @@ fn instruct(
     let sent_ratios = ratios
         .iter()
         .map(|r| SentRatio {
-            key: SentRatio::key_of(r.service, r.bucket),
+            key: r.key,
             ratio: r.ratio,
             allowed: r.allowed,
         })
@@ -578,6 +608,8 @@ fn instruct(
 /// One bucket's ratio for a child, with borrowed names: built every round for every child,
 /// turned into the wire form only when an instruction goes out.
 struct ChildRatio<'a> {
+    /// [`SentRatio::key_of`] the bucket.
+    key: u64,
     service: &'a str,
     bucket: &'a str,
     ratio: f64,
@@ -603,7 +635,11 @@ fn ratios_for<'a>(
     let mut out = Vec::new();
     let (mut all, mut in_group) = (Vec::new(), Vec::new());
     for svc in &c.services {
-        let (Some(buckets), Some(slots)) = (rules.services().get(svc), rules.slots(svc)) else {
+        let (Some(buckets), Some(slots), Some(sources)) = (
+            rules.services().get(svc),
+            rules.slots(svc),
+            from.services.get(svc.as_str()),
+        ) else {
             continue;
         };
         offered.by_position(
@@ -631,15 +667,14 @@ fn ratios_for<'a>(
                     .map(|x| ratios::share(x.limit, own, x.offered));
                 (computed.map_or(0.0, |x| x.ratio), own_ms, allowed)
             } else {
-                let key = (svc.as_str(), b.name.as_str());
-                match from.parent.get(&key) {
+                match sources[j].parent {
                     Some(p) if p.expires > now => {
                         let own = if slots.first[j] {
                             all[j]
                         } else {
                             offered.offered(svc, &b.name, None)
                         };
-                        let group = from.bucket_offered.get(&key).copied().unwrap_or(0.0);
+                        let group = sources[j].offered;
                         let allowed = p
                             .allowed
                             .filter(|_| own > 0.0)
@@ -650,6 +685,7 @@ fn ratios_for<'a>(
                 }
             };
             out.push(ChildRatio {
+                key: sources[j].key,
                 service: svc,
                 bucket: &b.name,
                 ratio,
