@@ -263,6 +263,14 @@ async fn metrics_of_aggregator_and_controller_follow_the_contract() {
         );
         assert_eq!(get(m, "grl_tier_fail_open"), 0.0, "{who}");
         assert!(get(m, r#"grl_tier_control_bytes_total{direction="reports_in"}"#) > 0.0);
+        assert!(
+            get(m, "grl_tier_ticks_total") > 0.0,
+            "{who}: no tick counted"
+        );
+        assert!(
+            get(m, "grl_tier_tick_seconds_total") > 0.0,
+            "{who}: no tick time counted"
+        );
     }
     assert_eq!(get(&a, "grl_tier_parent_connected"), 1.0);
     assert_eq!(get(&m, r#"grl_controller_apply_total{result="ok"}"#), 0.0);

@@ -57,6 +57,14 @@ pub const ADMIN_REFUSED: &str = "grl_controller_admin_refused";
 /// Children's report streams refused by `{reason}` (`no_credentials`,
 /// `identity_not_allowed`). Exposed as `grl_tier_child_refused_total`.
 pub const CHILD_REFUSED: &str = "grl_tier_child_refused";
+/// Ticks run (recomputation and a round of instructions). Exposed as
+/// `grl_tier_ticks_total`.
+pub const TICKS: &str = "grl_tier_ticks";
+
+/// Seconds ticks held the tier (reports and instructions wait meanwhile); divided by
+/// [`TICKS`], a tick's mean duration. Exposed as `grl_tier_tick_seconds_total`.
+pub const TICK_SECONDS: &str = "grl_tier_tick_seconds";
+
 /// TLS events on the gRPC port by `{event}`: `handshake_failed` (plaintext clients, unknown
 /// CA, missing client certificate, timeout), `reloaded` (changed certificate files put in
 /// use), `reload_failed` (changed files that do not load; the previous ones stay).
@@ -79,6 +87,10 @@ pub struct Counters {
     pub reports_in: u64,
     /// Instruction bytes sent.
     pub instructions_out: u64,
+    /// Ticks run.
+    pub ticks: u64,
+    /// Seconds they held the tier, in all.
+    pub tick_seconds: f64,
     /// Refused reports and rows, in the order of [`Reason::ALL`].
     pub reports_refused: [u64; Reason::ALL.len()],
     /// TLS [handshake failures, reloads, reload failures] (`None` without TLS).
@@ -207,6 +219,20 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         CONTROL_BYTES,
         "Control-plane bytes exchanged with children",
         bytes,
+    );
+    let ticks = Counter::<u64>::default();
+    ticks.inc_by(c.ticks);
+    reg.register(
+        TICKS,
+        "Ticks run (recomputation and a round of instructions)",
+        ticks,
+    );
+    let tick_seconds = Counter::<f64, AtomicU64>::default();
+    tick_seconds.inc_by(c.tick_seconds);
+    reg.register(
+        TICK_SECONDS,
+        "Seconds ticks held the tier (reports and instructions waited)",
+        tick_seconds,
     );
     let refused = Family::<Labels, Counter>::default();
     for (reason, n) in Reason::ALL.iter().zip(c.reports_refused) {

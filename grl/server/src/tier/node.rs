@@ -109,6 +109,16 @@ pub struct Bytes {
     pub instructions_out: AtomicU64,
 }
 
+/// Ticks run and the time they held the node (every report and instruction waits for a
+/// tick: on a busy tier this is what makes rounds late).
+#[derive(Debug, Default)]
+pub struct TickTimes {
+    /// Ticks run.
+    pub ticks: AtomicU64,
+    /// Microseconds they held the node's lock, in all.
+    pub micros: AtomicU64,
+}
+
 /// One aggregator or controller.
 #[derive(Debug)]
 pub struct Node {
@@ -118,6 +128,8 @@ pub struct Node {
     conns: AtomicU64,
     /// Control-plane traffic with the children.
     pub bytes: Bytes,
+    /// How long ticks take.
+    pub ticks: TickTimes,
     /// Reports and rows refused, by reason.
     pub refused: RefusalCounts,
     /// Woken by an urgent report: the ticker recomputes at once.
@@ -147,6 +159,7 @@ impl Node {
             state: Mutex::new(state),
             conns: AtomicU64::new(0),
             bytes: Bytes::default(),
+            ticks: TickTimes::default(),
             refused: RefusalCounts::default(),
             wake: tokio::sync::Notify::new(),
             wake_parent: tokio::sync::Notify::new(),
@@ -318,6 +331,7 @@ impl Node {
     /// Recomputes this tier's ratios and instructs every child that needs it.
     pub fn tick(&self, now: Instant) {
         let mut s = self.lock();
+        let held = std::time::Instant::now();
         let st = &mut *s;
         for id in st.children.prune(now) {
             info!(child = %id, "stale, dropped");
@@ -333,6 +347,10 @@ impl Node {
             .collect();
         st.parent.ratios.retain(|_, p| p.expires > now);
         self.instruct_children(st, Round::All, now);
+        self.ticks.ticks.fetch_add(1, Ordering::Relaxed);
+        self.ticks
+            .micros
+            .fetch_add(held.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Re-instructs, from this tier's last computed ratios, only the children that heard
