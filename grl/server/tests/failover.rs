@@ -100,11 +100,20 @@ async fn wait_until_leads(c: &Candidate, deadline: Duration) -> bool {
     false
 }
 
-/// The surge window's drop fraction over `w`, asserting it never drops more than the
-/// limit requires.
+/// The surge window's counts over `w`, asserting it never drops more than the limit
+/// requires: what it admitted is at most 5 binomial standard deviations (+ 2) under the
+/// required share of what it offered. A fixed margin of 4 points failed once in a 100 ms
+/// window (12 admitted where 30 were due, 3.4 deviations) while every window around it was
+/// right; over-dropping for real (a ratio of 1, an allowance lost) still fails at once.
 async fn surge_window(clients: &[Client], w: Duration) -> [u64; 4] {
     let s = sum(&window(clients, "gateway-pay", w).await);
-    assert!(frac(&s) < REQUIRED + 0.04, "over-dropping: {s:?}");
+    let (offered, admit) = (s[0] as f64, 1.0 - REQUIRED);
+    let due = offered * admit;
+    let least = due - 5.0 * (offered * admit * REQUIRED).sqrt() - 2.0;
+    assert!(
+        s[1] as f64 >= least,
+        "over-dropping: {s:?}, at least {least:.0} were due"
+    );
     s
 }
 
