@@ -15,13 +15,16 @@
 //!
 //! Shares ([`shares`]): the client's allowance for the data plane's usage
 //! ([`Client::admission`]) is shared over every open stream's Envoy buckets that fall in
-//! the same GRL bucket (Envoy opens one stream per filter config) as the tiers share (headroom under the allowance, by offered rate above it),
-//! with offered rates measured here between reports (Envoy reports whole seconds only). Assignments ([`strategy`]): no limit in force (no bucket, shadow
-//! mode, fail-open) is `ALLOW_ALL`; a share of `a` requests per second is a token bucket
-//! refilled at `a` per second (`a × 3600` tokens per [`FILL_INTERVAL`]) holding up to a
-//! second's worth (at least one token), the only rate Envoy's filter enforces; a share that
-//! rounds to no token an hour is `DENY_ALL`. A share is re-sent unchanged unless it moved
-//! by more than [`PUSH_CHANGE`]: Envoy rebuilds a changed token bucket full. Each assignment lives for the
+//! the same GRL bucket (Envoy opens one stream per filter config), as the tiers share:
+//! headroom under the allowance, by offered rate above it, with offered rates measured
+//! here between reports (Envoy reports whole seconds only).
+//!
+//! Assignments ([`strategy`]): no limit in force (no bucket, shadow mode, fail-open) is
+//! `ALLOW_ALL`; a share of `a` requests per second is a token bucket refilled at `a` per
+//! second (`a × 3600` tokens per [`FILL_INTERVAL`]) holding up to a second's worth (at
+//! least one token), the only rate Envoy's filter enforces; a share that rounds to no token
+//! an hour is `DENY_ALL`. A share is re-sent unchanged unless it moved by more than
+//! [`PUSH_CHANGE`]: Envoy rebuilds a changed token bucket full. Each assignment lives for the
 //! client's ratio validity in whole seconds, so an Envoy cut off from the sidecar falls back
 //! to its filter's `expired_assignment_behavior` (fail open if so configured) as a GRL client
 //! does. A report with no domain first, a foreign domain, an empty `BucketId`, more than
