@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::FastMap;
 use super::admission::{Reason, ReportLimits};
+use super::digest::{Digest, Reported, Summer};
 use super::ratios::{self, Totals};
-use super::rules::Slots;
+use super::rules::Rules;
 use grl_config::Scope;
-use grl_core::{proto, wire};
+use grl_core::proto;
 
 /// Whether the stream to a child is still open (its receiving half not dropped).
 pub trait Liveness {
@@ -74,68 +76,6 @@ impl SentRatio {
     }
 }
 
-/// A child's rows in key order ([`Child::offered_index`]), to sum a bucket's rows by binary
-/// search without allocating per lookup.
-#[derive(Debug)]
-pub struct OfferedIndex<'a> {
-    rows: Vec<(&'a ratios::RateKey, f64)>,
-}
-
-impl OfferedIndex<'_> {
-    /// The child's offered rate in each bucket of `service` by the bucket's position in
-    /// `buckets`, in one pass over the service's rows (one hash per row; a binary search
-    /// per bucket compared names about five times over, the most of a tier's tick at 5,000
-    /// children): `all` over every row, `in_group` over the rows in the child's own scope
-    /// group (see [`ratios::scope_key`]). Set at first positions only (see [`Slots`]).
-    pub fn by_position(
-        &self,
-        service: &str,
-        buckets: &[proto::BucketRule],
-        slots: &Slots,
-        (region, zone): (&str, &str),
-        all: &mut Vec<f64>,
-        in_group: &mut Vec<f64>,
-    ) {
-        all.clear();
-        all.resize(buckets.len(), 0.0);
-        in_group.clear();
-        in_group.resize(buckets.len(), 0.0);
-        let from = self
-            .rows
-            .partition_point(|(k, _)| k.service.as_str() < service);
-        for (k, o) in self.rows[from..]
-            .iter()
-            .take_while(|(k, _)| k.service == service)
-        {
-            let Some(&p) = slots.position.get(k.bucket.as_str()) else {
-                continue;
-            };
-            all[p] += o;
-            if let Ok(scope) = wire::scope_from_wire(buckets[p].scope)
-                && ratios::scope_key(scope, &k.region, &k.zone)
-                    == ratios::scope_key(scope, region, zone)
-            {
-                in_group[p] += o;
-            }
-        }
-    }
-
-    /// Like [`Child::offered`].
-    pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
-        let from = self
-            .rows
-            .partition_point(|(k, _)| (k.service.as_str(), k.bucket.as_str()) < (service, bucket));
-        self.rows[from..]
-            .iter()
-            .take_while(|(k, _)| k.service == service && k.bucket == bucket)
-            .filter(|(k, _)| {
-                scope.is_none_or(|(s, key)| ratios::scope_key(s, &k.region, &k.zone) == key)
-            })
-            .map(|(_, o)| o)
-            .sum()
-    }
-}
-
 /// One child and its latest report.
 #[derive(Debug)]
 pub struct Child<L> {
@@ -161,21 +101,90 @@ pub struct Child<L> {
     pub link: L,
     /// What it was last told.
     pub sent: Sent,
+    /// Reports taken from it on this stream.
+    pub reports: u64,
+    /// Its rates by rule position, see [`Child::refresh_digest`].
+    pub digest: Digest,
 }
 
 impl<L> Child<L> {
-    /// Its rows in key order (sorted by service and bucket first, as the map keeps them).
-    pub fn offered_index(&self) -> OfferedIndex<'_> {
-        OfferedIndex {
-            rows: self.rates.iter().map(|(k, r)| (k, r.offered)).collect(),
-        }
+    /// Sums [`Child::digest`] again if a report or the rules (of generation `rules_gen`)
+    /// came since it was last summed.
+    pub fn refresh_digest(&mut self, rules: &Rules, rules_gen: u64) {
+        let child = Reported {
+            rates: &self.rates,
+            services: &self.services,
+            place: (&self.region, &self.zone),
+        };
+        self.digest.refresh((self.reports, rules_gen), child, rules);
     }
 
     /// The child's offered rate in one bucket, summed over its rows whose scope key (see
     /// [`ratios::scope_key`]) is the given one, or over all its rows.
     pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
-        self.offered_index().offered(service, bucket, scope)
+        self.rates
+            .iter()
+            .filter(|(k, _)| k.service == service && k.bucket == bucket)
+            .filter(|(k, _)| {
+                scope.is_none_or(|(s, key)| ratios::scope_key(s, &k.region, &k.zone) == key)
+            })
+            .map(|(_, r)| r.offered)
+            .sum()
     }
+}
+
+/// What a digest is summed from: the child's rows, services and place.
+fn reported<L>(c: &Child<L>) -> Reported<'_> {
+    Reported {
+        rates: &c.rates,
+        services: &c.services,
+        place: (&c.region, &c.zone),
+    }
+}
+
+/// keys differ.
+fn update_in_place(
+    rates: &mut Totals,
+    r: &proto::Report,
+    admit: &mut impl FnMut(&proto::BucketRate) -> bool,
+) -> bool {
+    if rates.len() != r.rates.len() {
+        return false;
+    }
+    let mut order: Vec<usize> = (0..r.rates.len()).collect();
+    order.sort_unstable_by(|&a, &b| row_key(&r.rates[a], r).cmp(&row_key(&r.rates[b], r)));
+    let same = rates.keys().zip(&order).all(|(k, &i)| {
+        (
+            k.service.as_str(),
+            k.bucket.as_str(),
+            k.region.as_str(),
+            k.zone.as_str(),
+        ) == row_key(&r.rates[i], r)
+    });
+    if !same {
+        return false;
+    }
+    for (rate, &i) in rates.values_mut().zip(&order) {
+        if admit(&r.rates[i]) {
+            *rate = ratios::rate_of(&r.rates[i]);
+        }
+    }
+    true
+}
+
+/// The [`ratios::RateKey`] a row of report `r` is kept under, borrowed: service, bucket,
+/// region and zone (the report's where the row names none).
+fn row_key<'a>(
+    row: &'a proto::BucketRate,
+    r: &'a proto::Report,
+) -> (&'a str, &'a str, &'a str, &'a str) {
+    let pick = |own: &'a str, dflt: &'a str| if own.is_empty() { dflt } else { own };
+    (
+        &row.service,
+        &row.bucket,
+        pick(&row.region, &r.region),
+        pick(&row.zone, &r.zone),
+    )
 }
 
 /// All children of a tier.
@@ -234,6 +243,16 @@ impl<L: Liveness> Children<L> {
             None if self.map.len() >= self.max => return Err(Reason::TooManyChildren),
             _ => {}
         }
+        if let Some(c) = self.map.get_mut(&r.reporter_id).filter(|c| c.conn == conn)
+            && update_in_place(&mut c.rates, r, &mut admit)
+        {
+            c.services.clone_from(&r.services);
+            c.config_version.clone_from(&r.config_version);
+            c.reports += 1;
+            c.last_report = now;
+            c.level = proto::Level::try_from(r.level).unwrap_or(proto::Level::Client);
+            return Ok(false);
+        }
         let previous = self
             .map
             .get(&r.reporter_id)
@@ -260,6 +279,7 @@ impl<L: Liveness> Children<L> {
                 c.services.clone_from(&r.services);
                 c.config_version.clone_from(&r.config_version);
                 c.rates = rates;
+                c.reports += 1;
                 c.last_report = now;
                 c.level = level;
                 false
@@ -277,6 +297,8 @@ impl<L: Liveness> Children<L> {
                     conn,
                     link,
                     sent: Sent::default(),
+                    reports: 1,
+                    digest: Digest::default(),
                 };
                 self.map.insert(r.reporter_id.clone(), child);
                 true
@@ -317,12 +339,33 @@ impl<L: Liveness> Children<L> {
         gone
     }
 
+    /// Every fresh child's rows summed by (service, bucket, region, zone), as
+    /// [`ratios::sum_rows`] would, from the children's digests where they cover all rows
+    /// (refreshed here for rules `rules` of generation `rules_gen`).
+    pub fn sums<'a>(
+        &'a mut self,
+        rules: &'a Rules,
+        rules_gen: u64,
+        now: Instant,
+    ) -> FastMap<ratios::KeyRef<'a>, ratios::Rate> {
+        let stale_after = self.stale_after;
+        let fresh = move |c: &Child<L>| now.saturating_duration_since(c.last_report) <= stale_after;
+        for c in self.map.values_mut().filter(|c| fresh(c)) {
+            c.refresh_digest(rules, rules_gen);
+        }
+        let mut summer = Summer::default();
+        for c in self.map.values().filter(|c| fresh(c)) {
+            summer.add(&c.digest, reported(c));
+        }
+        summer.finish(rules)
+    }
+
     /// Every row of every fresh child.
-    pub fn rows(&self, now: Instant) -> impl Iterator<Item = (&ratios::RateKey, &ratios::Rate)> {
+    pub fn rows(&self, now: Instant) -> impl Iterator<Item = (ratios::KeyRef<'_>, &ratios::Rate)> {
         self.map
             .values()
             .filter(move |c| !self.is_stale(c, now))
-            .flat_map(|c| c.rates.iter())
+            .flat_map(|c| ratios::rows_of(&c.rates))
     }
 
     /// The sum of the rates of all fresh children.
@@ -431,7 +474,7 @@ mod tests {
     }
 
     #[test]
-    fn offered_by_position_agrees_with_the_lookup_by_name() {
+    fn the_digest_agrees_with_the_lookup_by_name_and_follows_reports() {
         let t0 = Instant::now();
         let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
         let mut r = report("a", "z1", 10.0);
@@ -452,32 +495,80 @@ mod tests {
             rule("h", proto::Scope::Zone),
             rule("g", proto::Scope::Zone),
         ];
-        let rules = super::super::rules::Rules::from_wire(
+        let rules = Rules::from_wire(
             "v",
             &[proto::ServiceRules {
                 service: "pay".into(),
                 buckets: buckets.clone(),
             }],
         );
-        let a = c.iter().find(|c| c.id == "a").unwrap();
-        let (mut all, mut in_group) = (Vec::new(), Vec::new());
-        a.offered_index().by_position(
-            "pay",
-            &buckets,
-            rules.slots("pay").unwrap(),
-            ("eu", "z1"),
-            &mut all,
-            &mut in_group,
-        );
-        assert_eq!(all, [0.0, 5.0, 14.0]);
-        assert_eq!(in_group, [0.0, 3.0, 10.0]);
+        let a = c.get_mut("a").unwrap();
+        a.refresh_digest(&rules, 1);
+        let d = a.digest.per_service[0].clone();
+        assert_eq!(d.all, [0.0, 5.0, 14.0]);
+        assert_eq!(d.in_group, [0.0, 3.0, 10.0]);
         for (j, b) in buckets.iter().enumerate() {
-            assert_eq!(all[j], a.offered("pay", &b.name, None));
+            assert_eq!(d.all[j], a.offered("pay", &b.name, None));
             assert_eq!(
-                in_group[j],
+                d.in_group[j],
                 a.offered("pay", &b.name, Some((Scope::Zone, "z1")))
             );
         }
+        assert!(!a.digest.covers_all_rows, "rows in other zones");
+        r.rates[0].offered = 30.0;
+        c.report(1, (), &r, t0, |_| true).unwrap();
+        let a = c.get_mut("a").unwrap();
+        a.refresh_digest(&rules, 1);
+        assert_eq!(a.digest.per_service[0].all, [0.0, 5.0, 34.0]);
+    }
+
+    #[test]
+    fn sums_from_digests_agree_with_the_sums_of_the_rows() {
+        let t0 = Instant::now();
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
+        let mut odd = report("c", "z1", 1.0);
+        odd.rates[0].zone = "z9".into();
+        for r in [report("a", "z1", 10.0), report("b", "z2", 4.0), odd] {
+            c.report(1, (), &r, t0, |_| true).unwrap();
+        }
+        c.report(1, (), &report("d", "z1", 7.0), t0, |_| true)
+            .unwrap();
+        let rules = Rules::from_wire(
+            "v",
+            &[proto::ServiceRules {
+                service: "pay".into(),
+                buckets: vec![proto::BucketRule {
+                    name: "g".into(),
+                    limit_rps: Some(1.0),
+                    ..Default::default()
+                }],
+            }],
+        );
+        let by_rows: Totals = ratios::regroup(c.rows(t0), true);
+        let by_digests: Totals = c
+            .sums(&rules, 1, t0)
+            .into_iter()
+            .map(|(k, r)| {
+                let (service, bucket, region, zone) = k;
+                let key = ratios::RateKey {
+                    service: service.into(),
+                    bucket: bucket.into(),
+                    region: region.into(),
+                    zone: zone.into(),
+                };
+                (key, r)
+            })
+            .collect();
+        assert_eq!(by_digests, by_rows);
+        let z1 = &by_rows[&ratios::RateKey {
+            service: "pay".into(),
+            bucket: "g".into(),
+            region: "eu".into(),
+            zone: "z1".into(),
+        }];
+        assert_eq!((z1.offered, z1.clients), (17.0, 2));
+        assert!(!c.get_mut("c").unwrap().digest.covers_all_rows);
+        assert!(c.get_mut("a").unwrap().digest.covers_all_rows);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod children;
 pub mod config_follow;
 pub mod control;
 pub mod controller;
+pub mod digest;
 pub mod election;
 pub mod metrics;
 pub mod node;

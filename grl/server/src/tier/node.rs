@@ -22,7 +22,7 @@ use super::FastMap;
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
 use super::children::{Child, Children, SentRatio};
 use super::election::{self, Role};
-use super::ratios::{self, Computed, RatioKey};
+use super::ratios::{self, Computed, RatioKey, Totals};
 use super::rules::Rules;
 use grl_config::Scope;
 use grl_core::proto;
@@ -91,6 +91,9 @@ pub(crate) struct State {
     pub computed: BTreeMap<RatioKey, Computed>,
     /// Offered rate by (service, bucket) over all fresh children, as of the last tick.
     pub bucket_offered: BTreeMap<(String, String), f64>,
+    /// What the last tick summed for the parent (see [`Node::upward_report`]): the
+    /// children's rows are summed once per tick, for the ratios, the offered sums and this.
+    pub upward: Totals,
     pub seq: u64,
     pub limits: ReportLimits,
     pub refusal_log: admission::RefusalLog,
@@ -136,6 +139,17 @@ pub struct Node {
     pub wake: tokio::sync::Notify,
     /// Woken by an urgent report: the uplink reports to the parent at once.
     pub wake_parent: tokio::sync::Notify,
+    /// Woken after every tick: the uplink sends the tick's sums to the parent.
+    pub ticked: tokio::sync::Notify,
+}
+
+/// Which sums an upward report carries, see [`Node::upward_report`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sums {
+    /// The children's rows summed now.
+    Live,
+    /// The sums of the last tick.
+    LastTick,
 }
 
 impl Node {
@@ -148,6 +162,7 @@ impl Node {
             parent: Parent::default(),
             computed: BTreeMap::new(),
             bucket_offered: BTreeMap::new(),
+            upward: Totals::new(),
             seq: 0,
             limits: ReportLimits::default(),
             refusal_log: admission::RefusalLog::new(std::time::Duration::from_secs(1)),
@@ -163,6 +178,7 @@ impl Node {
             refused: RefusalCounts::default(),
             wake: tokio::sync::Notify::new(),
             wake_parent: tokio::sync::Notify::new(),
+            ticked: tokio::sync::Notify::new(),
         }
     }
 
@@ -336,10 +352,24 @@ impl Node {
         for id in st.children.prune(now) {
             info!(child = %id, "stale, dropped");
         }
-        st.computed = ratios::compute(&st.rules.limited(), st.children.rows(now), &self.cfg.scopes);
+        let limited = st.rules.limited();
         let mut offered: FastMap<(&str, &str), f64> = FastMap::default();
-        for (k, r) in st.children.rows(now) {
-            *offered.entry((&k.service, &k.bucket)).or_default() += r.offered;
+        if self.cfg.has_parent {
+            // The parent needs the children's sums anyway: the ratios and offered sums are
+            // made from that table, smaller than the rows when children share buckets.
+            let sums = st.children.sums(&st.rules, st.config_gen, now);
+            for (&(service, bucket, ..), r) in &sums {
+                *offered.entry((service, bucket)).or_default() += r.offered;
+            }
+            let rows = || sums.iter().map(|(k, r)| (*k, r));
+            st.computed = ratios::compute(&limited, rows(), &self.cfg.scopes);
+            let keep_zone = self.cfg.level == proto::Level::Zone;
+            st.upward = ratios::regroup(rows(), keep_zone);
+        } else {
+            st.computed = ratios::compute(&limited, st.children.rows(now), &self.cfg.scopes);
+            for ((service, bucket, ..), r) in st.children.rows(now) {
+                *offered.entry((service, bucket)).or_default() += r.offered;
+            }
         }
         st.bucket_offered = offered
             .into_iter()
@@ -351,6 +381,8 @@ impl Node {
         self.ticks
             .micros
             .fetch_add(held.elapsed().as_micros() as u64, Ordering::Relaxed);
+        drop(s);
+        self.ticked.notify_one();
     }
 
     /// Re-instructs, from this tier's last computed ratios, only the children that heard
@@ -397,12 +429,22 @@ impl Node {
         }
     }
 
-    /// The report this tier sends its parent: its children's totals, regrouped.
-    pub fn upward_report(&self, now: Instant) -> proto::Report {
+    /// The report this tier sends its parent: its children's totals, regrouped. `Live`
+    /// sums the children's rows now (an urgent report, or the first on a new stream);
+    /// `LastTick` takes the table of the last tick (the periodic report, sent right after
+    /// a tick: the same figures without a second pass over every row).
+    pub fn upward_report(&self, now: Instant, sums: Sums) -> proto::Report {
         let mut s = self.lock();
         s.seq += 1;
         let keep_zone = self.cfg.level == proto::Level::Zone;
-        let totals = ratios::regroup(s.children.rows(now), keep_zone);
+        let live;
+        let totals = match sums {
+            Sums::Live => {
+                live = ratios::regroup(s.children.rows(now), keep_zone);
+                &live
+            }
+            Sums::LastTick => &s.upward,
+        };
         proto::Report {
             reporter_id: self.cfg.id.clone(),
             level: self.cfg.level as i32,
@@ -474,17 +516,20 @@ struct Sources<'a> {
     computed: FastMap<(&'a str, &'a str, &'a str), &'a Computed>,
     /// Per service, what each of its buckets takes from outside the child, by the bucket's
     /// position in the rules: looked up once per round, not once per child.
-    services: FastMap<&'a str, Vec<BucketSource>>,
+    services: FastMap<&'a str, Vec<BucketSource<'a>>>,
 }
 
 /// What a round knows of one bucket before looking at any child.
-struct BucketSource {
+struct BucketSource<'a> {
     /// [`SentRatio::key_of`] the bucket.
     key: u64,
     /// The parent's ratio and allowance for it.
     parent: Option<FromParent>,
     /// What all this tier's fresh children offer in it.
     offered: f64,
+    /// Its computed ratio when it is global and owned here (the one scope key, "": no
+    /// lookup per child).
+    global: Option<&'a Computed>,
 }
 
 impl<'a> Sources<'a> {
@@ -503,11 +548,11 @@ impl<'a> Sources<'a> {
             .iter()
             .map(|((s, b), p)| ((s.as_str(), b.as_str()), *p))
             .collect();
+        let computed: FastMap<(&str, &str, &str), &Computed> = computed
+            .iter()
+            .map(|((s, b, g), c)| ((s.as_str(), b.as_str(), g.as_str()), c))
+            .collect();
         Self {
-            computed: computed
-                .iter()
-                .map(|((s, b, g), c)| ((s.as_str(), b.as_str(), g.as_str()), c))
-                .collect(),
             services: rules
                 .services()
                 .iter()
@@ -520,12 +565,14 @@ impl<'a> Sources<'a> {
                                 key: SentRatio::key_of(svc, &b.name),
                                 parent: from_parent.get(&key).copied(),
                                 offered: offered.get(&key).copied().unwrap_or(0.0),
+                                global: computed.get(&(key.0, key.1, "")).copied(),
                             }
                         })
                         .collect();
                     (svc.as_str(), per_bucket)
                 })
                 .collect(),
+            computed,
         }
     }
 }
@@ -565,6 +612,7 @@ fn instruct(
     now: Instant,
     bytes: &Bytes,
 ) {
+    c.refresh_digest(rules, config_gen);
     let ratios = ratios_for(cfg, rules, from, c, now);
     let resend_config =
         c.config_version != rules.version && c.sent.at.is_none_or(|t| now - t >= cfg.interval * 2);
@@ -648,11 +696,9 @@ fn ratios_for<'a>(
     c: &'a Child<Link>,
     now: Instant,
 ) -> Vec<ChildRatio<'a>> {
-    let offered = c.offered_index();
     let own_ms = cfg.validity().as_millis() as u32;
     let mut out = Vec::new();
-    let (mut all, mut in_group) = (Vec::new(), Vec::new());
-    for svc in &c.services {
+    for (svc, d) in c.services.iter().zip(&c.digest.per_service) {
         let (Some(buckets), Some(slots), Some(sources)) = (
             rules.services().get(svc),
             rules.slots(svc),
@@ -660,14 +706,6 @@ fn ratios_for<'a>(
         ) else {
             continue;
         };
-        offered.by_position(
-            svc,
-            buckets,
-            slots,
-            (&c.region, &c.zone),
-            &mut all,
-            &mut in_group,
-        );
         for (j, b) in buckets.iter().enumerate() {
             let (Some(_), Ok(scope)) = (b.limit_rps, wire::scope_from_wire(b.scope)) else {
                 continue;
@@ -675,11 +713,17 @@ fn ratios_for<'a>(
             let (ratio, valid_for_ms, allowed) = if cfg.scopes.contains(&scope) {
                 let group = ratios::scope_key(scope, &c.region, &c.zone);
                 let own = if slots.first[j] {
-                    in_group[j]
+                    d.in_group[j]
                 } else {
-                    offered.offered(svc, &b.name, Some((scope, group)))
+                    c.offered(svc, &b.name, Some((scope, group)))
                 };
-                let computed = from.computed.get(&(svc.as_str(), b.name.as_str(), group));
+                let computed = match scope {
+                    Scope::Global => sources[j].global,
+                    _ => from
+                        .computed
+                        .get(&(svc.as_str(), b.name.as_str(), group))
+                        .copied(),
+                };
                 let allowed = computed
                     .filter(|_| own > 0.0)
                     .map(|x| ratios::share(x.limit, own, x.offered));
@@ -688,9 +732,9 @@ fn ratios_for<'a>(
                 match sources[j].parent {
                     Some(p) if p.expires > now => {
                         let own = if slots.first[j] {
-                            all[j]
+                            d.all[j]
                         } else {
-                            offered.offered(svc, &b.name, None)
+                            c.offered(svc, &b.name, None)
                         };
                         let group = sources[j].offered;
                         let allowed = p

@@ -80,13 +80,18 @@ pub fn from_wire(r: &proto::BucketRate, zone: &str, region: &str) -> (RateKey, R
             region: pick(&r.region, region),
             zone: pick(&r.zone, zone),
         },
-        Rate {
-            offered: r.offered,
-            dropped: r.dropped,
-            shadow_dropped: r.shadow_dropped,
-            clients: r.clients.max(1),
-        },
+        rate_of(r),
     )
+}
+
+/// The rate of a reported row (a row counts at least one client).
+pub fn rate_of(r: &proto::BucketRate) -> Rate {
+    Rate {
+        offered: r.offered,
+        dropped: r.dropped,
+        shadow_dropped: r.shadow_dropped,
+        clients: r.clients.max(1),
+    }
 }
 
 /// The wire form of one row.
@@ -103,21 +108,45 @@ pub fn to_wire(k: &RateKey, r: &Rate) -> proto::BucketRate {
     }
 }
 
-/// Re-sums `rows` (every fresh child's rates, or [`Totals`]) keeping the region (and the
-/// zone when `keep_zone`), e.g. to forward a zone's or a region's totals to the parent.
-/// Sums over borrowed keys: only the result's keys are allocated.
-pub fn regroup<'a>(
-    rows: impl IntoIterator<Item = (&'a RateKey, &'a Rate)>,
+/// A row's key, borrowed: (service, bucket, region, zone).
+pub type KeyRef<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+impl RateKey {
+    /// The key, borrowed.
+    pub fn borrowed(&self) -> KeyRef<'_> {
+        (&self.service, &self.bucket, &self.region, &self.zone)
+    }
+}
+
+/// The rows of `totals` with borrowed keys, as [`sum_rows`] and [`compute`] take them.
+pub fn rows_of(totals: &Totals) -> impl Iterator<Item = (KeyRef<'_>, &Rate)> {
+    totals.iter().map(|(k, r)| (k.borrowed(), r))
+}
+
+/// Sums `rows` (every fresh child's rates, or [`Totals`]) by key, keeping the region (and
+/// the zone when `keep_zone`), over borrowed keys: nothing is allocated per row.
+pub fn sum_rows<'a>(
+    rows: impl IntoIterator<Item = (KeyRef<'a>, &'a Rate)>,
     keep_zone: bool,
-) -> Totals {
-    let mut sums: FastMap<(&str, &str, &str, &str), Rate> = FastMap::default();
-    for (k, r) in rows {
-        let zone = if keep_zone { k.zone.as_str() } else { "" };
-        sums.entry((&k.service, &k.bucket, &k.region, zone))
+) -> FastMap<KeyRef<'a>, Rate> {
+    let mut sums: FastMap<KeyRef<'a>, Rate> = FastMap::default();
+    for ((service, bucket, region, zone), r) in rows {
+        let zone = if keep_zone { zone } else { "" };
+        sums.entry((service, bucket, region, zone))
             .or_default()
             .add(r);
     }
-    sums.into_iter()
+    sums
+}
+
+/// [`sum_rows`] with owned keys, e.g. to forward a zone's or a region's totals to the
+/// parent: only the result's keys are allocated.
+pub fn regroup<'a>(
+    rows: impl IntoIterator<Item = (KeyRef<'a>, &'a Rate)>,
+    keep_zone: bool,
+) -> Totals {
+    sum_rows(rows, keep_zone)
+        .into_iter()
         .map(|((service, bucket, region, zone), r)| {
             (
                 RateKey {
@@ -184,7 +213,7 @@ pub struct Computed {
 /// the result's keys are allocated.
 pub fn compute<'a>(
     limited: &[Limited],
-    rows: impl IntoIterator<Item = (&'a RateKey, &'a Rate)>,
+    rows: impl IntoIterator<Item = (KeyRef<'a>, &'a Rate)>,
     scopes: &[Scope],
 ) -> BTreeMap<RatioKey, Computed> {
     let wanted: FastMap<(&str, &str), &Limited> = limited
@@ -199,12 +228,12 @@ pub fn compute<'a>(
             sums.insert((l.service.as_str(), l.bucket.as_str(), ""), 0.0);
         }
     }
-    for (k, r) in rows {
-        if let Some(l) = wanted.get(&(k.service.as_str(), k.bucket.as_str())) {
+    for ((service, bucket, region, zone), r) in rows {
+        if let Some(l) = wanted.get(&(service, bucket)) {
             let key = (
                 l.service.as_str(),
                 l.bucket.as_str(),
-                scope_key(l.scope, &k.region, &k.zone),
+                scope_key(l.scope, region, zone),
             );
             *sums.entry(key).or_default() += r.offered;
         }
@@ -305,7 +334,11 @@ mod tests {
         t.insert(key("g", "eu", "a"), rate(100.0));
         t.insert(key("g", "eu", "b"), rate(50.0));
         t.insert(key("g", "us", "c"), rate(150.0));
-        let out = compute(&[lim("g", Scope::Global, 200.0)], &t, &[Scope::Global]);
+        let out = compute(
+            &[lim("g", Scope::Global, 200.0)],
+            rows_of(&t),
+            &[Scope::Global],
+        );
         let c = out[&("pay".into(), "g".into(), String::new())];
         assert_eq!(c.offered, 300.0);
         assert!((c.ratio - 1.0 / 3.0).abs() < 1e-12);
@@ -320,7 +353,7 @@ mod tests {
         t.insert(key("z", "eu", "a"), rate(300.0));
         t.insert(key("z", "eu", "b"), rate(50.0));
         let limited = [lim("r", Scope::Region, 100.0), lim("z", Scope::Zone, 100.0)];
-        let out = compute(&limited, &t, &[Scope::Region, Scope::Zone]);
+        let out = compute(&limited, rows_of(&t), &[Scope::Region, Scope::Zone]);
         let get = |b: &str, k: &str| out[&("pay".to_string(), b.to_string(), k.to_string())];
         assert_eq!(get("r", "eu").ratio, 0.5);
         assert_eq!(get("r", "us").ratio, 0.0);
@@ -332,7 +365,11 @@ mod tests {
     fn scopes_not_computed_here_are_skipped() {
         let mut t = Totals::new();
         t.insert(key("g", "eu", "a"), rate(500.0));
-        let out = compute(&[lim("g", Scope::Global, 100.0)], &t, &[Scope::Zone]);
+        let out = compute(
+            &[lim("g", Scope::Global, 100.0)],
+            rows_of(&t),
+            &[Scope::Zone],
+        );
         assert!(out.is_empty());
     }
 
@@ -340,7 +377,7 @@ mod tests {
     fn idle_global_bucket_gets_ratio_zero() {
         let out = compute(
             &[lim("g", Scope::Global, 100.0)],
-            &Totals::new(),
+            rows_of(&Totals::new()),
             &[Scope::Global],
         );
         assert_eq!(out.len(), 1);
@@ -352,7 +389,7 @@ mod tests {
         let mut t = Totals::new();
         t.insert(key("g", "eu", "a"), rate(100.0));
         t.insert(key("g", "eu", "b"), rate(50.0));
-        let r = regroup(&t, false);
+        let r = regroup(rows_of(&t), false);
         assert_eq!(r.len(), 1);
         let (k, v) = r.iter().next().unwrap();
         assert_eq!((k.zone.as_str(), v.offered, v.clients), ("", 150.0, 2));

@@ -1,4 +1,4 @@
-//! The stream from a tier to its parent: reports up every quarter interval (and at once,
+//! The stream from a tier to its parent: reports up after every tick (and at once,
 //! marked urgent, after a child's urgent report), instructions down, reconnecting with
 //! jittered exponential backoff; with several parents (a region's active/standby
 //! controllers), to the one that leads.
@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use grl_core::tls::{ClientTls, TlsError};
 use tokio::sync::{mpsc, watch};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use super::election;
-use super::node::Node;
+use super::node::{Node, Sums};
 use grl_core::backoff::Backoff;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
@@ -109,25 +109,22 @@ async fn session(
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
         .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);
     let (tx, rx) = mpsc::channel::<proto::Report>(4);
-    tx.try_send(node.upward_report(Instant::now()))
+    tx.try_send(node.upward_report(Instant::now(), Sums::Live))
         .map_err(|e| tonic::Status::internal(e.to_string()))?;
     // Aborted when the session ends or is dropped (its task aborted): a reporter left
     // running would keep the old stream alive and speak for this tier under its id.
     let _reporter = AbortOnDrop({
         let node = node.clone();
         tokio::spawn(async move {
-            let mut t = tokio::time::interval(node.cfg.interval / 4);
-            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            t.tick().await;
             loop {
-                let urgent = tokio::select! {
-                    _ = t.tick() => false,
+                let (sums, urgent) = tokio::select! {
+                    () = node.ticked.notified() => (Sums::LastTick, false),
                     () = node.wake_parent.notified() => {
                         tokio::time::sleep(super::URGENT_COALESCE).await;
-                        true
+                        (Sums::Live, true)
                     }
                 };
-                let mut report = node.upward_report(Instant::now());
+                let mut report = node.upward_report(Instant::now(), sums);
                 report.urgent = urgent;
                 if tx.send(report).await.is_err() {
                     return;
