@@ -656,6 +656,41 @@ mod tests {
     }
 
     #[test]
+    fn a_report_of_the_same_rows_in_another_order_replaces_each_rate() {
+        let t0 = Instant::now();
+        let mut c = Children::new(Duration::from_secs(1), &ReportLimits::default());
+        let two = |g: f64, h: f64| {
+            let mut r = report("a", "z1", g);
+            let mut row = r.rates[0].clone();
+            (row.bucket, row.offered) = ("h".into(), h);
+            r.rates.push(row);
+            r
+        };
+        c.report(1, (), &two(10.0, 20.0), t0, |_| true).unwrap();
+        let mut swapped = two(1.0, 2.0);
+        swapped.rates.reverse();
+        let refuse_h = |r: &proto::BucketRate| r.bucket != "h";
+        assert_eq!(c.report(1, (), &swapped, t0, refuse_h), Ok(false));
+        let a = c.get_mut("a").unwrap();
+        assert_eq!(a.reports, 2);
+        assert_eq!(
+            (a.offered("pay", "g", None), a.offered("pay", "h", None)),
+            (1.0, 20.0),
+            "g taken, the refused h kept"
+        );
+        let mut moved = two(3.0, 4.0);
+        moved.rates[1].bucket = "k".into();
+        c.report(1, (), &moved, t0, |_| true).unwrap();
+        let a = c.get_mut("a").unwrap();
+        let rates: Vec<(&str, f64)> = a
+            .rates
+            .iter()
+            .map(|(k, r)| (k.bucket.as_str(), r.offered))
+            .collect();
+        assert_eq!(rates, [("g", 3.0), ("k", 4.0)], "new keys replace the rows");
+    }
+
+    #[test]
     fn rows_over_all_children_are_bounded() {
         let t0 = Instant::now();
         let limits = ReportLimits {
