@@ -151,18 +151,19 @@ fn update_in_place(
     if rates.len() != r.rates.len() {
         return false;
     }
+    let same = |order: &[usize]| {
+        rates
+            .keys()
+            .zip(order)
+            .all(|(k, &i)| k.borrowed() == row_key(&r.rates[i], r))
+    };
     let mut order: Vec<usize> = (0..r.rates.len()).collect();
-    order.sort_unstable_by(|&a, &b| row_key(&r.rates[a], r).cmp(&row_key(&r.rates[b], r)));
-    let same = rates.keys().zip(&order).all(|(k, &i)| {
-        (
-            k.service.as_str(),
-            k.bucket.as_str(),
-            k.region.as_str(),
-            k.zone.as_str(),
-        ) == row_key(&r.rates[i], r)
-    });
-    if !same {
-        return false;
+    // A report in key order (a tier's, summed in a sorted map) needs no sort.
+    if !same(&order) {
+        order.sort_unstable_by(|&a, &b| row_key(&r.rates[a], r).cmp(&row_key(&r.rates[b], r)));
+        if !same(&order) {
+            return false;
+        }
     }
     for (rate, &i) in rates.values_mut().zip(&order) {
         if admit(&r.rates[i]) {

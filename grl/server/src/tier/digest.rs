@@ -8,7 +8,7 @@
 
 use super::FastMap;
 use super::ratios::{self, KeyRef, Rate, Totals};
-use super::rules::Rules;
+use super::rules::{Rules, Slots};
 use grl_core::wire;
 
 /// One service of a child (in the order of the child's services), by bucket position.
@@ -68,10 +68,21 @@ impl Digest {
         }
         let (region, zone) = child.place;
         let mut covers_all_rows = true;
+        // Rows come sorted by service: its rules are looked up once per service, not per row.
+        let mut service: Option<(&str, Option<(&Vec<_>, &Slots)>)> = None;
         for (k, r) in child.rates {
-            let (Some(buckets), Some(slots)) =
-                (rules.services().get(&k.service), rules.slots(&k.service))
-            else {
+            let found = match service {
+                Some((name, found)) if name == k.service => found,
+                _ => {
+                    let found = rules
+                        .services()
+                        .get(&k.service)
+                        .zip(rules.slots(&k.service));
+                    service = Some((&k.service, found));
+                    found
+                }
+            };
+            let Some((buckets, slots)) = found else {
                 covers_all_rows = false;
                 continue;
             };
