@@ -18,7 +18,7 @@ use grl_core::proto;
 
 use super::buckets::{BucketCell, Registry, Resolver, RuleSet, UNMATCHED, threshold};
 use super::table::{DECISIONS, PairEntry};
-use super::{BucketTotals, ClientStatus, Inner};
+use super::{BucketTotals, ClientStatus, Decision, Inner};
 
 /// Bookkeeping of one cell, by cell id.
 #[derive(Default, Clone)]
@@ -63,6 +63,10 @@ struct Book {
     /// reported one: an urgent report goes at the second (a lone burst, e.g. a caller
     /// catching up after a pause, is not news).
     far: u8,
+    /// While the bucket drops: how many requests this client admitted beyond its share so
+    /// far (negative: fewer), at most one window's share either way. The next window aims
+    /// at the share minus this, see [`Book::target`].
+    carry: f64,
 }
 
 impl Book {
@@ -91,6 +95,46 @@ impl Book {
         }
     }
 
+    /// The rate this client aims to admit in the next `window` out of allowance `a`: its
+    /// share, less what it admitted beyond it in the windows before ([`Book::carry`]). A
+    /// threshold set from an estimate of the offered rate admits too much on average
+    /// (`share / estimate` is convex in the estimate), and a caller's bursts move it
+    /// further; paying the excess back next window keeps every second at the share.
+    fn target(&self, a: f64, window: Duration) -> f64 {
+        (self.local_share(a) - self.carry / window.as_secs_f64()).max(0.0)
+    }
+
+    /// Adds a window's admissions to [`Book::carry`]: `admitted` requests over `secs` out
+    /// of allowance `a`. While `limiting` (the estimate in force put the client's offered
+    /// rate above its share) every request above or below the share counts. Otherwise the
+    /// client earns no credit, pays down what it owes by what it left unused, and owes
+    /// only what it admitted beyond the share and the window's noise (a burst the estimate
+    /// did not see coming; a rate that sits at its share is not cut for its noise). Credit
+    /// is bounded by [`CARRY_WINDOWS`] windows' share, debt by one `interval`'s share. A
+    /// bucket whose usage is partly decided elsewhere carries nothing.
+    fn settle(&mut self, a: f64, admitted: u64, secs: f64, limiting: bool, pace: Pace) {
+        if self.recorded_rate > 0.0 {
+            self.carry = 0.0;
+            return;
+        }
+        let share = self.local_share(a);
+        let due = share * secs;
+        let excess = admitted as f64 - due;
+        let carry = if limiting {
+            self.carry + excess
+        } else {
+            let noise = 3.0 * due.sqrt() + 2.0;
+            let owed = if excess > 0.0 {
+                (excess - noise).max(0.0)
+            } else {
+                excess
+            };
+            (self.carry.max(0.0) + owed).max(0.0)
+        };
+        let credit = share * pace.window.as_secs_f64() * CARRY_WINDOWS;
+        self.carry = carry.clamp(-credit, share * pace.interval.as_secs_f64());
+    }
+
     /// The part of allowance `a` for usage decided elsewhere: in proportion to the recorded
     /// rate, or all of it while none is measured yet (a data plane that just started).
     fn recorded_share(&self, a: f64) -> f64 {
@@ -109,6 +153,17 @@ impl Book {
         self.recorded_horizon = (span * 2).max(least);
         self.recorded_since(now, least);
     }
+}
+
+/// How many windows' share a client may carry as credit (see [`Book::settle`]): enough to
+/// even out a window's noise, short enough that a caller cannot save up for a burst.
+const CARRY_WINDOWS: f64 = 4.0;
+
+/// A client's window and reporting interval, as [`Book::settle`] bounds the carry by them.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    window: Duration,
+    interval: Duration,
 }
 
 /// The control plane's state.
@@ -195,8 +250,11 @@ impl Inner {
                 }
             }
             let ratio = match book.allowed {
-                Some(a) => local_ratio(book.local_share(a), book.offered_now),
-                None => r.ratio,
+                Some(a) => local_ratio(book.target(a, self.cfg.window), book.offered_now),
+                None => {
+                    book.carry = 0.0;
+                    r.ratio
+                }
             };
             c.registry.cells[id as usize]
                 .threshold
@@ -443,6 +501,7 @@ impl Inner {
             } else {
                 estimate(b.offered_now, count, secs)
             };
+            let offered_before = b.offered_now;
             b.offered_now = now_rate;
             // Compared with what was reported, which includes the recorded rate.
             let now_rate = now_rate + b.recorded_rate;
@@ -466,11 +525,16 @@ impl Inner {
             }
             rates.push(self.bucket_rate(&registry.cells[id as usize].name, &delta, batch, b, secs));
             if let (Some(a), Some(_)) = (b.allowed, b.expires) {
-                let t = threshold(local_ratio(b.local_share(a), b.offered_now));
-                changed |= registry.cells[id as usize]
-                    .threshold
-                    .swap(t, Ordering::Relaxed)
-                    != t;
+                let cell = &registry.cells[id as usize];
+                let limiting = b.local_share(a) < offered_before;
+                let admitted = delta[Decision::Allow as usize].saturating_sub(batch);
+                let pace = Pace {
+                    window: self.cfg.window,
+                    interval: self.cfg.interval,
+                };
+                b.settle(a, admitted, secs, limiting, pace);
+                let t = threshold(local_ratio(b.target(a, self.cfg.window), b.offered_now));
+                changed |= cell.threshold.swap(t, Ordering::Relaxed) != t;
             }
         }
         if changed {
@@ -744,6 +808,69 @@ mod tests {
         assert_eq!(b.offered, 6 * 100 + 4 * 5000);
         // The local decisions split by the threshold; the recorded ones as reported.
         assert!(b.allowed >= 4 * 4000 && b.dropped >= 4 * 1000, "{b:?}");
+    }
+
+    #[test]
+    fn admissions_beyond_the_share_are_paid_back_and_bounded() {
+        let pace = Pace {
+            window: Duration::from_millis(25),
+            interval: Duration::from_secs(1),
+        };
+        let w = pace.window;
+        let mut b = Book::default();
+        // A share of 1,000 rps is 25 requests a window.
+        b.settle(1000.0, 40, 0.025, true, pace);
+        assert_eq!(b.carry, 15.0);
+        assert!(
+            (b.target(1000.0, w) - 400.0).abs() < 1e-9,
+            "15 fewer next window"
+        );
+        b.settle(1000.0, 10, 0.025, true, pace);
+        assert_eq!(b.carry, 0.0, "paid back");
+        b.settle(1000.0, 0, 0.025, true, pace);
+        b.settle(1000.0, 0, 0.025, true, pace);
+        assert_eq!(b.carry, -50.0, "credit while limited");
+        assert!((b.target(1000.0, w) - 3000.0).abs() < 1e-9);
+        for _ in 0..10 {
+            b.settle(1000.0, 0, 0.025, true, pace);
+        }
+        assert_eq!(b.carry, -100.0, "at most four windows' credit");
+        b.settle(1000.0, 20, 0.025, false, pace);
+        assert_eq!(b.carry, 0.0, "no credit under the share");
+        b.settle(1000.0, 40, 0.025, false, pace);
+        assert_eq!(b.carry, 0.0, "noise above the share is not owed");
+        b.settle(1000.0, 100, 0.025, false, pace);
+        assert_eq!(
+            b.carry,
+            75.0 - (3.0 * 5.0 + 2.0),
+            "a burst beyond the noise is"
+        );
+        b.settle(1000.0, 15, 0.025, false, pace);
+        assert_eq!(b.carry, 48.0, "paid down by the unused share");
+        b.settle(1000.0, 10_000, 0.025, true, pace);
+        assert_eq!(b.carry, 1000.0, "at most an interval's share owed");
+        assert_eq!(b.target(1000.0, w), 0.0);
+    }
+
+    #[test]
+    fn a_bursty_caller_is_held_to_its_allowance_over_the_windows() {
+        // 1,000 rps allowed; the caller alternates 2,000 and 6,000 rps every 50 ms window.
+        // Each window's threshold comes from the window before (a jump replaces the
+        // estimate), so without paying back it would admit about 1,670 rps.
+        let (client, mut window) = following_client(1000.0);
+        window(0);
+        for i in 0..100 {
+            window(if i % 2 == 0 { 100 } else { 300 });
+        }
+        let b = client.bucket_totals();
+        let b = b.iter().find(|b| b.bucket == "b").unwrap();
+        assert_eq!(b.offered, 50 * 100 + 50 * 300);
+        // 100 windows of 50 ms: 5,000 allowed (a burst's debt may be outstanding at the end).
+        assert!(
+            (4600..=5400).contains(&b.allowed),
+            "admitted {} of an allowance of 5,000",
+            b.allowed
+        );
     }
 
     #[test]

@@ -25,12 +25,15 @@
 //! (fail-open), reconnection with jittered exponential backoff.
 //!
 //! Following the load: an instruction gives, per bucket, the rate this client may admit (its
-//! share of the bucket's allowed rate). Every `window` (50 ms) the background task measures
+//! share of the bucket's allowed rate). Every `window` (25 ms) the background task measures
 //! each bucket's offered rate from the counters `decide` already keeps and rewrites the
-//! bucket's threshold as `max(0, 1 - allowed / offered_now)`, so a surge is cut and its end
+//! bucket's threshold as `max(0, 1 - target / offered_now)`, so a surge is cut and its end
 //! is let through within a window, with no round trip; a sharp change is also reported at
 //! once (an urgent report) so that the tiers re-share the bucket without waiting for the
-//! interval. `decide` is unchanged: it still reads one threshold per pair.
+//! interval. The target is the allowance less what the client admitted beyond it in the
+//! windows before (an estimate's noise and a caller's bursts are paid back, so every
+//! second stays at the allowance). `decide` is unchanged: it still reads one threshold per
+//! pair.
 //!
 //! A data plane that enforces by itself (Envoy's `rate_limit_quota` filter behind
 //! `grl sidecar`) uses [`Client::admission`] (the rate it may admit per bucket) and
@@ -132,7 +135,7 @@ pub struct ClientConfig {
     /// The reporting interval.
     pub interval: Duration,
     /// How often the background task measures each bucket's offered rate and recomputes its
-    /// drop threshold from the allowance (`max(0, 1 - allowed / offered_now)`); capped at
+    /// drop threshold from the allowance (`max(0, 1 - target / offered_now)`); capped at
     /// `interval`. After a step down, traffic is refused for about 1.4 windows at worst.
     pub window: Duration,
     /// Ratios without their own validity expire this many intervals after receipt.
@@ -149,7 +152,7 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults: zone/region `""`, 1 s interval, 50 ms window, 5 intervals of validity, 10,000 pairs,
+    /// Defaults: zone/region `""`, 1 s interval, 25 ms window, 5 intervals of validity, 10,000 pairs,
     /// id from the process id.
     pub fn new(service: impl Into<String>, aggregator: impl Into<String>) -> Self {
         Self {
@@ -158,7 +161,7 @@ impl ClientConfig {
             region: String::new(),
             aggregator: aggregator.into(),
             interval: Duration::from_secs(1),
-            window: Duration::from_millis(50),
+            window: Duration::from_millis(25),
             expiry_intervals: 5,
             max_pairs: 10_000,
             id: format!("client-{}", std::process::id()),
