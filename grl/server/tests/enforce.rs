@@ -315,6 +315,10 @@ async fn a_15x_surge_is_held_within_three_intervals() {
         "15x surge held after {took:?} ({:.2} intervals)",
         took.as_secs_f64() / SIV.as_secs_f64()
     );
+    assert!(
+        took.as_secs_f64() <= SETTLE_INTERVALS * SIV.as_secs_f64(),
+        "held only after {took:?}, more than {SETTLE_INTERVALS} intervals"
+    );
     // And it stays held: three intervals of real decisions admit the limit ±5 %. (One
     // interval is too short a sample: at 1/15 admitted of ~30,000 offered, the binomial
     // noise alone is ±2 % at one sigma.)
