@@ -25,7 +25,7 @@
 //! (fail-open), reconnection with jittered exponential backoff.
 //!
 //! Following the load: an instruction gives, per bucket, the rate this client may admit (its
-//! share of the bucket's allowed rate). Every `window` (25 ms) the background task measures
+//! share of the bucket's allowed rate). Every `window` (50 ms) the background task measures
 //! each bucket's offered rate from the counters `decide` already keeps and rewrites the
 //! bucket's threshold as `max(0, 1 - target / offered_now)`, so a surge is cut and its end
 //! is let through within a window, with no round trip; a sharp change is also reported at
@@ -152,7 +152,7 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults: zone/region `""`, 1 s interval, 25 ms window, 5 intervals of validity, 10,000 pairs,
+    /// Defaults: zone/region `""`, 1 s interval, 50 ms window, 5 intervals of validity, 10,000 pairs,
     /// id from the process id.
     pub fn new(service: impl Into<String>, aggregator: impl Into<String>) -> Self {
         Self {
@@ -161,7 +161,7 @@ impl ClientConfig {
             region: String::new(),
             aggregator: aggregator.into(),
             interval: Duration::from_secs(1),
-            window: Duration::from_millis(25),
+            window: Duration::from_millis(50),
             expiry_intervals: 5,
             max_pairs: 10_000,
             id: format!("client-{}", std::process::id()),

@@ -42,7 +42,7 @@ pub(crate) struct Args {
     interval_ms: u64,
     /// How often each client recomputes its drop thresholds from its offered rate, in
     /// milliseconds.
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = 50)]
     window_ms: u64,
     /// Print a line per bucket every this many milliseconds (a multiple of 10).
     #[arg(long, default_value_t = 1000)]
