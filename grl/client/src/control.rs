@@ -67,6 +67,9 @@ struct Book {
     /// far (negative: fewer), at most one window's share either way. The next window aims
     /// at the share minus this, see [`Book::target`].
     carry: f64,
+    /// The current window began without an allowance (the first instruction, or one after
+    /// failing open): what it admitted meanwhile is not held against the share.
+    unsettled: bool,
 }
 
 impl Book {
@@ -241,7 +244,12 @@ impl Inner {
             };
             let book = &mut c.books[id as usize];
             book.expires = Some(now + valid);
+            let had = book.allowed.is_some();
             book.allowed = r.allowed.filter(|a| a.is_finite() && *a >= 0.0);
+            if !had && book.allowed.is_some() {
+                book.carry = 0.0;
+                book.unsettled = true;
+            }
             if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {
                 if now < until {
                     book.allowed = Some(a.max(held));
@@ -532,7 +540,11 @@ impl Inner {
                     window: self.cfg.window,
                     interval: self.cfg.interval,
                 };
-                b.settle(a, admitted, secs, limiting, pace);
+                if std::mem::take(&mut b.unsettled) {
+                    b.carry = 0.0;
+                } else {
+                    b.settle(a, admitted, secs, limiting, pace);
+                }
                 let t = threshold(local_ratio(b.target(a, self.cfg.window), b.offered_now));
                 changed |= cell.threshold.swap(t, Ordering::Relaxed) != t;
             }
@@ -870,6 +882,47 @@ mod tests {
             (4600..=5400).contains(&b.allowed),
             "admitted {} of an allowance of 5,000",
             b.allowed
+        );
+    }
+
+    #[test]
+    fn what_was_admitted_while_failing_open_is_not_paid_back() {
+        let (client, mut window) = following_client(1000.0);
+        let allowed = |c: &crate::Client| {
+            let t = c.bucket_totals();
+            t.iter().find(|b| b.bucket == "b").unwrap().allowed
+        };
+        window(0);
+        for _ in 0..6 {
+            window(200); // 4,000 rps against 1,000: a quarter admitted
+        }
+        client
+            .inner
+            .expire(Instant::now() + Duration::from_secs(3600));
+        assert!(client.status().fail_open);
+        for _ in 0..200 {
+            assert_eq!(
+                client.decide("gateway", "pay.Pay/Card"),
+                crate::Decision::Allow
+            );
+        }
+        // The allowance is back in the middle of the window that failed open.
+        client.apply_instruction(&proto::Instruction {
+            ratios: vec![proto::DropRatio {
+                service: "payments".into(),
+                bucket: "b".into(),
+                allowed: Some(1000.0),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        window(0);
+        let before = allowed(&client);
+        window(200);
+        let admitted = allowed(&client) - before;
+        assert!(
+            (25..=80).contains(&admitted),
+            "admitted {admitted} of 200 where about 50 were due"
         );
     }
 
