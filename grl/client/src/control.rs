@@ -63,9 +63,9 @@ struct Book {
     /// reported one: an urgent report goes at the second (a lone burst, e.g. a caller
     /// catching up after a pause, is not news).
     far: u8,
-    /// While the bucket drops: how many requests this client admitted beyond its share so
-    /// far (negative: fewer), at most one window's share either way. The next window aims
-    /// at the share minus this, see [`Book::target`].
+    /// How many requests this client admitted beyond its share so far (negative: fewer),
+    /// bounded as [`Book::settle`] says. The next window aims at the share minus this, see
+    /// [`Book::target`].
     carry: f64,
     /// The current window began without an allowance (the first instruction, or one after
     /// failing open): what it admitted meanwhile is not held against the share.
@@ -259,10 +259,7 @@ impl Inner {
             }
             let ratio = match book.allowed {
                 Some(a) => local_ratio(book.target(a, self.cfg.window), book.offered_now),
-                None => {
-                    book.carry = 0.0;
-                    r.ratio
-                }
+                None => r.ratio,
             };
             c.registry.cells[id as usize]
                 .threshold
@@ -484,6 +481,10 @@ impl Inner {
         let mut changed = false;
         let mut rates = Vec::new();
         let horizon = self.recorded_horizon();
+        let pace = Pace {
+            window: self.cfg.window,
+            interval: self.cfg.interval,
+        };
         let Control {
             books,
             registry,
@@ -534,15 +535,9 @@ impl Inner {
             rates.push(self.bucket_rate(&registry.cells[id as usize].name, &delta, batch, b, secs));
             if let (Some(a), Some(_)) = (b.allowed, b.expires) {
                 let cell = &registry.cells[id as usize];
-                let limiting = b.local_share(a) < offered_before;
-                let admitted = delta[Decision::Allow as usize].saturating_sub(batch);
-                let pace = Pace {
-                    window: self.cfg.window,
-                    interval: self.cfg.interval,
-                };
-                if std::mem::take(&mut b.unsettled) {
-                    b.carry = 0.0;
-                } else {
+                if !std::mem::take(&mut b.unsettled) {
+                    let limiting = b.local_share(a) < offered_before;
+                    let admitted = delta[Decision::Allow as usize].saturating_sub(batch);
                     b.settle(a, admitted, secs, limiting, pace);
                 }
                 let t = threshold(local_ratio(b.target(a, self.cfg.window), b.offered_now));

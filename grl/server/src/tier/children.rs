@@ -111,12 +111,9 @@ impl<L> Child<L> {
     /// Sums [`Child::digest`] again if a report or the rules (of generation `rules_gen`)
     /// came since it was last summed.
     pub fn refresh_digest(&mut self, rules: &Rules, rules_gen: u64) {
-        let child = Reported {
-            rates: &self.rates,
-            services: &self.services,
-            place: (&self.region, &self.zone),
-        };
-        self.digest.refresh((self.reports, rules_gen), child, rules);
+        let mut digest = std::mem::take(&mut self.digest);
+        digest.refresh((self.reports, rules_gen), reported(self), rules);
+        self.digest = digest;
     }
 
     /// The child's offered rate in one bucket, summed over its rows whose scope key (see
@@ -142,6 +139,9 @@ fn reported<L>(c: &Child<L>) -> Reported<'_> {
     }
 }
 
+/// Takes the rates of `r` into `rates` in place when its rows have exactly the keys
+/// `rates` holds (a child's usual report: the same buckets as last time), allocating
+/// nothing; a row `admit` refuses keeps its old rate. False, and nothing changed, when the
 /// keys differ.
 fn update_in_place(
     rates: &mut Totals,
@@ -173,19 +173,9 @@ fn update_in_place(
     true
 }
 
-/// The [`ratios::RateKey`] a row of report `r` is kept under, borrowed: service, bucket,
-/// region and zone (the report's where the row names none).
-fn row_key<'a>(
-    row: &'a proto::BucketRate,
-    r: &'a proto::Report,
-) -> (&'a str, &'a str, &'a str, &'a str) {
-    let pick = |own: &'a str, dflt: &'a str| if own.is_empty() { dflt } else { own };
-    (
-        &row.service,
-        &row.bucket,
-        pick(&row.region, &r.region),
-        pick(&row.zone, &r.zone),
-    )
+/// The key a row of report `r` is kept under, borrowed (see [`ratios::key_of`]).
+fn row_key<'a>(row: &'a proto::BucketRate, r: &'a proto::Report) -> ratios::KeyRef<'a> {
+    ratios::key_of(row, &r.zone, &r.region)
 }
 
 /// All children of a tier.
@@ -362,7 +352,10 @@ impl<L: Liveness> Children<L> {
     }
 
     /// Every row of every fresh child.
-    pub fn rows(&self, now: Instant) -> impl Iterator<Item = (ratios::KeyRef<'_>, &ratios::Rate)> {
+    pub fn rows(
+        &self,
+        now: Instant,
+    ) -> impl Iterator<Item = (ratios::KeyRef<'_>, &ratios::Rate)> + Clone {
         self.map
             .values()
             .filter(move |c| !self.is_stale(c, now))

@@ -57,14 +57,15 @@ impl Digest {
         self.made_for = Some(made_for);
         self.per_service
             .resize_with(child.services.len(), Default::default);
-        for (svc, d) in child.services.iter().zip(&mut self.per_service) {
+        for (i, (svc, d)) in child.services.iter().zip(&mut self.per_service).enumerate() {
             let n = rules.services().get(svc).map_or(0, Vec::len);
             for v in [&mut d.all, &mut d.in_group] {
                 v.clear();
                 v.resize(n, 0.0);
             }
+            let repeated = child.services[..i].contains(svc);
             d.own.clear();
-            d.own.resize(n, Rate::default());
+            d.own.resize(if repeated { 0 } else { n }, Rate::default());
         }
         let (region, zone) = child.place;
         let mut covers_all_rows = true;
@@ -110,11 +111,6 @@ impl Digest {
                 first = false;
             }
             covers_all_rows &= in_place && !first;
-        }
-        for (i, svc) in child.services.iter().enumerate() {
-            if child.services[..i].contains(svc) {
-                self.per_service[i].own.clear();
-            }
         }
         self.covers_all_rows = covers_all_rows;
     }

@@ -353,28 +353,18 @@ impl Node {
             info!(child = %id, "stale, dropped");
         }
         let limited = st.rules.limited();
-        let mut offered: FastMap<(&str, &str), f64> = FastMap::default();
         if self.cfg.has_parent {
             // The parent needs the children's sums anyway: the ratios and offered sums are
             // made from that table, smaller than the rows when children share buckets.
             let sums = st.children.sums(&st.rules, st.config_gen, now);
-            for (&(service, bucket, ..), r) in &sums {
-                *offered.entry((service, bucket)).or_default() += r.offered;
-            }
-            let rows = || sums.iter().map(|(k, r)| (*k, r));
-            st.computed = ratios::compute(&limited, rows(), &self.cfg.scopes);
-            let keep_zone = self.cfg.level == proto::Level::Zone;
-            st.upward = ratios::regroup(rows(), keep_zone);
+            let rows = sums.iter().map(|(k, r)| (*k, r));
+            (st.computed, st.bucket_offered) =
+                ratios_and_offered(&limited, rows.clone(), &self.cfg);
+            st.upward = ratios::regroup(rows, self.cfg.level == proto::Level::Zone);
         } else {
-            st.computed = ratios::compute(&limited, st.children.rows(now), &self.cfg.scopes);
-            for ((service, bucket, ..), r) in st.children.rows(now) {
-                *offered.entry((service, bucket)).or_default() += r.offered;
-            }
+            let rows = st.children.rows(now);
+            (st.computed, st.bucket_offered) = ratios_and_offered(&limited, rows, &self.cfg);
         }
-        st.bucket_offered = offered
-            .into_iter()
-            .map(|((s, b), o)| ((s.to_string(), b.to_string()), o))
-            .collect();
         st.parent.ratios.retain(|_, p| p.expires > now);
         self.instruct_children(st, Round::All, now);
         self.ticks.ticks.fetch_add(1, Ordering::Relaxed);
@@ -507,6 +497,28 @@ impl Node {
     pub fn fail_open(&self, now: Instant) -> bool {
         self.cfg.has_parent && self.lock().parent.valid_until.is_none_or(|t| t <= now)
     }
+}
+
+/// A tick's ratios of the scopes `cfg` owns, and its offered rate by (service, bucket),
+/// from `rows` (the children's rows or their sums).
+fn ratios_and_offered<'a>(
+    limited: &[ratios::Limited],
+    rows: impl Iterator<Item = (ratios::KeyRef<'a>, &'a ratios::Rate)> + Clone,
+    cfg: &NodeConfig,
+) -> (
+    BTreeMap<RatioKey, Computed>,
+    BTreeMap<(String, String), f64>,
+) {
+    let computed = ratios::compute(limited, rows.clone(), &cfg.scopes);
+    let mut offered: FastMap<(&str, &str), f64> = FastMap::default();
+    for ((service, bucket, ..), r) in rows {
+        *offered.entry((service, bucket)).or_default() += r.offered;
+    }
+    let offered = offered
+        .into_iter()
+        .map(|((s, b), o)| ((s.to_string(), b.to_string()), o))
+        .collect();
+    (computed, offered)
 }
 
 /// What ratios and allowances are made from, indexed by borrowed names once per round of

@@ -66,21 +66,26 @@ pub type Totals = BTreeMap<RateKey, Rate>;
 
 /// The key and rate of a reported row; an empty zone or region is taken from the report.
 pub fn from_wire(r: &proto::BucketRate, zone: &str, region: &str) -> (RateKey, Rate) {
-    let pick = |own: &str, dflt: &str| {
-        if own.is_empty() {
-            dflt.to_string()
-        } else {
-            own.to_string()
-        }
-    };
+    let (service, bucket, region, zone) = key_of(r, zone, region);
     (
         RateKey {
-            service: r.service.clone(),
-            bucket: r.bucket.clone(),
-            region: pick(&r.region, region),
-            zone: pick(&r.zone, zone),
+            service: service.to_string(),
+            bucket: bucket.to_string(),
+            region: region.to_string(),
+            zone: zone.to_string(),
         },
         rate_of(r),
+    )
+}
+
+/// The key of a reported row, borrowed, as [`from_wire`] keeps it.
+pub fn key_of<'a>(r: &'a proto::BucketRate, zone: &'a str, region: &'a str) -> KeyRef<'a> {
+    let pick = |own: &'a str, dflt: &'a str| if own.is_empty() { dflt } else { own };
+    (
+        &r.service,
+        &r.bucket,
+        pick(&r.region, region),
+        pick(&r.zone, zone),
     )
 }
 
@@ -119,7 +124,7 @@ impl RateKey {
 }
 
 /// The rows of `totals` with borrowed keys, as [`sum_rows`] and [`compute`] take them.
-pub fn rows_of(totals: &Totals) -> impl Iterator<Item = (KeyRef<'_>, &Rate)> {
+pub fn rows_of(totals: &Totals) -> impl Iterator<Item = (KeyRef<'_>, &Rate)> + Clone {
     totals.iter().map(|(k, r)| (k.borrowed(), r))
 }
 
