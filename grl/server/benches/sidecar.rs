@@ -10,15 +10,18 @@
 //!    prints p50/p99/p99.9 per round and the median over rounds.
 //! 2. Saturation: `CONCURRENCY` (32) closed-loop workers for `SECONDS`, direct then sidecar,
 //!    alternating `ROUNDS` times; prints requests/s and the ratio sidecar/direct.
-//! 3. The Envoy rate limit service: `ShouldRateLimit` at `RATE`/s, open loop, one descriptor
-//!    per call, over one HTTP/2 connection; prints p50/p99/p99.9, from scheduled and actual
-//!    send. Two clients: a lean one (one hyper HTTP/2 connection, as Envoy holds one) and
-//!    tonic's `Channel`. Two floors, the same lean client against do-nothing servers on their
-//!    own thread (a tonic `RateLimitService` answering `OK`, and hyper's HTTP/2 server alone),
-//!    show what the gRPC stack itself costs on this machine.
+//! 3. The Envoy rate limit service: `ShouldRateLimit` at `RATE`/s, one descriptor per call,
+//!    over one HTTP/2 connection; prints p50/p99/p99.9, from scheduled and actual send.
+//!    The lean client (one hyper HTTP/2 connection, as Envoy holds one) is paced on a
+//!    thread of its own: evenly spaced calls, one in flight, so that the generator does not
+//!    bunch calls the way a millisecond timer does (two due per tick at 2,000/s). The same
+//!    client measures two floors in alternating rounds, do-nothing servers on their own
+//!    thread (a tonic `RateLimitService` answering `OK`, and hyper's HTTP/2 server alone):
+//!    what the gRPC stack itself costs on this machine. tonic's `Channel` is measured too,
+//!    from section 1's open loop.
 //!
 //! `cargo bench -p grl --bench sidecar` (release build). Env: RATE, SECONDS, ROUNDS,
-//! CONCURRENCY.
+//! CONCURRENCY; `ONLY_RLS=1` runs section 3 alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -347,6 +350,55 @@ fn floor_h2() -> std::net::SocketAddr {
     })
 }
 
+/// A paced open loop on a thread of its own: call `i` is due at `i / rate` s; the thread
+/// sleeps until then, sends one `ShouldRateLimit` over a lean connection of its own
+/// current-thread runtime and waits for the answer. Evenly spaced, one call in flight (at
+/// 2,000 rps a call that takes over 500 µs delays the next, and the figure from the
+/// scheduled send counts that): the generator adds no bunching of its own.
+async fn paced_rls(addr: std::net::SocketAddr, rate: u64, secs: u64) -> Latencies {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let lean = rt.block_on(LeanGrpc::connect(addr));
+        let frame = grpc_frame(&rls_request());
+        let n = rate * secs;
+        let gap = Duration::from_nanos(1_000_000_000 / rate);
+        let mut l = Latencies {
+            scheduled: Vec::with_capacity(n as usize),
+            service: Vec::with_capacity(n as usize),
+            failed: 0,
+        };
+        let start = Instant::now() + Duration::from_millis(10);
+        for i in 0..n {
+            let due = start + gap * i as u32;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let sent = Instant::now();
+            let ok = rt.block_on(lean.should_rate_limit(frame.clone()));
+            l.service.push(sent.elapsed().as_nanos() as u64);
+            l.scheduled.push(due.elapsed().as_nanos() as u64);
+            l.failed += u64::from(!ok);
+        }
+        let _ = tx.send(l);
+    });
+    rx.await.expect("the paced generator's thread")
+}
+
+/// Prints one round's figures under `name`; returns its p99 from the actual send (µs).
+fn print_round(name: &str, round: u64, l: Latencies) -> f64 {
+    let failed = l.failed;
+    let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
+    println!(
+        "{name:<14} round {round}: from scheduled send p50 {:.0} p99 {:.0}; from actual send p50 {:.0} p99 {:.0} p99.9 {:.0}; failed {failed}",
+        p[0], p[1], q[0], q[1], q[2]
+    );
+    q[1]
+}
+
 /// `rounds` open-loop runs of `call` at `rate`/s; prints each and returns the p99s (µs)
 /// from the actual send.
 async fn rls_rounds<F, Fut>(name: &str, rate: u64, secs: u64, rounds: u64, call: F) -> Vec<f64>
@@ -357,13 +409,11 @@ where
     fixed_rate(rate, 1, call.clone()).await;
     let mut p99 = Vec::new();
     for round in 1..=rounds {
-        let l = fixed_rate(rate, secs, call.clone()).await;
-        let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
-        println!(
-            "{name:<14} round {round}: from scheduled send p50 {:.0} p99 {:.0}; from actual send p50 {:.0} p99 {:.0} p99.9 {:.0}; failed {}",
-            p[0], p[1], q[0], q[1], q[2], l.failed
-        );
-        p99.push(q[1]);
+        p99.push(print_round(
+            name,
+            round,
+            fixed_rate(rate, secs, call.clone()).await,
+        ));
     }
     p99
 }
@@ -398,6 +448,7 @@ async fn run() {
     let rate = env("RATE", 2000);
     let secs = env("SECONDS", 5);
     let rounds = env("ROUNDS", 3);
+    let only_rls = env("ONLY_RLS", 0) == 1;
     let conc = env("CONCURRENCY", 32);
 
     let dir = tempfile::tempdir().unwrap();
@@ -472,84 +523,88 @@ async fn run() {
         .await;
     }
 
-    println!("== added latency at {rate} rps, {rounds} rounds x {secs} s per path (µs) ==");
-    println!("                 from scheduled send      from actual send");
-    println!("round  path     p50     p99   p99.9     p50     p99   p99.9  failed");
-    // results[path][kind]: kind 0 = from scheduled send, 1 = from actual send.
-    let mut results: [[Vec<[f64; 3]>; 2]; 2] = Default::default();
-    for round in 1..=rounds {
-        for (i, (name, uri)) in [("direct", &direct), ("sidecar", &via)]
-            .into_iter()
+    if !only_rls {
+        println!("== added latency at {rate} rps, {rounds} rounds x {secs} s per path (µs) ==");
+        println!("                 from scheduled send      from actual send");
+        println!("round  path     p50     p99   p99.9     p50     p99   p99.9  failed");
+        // results[path][kind]: kind 0 = from scheduled send, 1 = from actual send.
+        let mut results: [[Vec<[f64; 3]>; 2]; 2] = Default::default();
+        for round in 1..=rounds {
+            for (i, (name, uri)) in [("direct", &direct), ("sidecar", &via)]
+                .into_iter()
+                .enumerate()
+            {
+                let c = client.clone();
+                let u = uri.clone();
+                let l = fixed_rate(rate, secs, move || {
+                    let (c, u) = (c.clone(), u.clone());
+                    async move { get(&c, &u).await }
+                })
+                .await;
+                let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
+                println!(
+                    "{round:>5}  {name:<7} {:>6.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}  {}",
+                    p[0], p[1], p[2], q[0], q[1], q[2], l.failed
+                );
+                results[i][0].push(p);
+                results[i][1].push(q);
+            }
+        }
+        for (kind, what) in ["from scheduled send", "from actual send"]
+            .iter()
             .enumerate()
         {
-            let c = client.clone();
-            let u = uri.clone();
-            let l = fixed_rate(rate, secs, move || {
-                let (c, u) = (c.clone(), u.clone());
-                async move { get(&c, &u).await }
-            })
-            .await;
-            let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
+            let med = |i: usize, k: usize| median(results[i][kind].iter().map(|p| p[k]).collect());
             println!(
-                "{round:>5}  {name:<7} {:>6.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}  {}",
-                p[0], p[1], p[2], q[0], q[1], q[2], l.failed
+                "median over rounds, {what}: direct p50 {:.0} p99 {:.0}; sidecar p50 {:.0} p99 {:.0}; added p50 {:.0} µs, p99 {:.0} µs",
+                med(0, 0),
+                med(0, 1),
+                med(1, 0),
+                med(1, 1),
+                med(1, 0) - med(0, 0),
+                med(1, 1) - med(0, 1)
             );
-            results[i][0].push(p);
-            results[i][1].push(q);
         }
-    }
-    for (kind, what) in ["from scheduled send", "from actual send"]
-        .iter()
-        .enumerate()
-    {
-        let med = |i: usize, k: usize| median(results[i][kind].iter().map(|p| p[k]).collect());
-        println!(
-            "median over rounds, {what}: direct p50 {:.0} p99 {:.0}; sidecar p50 {:.0} p99 {:.0}; added p50 {:.0} µs, p99 {:.0} µs",
-            med(0, 0),
-            med(0, 1),
-            med(1, 0),
-            med(1, 1),
-            med(1, 0) - med(0, 0),
-            med(1, 1) - med(0, 1)
-        );
-    }
 
-    println!("\n== saturation, {conc} closed-loop workers, {rounds} rounds x {secs} s per path ==");
-    let mut ratios = Vec::new();
-    for round in 1..=rounds {
-        let d = saturate(&client, &direct, conc, secs).await;
-        let s = saturate(&client, &via, conc, secs).await;
         println!(
-            "round {round}: direct {d:.0} rps, sidecar {s:.0} rps, ratio {:.2}",
-            s / d
+            "\n== saturation, {conc} closed-loop workers, {rounds} rounds x {secs} s per path =="
         );
-        ratios.push(s / d);
+        let mut ratios = Vec::new();
+        for round in 1..=rounds {
+            let d = saturate(&client, &direct, conc, secs).await;
+            let s = saturate(&client, &via, conc, secs).await;
+            println!(
+                "round {round}: direct {d:.0} rps, sidecar {s:.0} rps, ratio {:.2}",
+                s / d
+            );
+            ratios.push(s / d);
+        }
+        println!("median ratio sidecar/direct: {:.2}", median(ratios));
     }
-    println!("median ratio sidecar/direct: {:.2}", median(ratios));
-
     println!("\n== ShouldRateLimit at {rate} rps, {rounds} rounds x {secs} s (µs) ==");
-    println!("clients: lean = one hyper HTTP/2 connection, no pool; tonic = tonic's Channel");
+    println!(
+        "lean: one hyper HTTP/2 connection (as Envoy holds one), paced on a thread of its own, one call in flight"
+    );
     println!(
         "floors: the lean client against do-nothing servers on their own thread (tonic, bare hyper HTTP/2)"
     );
-    let floor = floor_rls();
-    let request = rls_request();
-    let mut p99s: Vec<(&str, Vec<f64>)> = Vec::new();
-    for (name, addr) in [
-        ("floor tonic", floor),
+    println!("tonic: tonic's Channel, sent from the tokio-timer open loop of section 1");
+    let targets = [
+        ("floor tonic", floor_rls()),
         ("floor h2", floor_h2()),
         ("sidecar lean", format!("127.0.0.1:{rp}").parse().unwrap()),
-    ] {
-        let lean = LeanGrpc::connect(addr).await;
-        let call = {
-            let (lean, body) = (lean.clone(), grpc_frame(&request));
-            move || {
-                let (lean, body) = (lean.clone(), body.clone());
-                async move { lean.should_rate_limit(body).await }
-            }
-        };
-        p99s.push((name, rls_rounds(name, rate, secs, rounds, call).await));
+    ];
+    for (_, addr) in targets {
+        paced_rls(addr, rate, 1).await;
     }
+    let mut p99s: Vec<(&str, Vec<f64>)> = targets.iter().map(|(n, _)| (*n, Vec::new())).collect();
+    for round in 1..=rounds {
+        for (i, (name, addr)) in targets.into_iter().enumerate() {
+            let p99 = print_round(name, round, paced_rls(addr, rate, secs).await);
+            p99s[i].1.push(p99);
+        }
+    }
+    let request = rls_request();
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{rp}"))
         .unwrap()
         .tcp_nodelay(true)
