@@ -7,7 +7,9 @@
 //!    time (no coordinated omission) and from its actual send (service time: tokio's timer
 //!    wakes the generator up to a millisecond late, which the first figure includes for both
 //!    paths alike), in `ROUNDS` rounds alternating direct and sidecar (`SECONDS` each);
-//!    prints p50/p99/p99.9 per round and the median over rounds.
+//!    prints p50/p99/p99.9 per round and the median over rounds. Then the same with the
+//!    paced generator of section 3 (one connection, one request in flight, evenly spaced),
+//!    which takes the millisecond timer's bunching out of both paths.
 //! 2. Saturation: `CONCURRENCY` (32) closed-loop workers for `SECONDS`, direct then sidecar,
 //!    alternating `ROUNDS` times; prints requests/s and the ratio sidecar/direct.
 //! 3. The Envoy rate limit service: `ShouldRateLimit` at `RATE`/s, one descriptor per call,
@@ -350,20 +352,78 @@ fn floor_h2() -> std::net::SocketAddr {
     })
 }
 
+/// What a paced generator calls: `ShouldRateLimit` on a lean gRPC connection, or a GET of
+/// a URI over one HTTP/1.1 keep-alive connection.
+#[derive(Clone)]
+enum Target {
+    Rls(std::net::SocketAddr),
+    Get(http::Uri),
+}
+
+/// A connection of a paced generator to its [`Target`].
+enum Caller {
+    Rls(LeanGrpc, Bytes),
+    Get(
+        hyper::client::conn::http1::SendRequest<Empty<Bytes>>,
+        http::Uri,
+    ),
+}
+
+impl Caller {
+    async fn connect(target: Target) -> Self {
+        match target {
+            Target::Rls(addr) => {
+                Self::Rls(LeanGrpc::connect(addr).await, grpc_frame(&rls_request()))
+            }
+            Target::Get(uri) => {
+                let s = tokio::net::TcpStream::connect(uri.authority().unwrap().as_str())
+                    .await
+                    .unwrap();
+                s.set_nodelay(true).unwrap();
+                let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+                    .await
+                    .unwrap();
+                tokio::spawn(conn);
+                Self::Get(send, uri)
+            }
+        }
+    }
+
+    /// One call; whether it succeeded.
+    async fn call(&mut self) -> bool {
+        match self {
+            Self::Rls(lean, frame) => lean.should_rate_limit(frame.clone()).await,
+            Self::Get(send, uri) => {
+                let req = http::Request::get(uri.path())
+                    .header("host", uri.authority().unwrap().as_str())
+                    .header("rpc-caller", "gateway")
+                    .body(Empty::new())
+                    .unwrap();
+                if send.ready().await.is_err() {
+                    return false;
+                }
+                match send.send_request(req).await {
+                    Ok(res) => res.status().is_success() && res.into_body().collect().await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        }
+    }
+}
+
 /// A paced open loop on a thread of its own: call `i` is due at `i / rate` s; the thread
-/// sleeps until then, sends one `ShouldRateLimit` over a lean connection of its own
-/// current-thread runtime and waits for the answer. Evenly spaced, one call in flight (at
-/// 2,000 rps a call that takes over 500 µs delays the next, and the figure from the
-/// scheduled send counts that): the generator adds no bunching of its own.
-async fn paced_rls(addr: std::net::SocketAddr, rate: u64, secs: u64) -> Latencies {
+/// sleeps until then, makes the call over one connection of its own current-thread runtime
+/// and waits for the answer. Evenly spaced, one call in flight (at 2,000 rps a call that
+/// takes over 500 µs delays the next, and the figure from the scheduled send counts that):
+/// the generator adds no bunching of its own.
+async fn paced(target: Target, rate: u64, secs: u64) -> Latencies {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let lean = rt.block_on(LeanGrpc::connect(addr));
-        let frame = grpc_frame(&rls_request());
+        let mut caller = rt.block_on(Caller::connect(target));
         let n = rate * secs;
         let gap = Duration::from_nanos(1_000_000_000 / rate);
         let mut l = Latencies {
@@ -378,7 +438,7 @@ async fn paced_rls(addr: std::net::SocketAddr, rate: u64, secs: u64) -> Latencie
                 std::thread::sleep(wait);
             }
             let sent = Instant::now();
-            let ok = rt.block_on(lean.should_rate_limit(frame.clone()));
+            let ok = rt.block_on(caller.call());
             l.service.push(sent.elapsed().as_nanos() as u64);
             l.scheduled.push(due.elapsed().as_nanos() as u64);
             l.failed += u64::from(!ok);
@@ -386,6 +446,26 @@ async fn paced_rls(addr: std::net::SocketAddr, rate: u64, secs: u64) -> Latencie
         let _ = tx.send(l);
     });
     rx.await.expect("the paced generator's thread")
+}
+
+/// Prints the medians over rounds of `results[path][kind]` (path 0 direct, 1 sidecar; kind
+/// 0 from the scheduled send, 1 from the actual send) and the sidecar's added latency.
+fn print_added(results: &[[Vec<[f64; 3]>; 2]; 2], label: &str) {
+    for (kind, what) in ["from scheduled send", "from actual send"]
+        .iter()
+        .enumerate()
+    {
+        let med = |i: usize, k: usize| median(results[i][kind].iter().map(|p| p[k]).collect());
+        println!(
+            "median over rounds, {label}{what}: direct p50 {:.0} p99 {:.0}; sidecar p50 {:.0} p99 {:.0}; added p50 {:.0} µs, p99 {:.0} µs",
+            med(0, 0),
+            med(0, 1),
+            med(1, 0),
+            med(1, 1),
+            med(1, 0) - med(0, 0),
+            med(1, 1) - med(0, 1)
+        );
+    }
 }
 
 /// Prints one round's figures under `name`; returns its p99 from the actual send (µs).
@@ -550,21 +630,28 @@ async fn run() {
                 results[i][1].push(q);
             }
         }
-        for (kind, what) in ["from scheduled send", "from actual send"]
-            .iter()
-            .enumerate()
-        {
-            let med = |i: usize, k: usize| median(results[i][kind].iter().map(|p| p[k]).collect());
-            println!(
-                "median over rounds, {what}: direct p50 {:.0} p99 {:.0}; sidecar p50 {:.0} p99 {:.0}; added p50 {:.0} µs, p99 {:.0} µs",
-                med(0, 0),
-                med(0, 1),
-                med(1, 0),
-                med(1, 1),
-                med(1, 0) - med(0, 0),
-                med(1, 1) - med(0, 1)
-            );
+        print_added(&results, "");
+        println!("paced: one call in flight, evenly spaced, on a thread of its own (as section 3)");
+        let mut paced_results: [[Vec<[f64; 3]>; 2]; 2] = Default::default();
+        for uri in [&direct, &via] {
+            paced(Target::Get(uri.clone()), rate, 1).await;
         }
+        for round in 1..=rounds {
+            for (i, (name, uri)) in [("direct", &direct), ("sidecar", &via)]
+                .into_iter()
+                .enumerate()
+            {
+                let l = paced(Target::Get(uri.clone()), rate, secs).await;
+                let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
+                println!(
+                    "{round:>5}  {name:<7} {:>6.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}  {}  paced",
+                    p[0], p[1], p[2], q[0], q[1], q[2], l.failed
+                );
+                paced_results[i][0].push(p);
+                paced_results[i][1].push(q);
+            }
+        }
+        print_added(&paced_results, "paced, ");
 
         println!(
             "\n== saturation, {conc} closed-loop workers, {rounds} rounds x {secs} s per path =="
@@ -595,12 +682,12 @@ async fn run() {
         ("sidecar lean", format!("127.0.0.1:{rp}").parse().unwrap()),
     ];
     for (_, addr) in targets {
-        paced_rls(addr, rate, 1).await;
+        paced(Target::Rls(addr), rate, 1).await;
     }
     let mut p99s: Vec<(&str, Vec<f64>)> = targets.iter().map(|(n, _)| (*n, Vec::new())).collect();
     for round in 1..=rounds {
         for (i, (name, addr)) in targets.into_iter().enumerate() {
-            let p99 = print_round(name, round, paced_rls(addr, rate, secs).await);
+            let p99 = print_round(name, round, paced(Target::Rls(addr), rate, secs).await);
             p99s[i].1.push(p99);
         }
     }
