@@ -448,6 +448,18 @@ async fn paced(target: Target, rate: u64, secs: u64) -> Latencies {
     rx.await.expect("the paced generator's thread")
 }
 
+/// Prints one round of one path as a row of section 1's table; returns its percentiles from
+/// the scheduled and from the actual send.
+fn print_row(round: u64, name: &str, l: Latencies, suffix: &str) -> ([f64; 3], [f64; 3]) {
+    let failed = l.failed;
+    let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
+    println!(
+        "{round:>5}  {name:<7} {:>6.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}  {failed}{suffix}",
+        p[0], p[1], p[2], q[0], q[1], q[2]
+    );
+    (p, q)
+}
+
 /// Prints the medians over rounds of `results[path][kind]` (path 0 direct, 1 sidecar; kind
 /// 0 from the scheduled send, 1 from the actual send) and the sidecar's added latency.
 fn print_added(results: &[[Vec<[f64; 3]>; 2]; 2], label: &str) {
@@ -496,14 +508,6 @@ where
         ));
     }
     p99
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Proc(std::process::Child);
@@ -564,7 +568,10 @@ async fn run() {
     .unwrap();
 
     let up = upstream();
-    let (sp, rp) = (free_port(), free_port());
+    let (sp, rp) = (
+        test_support::ports::free_port(),
+        test_support::ports::free_port(),
+    );
     let _sidecar = Proc(
         std::process::Command::new(env!("CARGO_BIN_EXE_grl"))
             .args(["sidecar", "--listen", &format!("127.0.0.1:{sp}")])
@@ -621,11 +628,7 @@ async fn run() {
                     async move { get(&c, &u).await }
                 })
                 .await;
-                let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
-                println!(
-                    "{round:>5}  {name:<7} {:>6.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}  {}",
-                    p[0], p[1], p[2], q[0], q[1], q[2], l.failed
-                );
+                let (p, q) = print_row(round, name, l, "");
                 results[i][0].push(p);
                 results[i][1].push(q);
             }
@@ -642,11 +645,7 @@ async fn run() {
                 .enumerate()
             {
                 let l = paced(Target::Get(uri.clone()), rate, secs).await;
-                let (p, q) = (percentiles(l.scheduled), percentiles(l.service));
-                println!(
-                    "{round:>5}  {name:<7} {:>6.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}  {}  paced",
-                    p[0], p[1], p[2], q[0], q[1], q[2], l.failed
-                );
+                let (p, q) = print_row(round, name, l, "  paced");
                 paced_results[i][0].push(p);
                 paced_results[i][1].push(q);
             }

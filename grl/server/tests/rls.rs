@@ -117,14 +117,7 @@ async fn shadow_descriptors_answer_ok_and_count_virtual_drops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_domain_foreign_domain_and_no_descriptors_are_invalid_argument() {
     let up = Upstream::start().await;
-    let agg = format!(
-        "127.0.0.1:{}",
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    );
+    let agg = test_support::ports::free_addr().to_string();
     let sc = Sidecar::start(&up.url(), &agg, &[]);
     let d = r#"{"entries": [["source_cluster", "a"]]}"#;
     for (rest, want) in [

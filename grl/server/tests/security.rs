@@ -19,6 +19,7 @@ use rcgen::{
 };
 
 use super::support::{scrape, until};
+use test_support::ports::free_addr;
 
 const BIN: &str = env!("CARGO_BIN_EXE_grl");
 const TOKEN: &str = "planted-admin-token-7f3a9c2e51";
@@ -124,13 +125,6 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 async fn wait_port(addr: SocketAddr) {

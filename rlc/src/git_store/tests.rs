@@ -3,7 +3,7 @@
 
 use super::*;
 use git2::Signature;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use tempfile::TempDir;
 
@@ -406,11 +406,7 @@ struct Daemon {
 
 impl Daemon {
     fn start(root: &Path) -> Daemon {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = test_support::ports::free_port();
         let child = Command::new("git")
             .args([
                 "daemon",

@@ -472,11 +472,7 @@ async fn each_failure_maps_to_its_exit_code() {
     // Committed, but the controller is not there: the run succeeds with exit code 7.
     let env = setup();
     let mut settings = env.settings(PublishMode::Direct);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = test_support::ports::free_port();
     settings.controllers = vec![format!("127.0.0.1:{port}")];
     let report = run_once(&settings, Counting::new(&env.history, None))
         .await
