@@ -116,6 +116,15 @@ impl<L> Child<L> {
         self.digest = digest;
     }
 
+    /// Takes what report `r`, received at `now`, says besides its rates.
+    fn took_report(&mut self, r: &proto::Report, now: Instant) {
+        self.services.clone_from(&r.services);
+        self.config_version.clone_from(&r.config_version);
+        self.reports += 1;
+        self.last_report = now;
+        self.level = level_of(r);
+    }
+
     /// The child's offered rate in one bucket, summed over its rows whose scope key (see
     /// [`ratios::scope_key`]) is the given one, or over all its rows.
     pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
@@ -128,6 +137,11 @@ impl<L> Child<L> {
             .map(|(_, r)| r.offered)
             .sum()
     }
+}
+
+/// The level report `r` claims (a client's when it names none known).
+fn level_of(r: &proto::Report) -> proto::Level {
+    proto::Level::try_from(r.level).unwrap_or(proto::Level::Client)
 }
 
 /// What a digest is summed from: the child's rows, services and place.
@@ -237,11 +251,7 @@ impl<L: Liveness> Children<L> {
         if let Some(c) = self.map.get_mut(&r.reporter_id).filter(|c| c.conn == conn)
             && update_in_place(&mut c.rates, r, &mut admit)
         {
-            c.services.clone_from(&r.services);
-            c.config_version.clone_from(&r.config_version);
-            c.reports += 1;
-            c.last_report = now;
-            c.level = proto::Level::try_from(r.level).unwrap_or(proto::Level::Client);
+            c.took_report(r, now);
             return Ok(false);
         }
         let previous = self
@@ -264,21 +274,16 @@ impl<L: Liveness> Children<L> {
             return Err(Reason::TooManyRows);
         }
         self.rows = rows;
-        let level = proto::Level::try_from(r.level).unwrap_or(proto::Level::Client);
         Ok(match self.map.get_mut(&r.reporter_id) {
             Some(c) if c.conn == conn => {
-                c.services.clone_from(&r.services);
-                c.config_version.clone_from(&r.config_version);
                 c.rates = rates;
-                c.reports += 1;
-                c.last_report = now;
-                c.level = level;
+                c.took_report(r, now);
                 false
             }
             _ => {
                 let child = Child {
                     id: r.reporter_id.clone(),
-                    level,
+                    level: level_of(r),
                     zone: r.zone.clone(),
                     region: r.region.clone(),
                     services: r.services.clone(),
