@@ -242,7 +242,6 @@ fn grpc_frame(m: &impl prost::Message) -> Bytes {
 
 /// A lean gRPC client, closer to what Envoy does than tonic's `Channel`: one HTTP/2
 /// connection, requests sent on it straight from the caller's task (no pool, no buffer task).
-#[derive(Clone)]
 struct LeanGrpc {
     send: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
     uri: http::Uri,
@@ -354,7 +353,6 @@ fn floor_h2() -> std::net::SocketAddr {
 
 /// What a paced generator calls: `ShouldRateLimit` on a lean gRPC connection, or a GET of
 /// a URI over one HTTP/1.1 keep-alive connection.
-#[derive(Clone)]
 enum Target {
     Rls(std::net::SocketAddr),
     Get(http::Uri),
