@@ -23,9 +23,10 @@
 //!    [`PickRule::max_headroom_ratio`] (1.5) times the simplest candidate's. Buying fewer
 //!    exceedances with ever larger limits stops there: a limit far above anything seen
 //!    protects nothing.
-//! 2. Among them, the fewest exceeded points; counts within the tie margin of the fewest
-//!    ([`PickRule::tie_points`], 1 point, or [`PickRule::tie_rate`], 0.05 % of the points
-//!    scored, whichever is more) are ties.
+//! 2. Among them, the fewest exceeded points (each point of the window counted once, however
+//!    many origins' horizons hold it; see [`Score`]); counts within the tie margin of the
+//!    fewest ([`PickRule::tie_points`], 1 point, or [`PickRule::tie_rate`], 0.05 % of the
+//!    points scored, whichever is more) are ties.
 //! 3. If peak-trend is among the ties, peak-trend ([`PickRule::preferred`]): it is
 //!    historical-peak+25% on flat traffic and follows growth, so it is the default that the
 //!    backtest has to beat. Otherwise the least peak headroom among the ties; then the

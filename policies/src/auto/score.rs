@@ -1,5 +1,5 @@
 //! The rolling-origin backtest `auto` runs on a bucket's own window, scoring every candidate
-//! at the same origins (each horizon is sorted once and shared by all candidates).
+//! at the same origins, each point of the window counted once per candidate.
 
 use super::candidates::Candidate;
 use crate::policy::Context;
@@ -19,20 +19,59 @@ pub(crate) struct Origins {
 }
 
 /// One candidate's figures on the inner backtest.
+///
+/// Horizons overlap (origins are `horizon / 7` apart), so a point is scored by several
+/// origins; it counts once, as exceeded if the limit of any origin that scored it was below
+/// it. The evidence for a larger limit is how many points beat the smaller one, not how many
+/// origins happened to see the same burst.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Score {
     /// Origins where the candidate produced a limit and the horizon had data.
     pub scored: usize,
     /// Origins where it refused.
     pub refused: usize,
-    /// Points above their origin's limit.
+    /// Distinct points above the limit of an origin that scored them.
     pub exceeded: usize,
-    /// Points scored.
+    /// Distinct points scored.
     pub points: usize,
     /// `exceeded / points` (0 when nothing was scored).
     pub exceedance_rate: f64,
     /// Mean over scored origins of limit / max actual in the horizon (NaN if none).
     pub peak_headroom: f64,
+}
+
+/// What one candidate has gathered so far: per point of the window, whether it was scored
+/// and whether it was exceeded, plus the per-origin figures.
+struct Tally {
+    scored: usize,
+    refused: usize,
+    /// Per point of the window: 0 not scored, 1 scored, 2 exceeded.
+    marks: Vec<u8>,
+    headroom_sum: f64,
+    headroom_n: usize,
+}
+
+impl Tally {
+    fn score(&self) -> Score {
+        let points = self.marks.iter().filter(|&&m| m > 0).count();
+        let exceeded = self.marks.iter().filter(|&&m| m == 2).count();
+        Score {
+            scored: self.scored,
+            refused: self.refused,
+            exceeded,
+            points,
+            exceedance_rate: if points > 0 {
+                exceeded as f64 / points as f64
+            } else {
+                0.0
+            },
+            peak_headroom: if self.headroom_n > 0 {
+                self.headroom_sum / self.headroom_n as f64
+            } else {
+                f64::NAN
+            },
+        }
+    }
 }
 
 /// Scores every candidate on `series` (already cut to the bucket's window, ending at `end`).
@@ -43,69 +82,61 @@ pub(crate) fn score_all(
     end: i64,
     origins: Origins,
 ) -> (Vec<Score>, usize) {
-    let mut sums = vec![(0usize, 0usize, 0usize, 0usize, 0.0f64, 0usize); candidates.len()];
     let Some(start) = series.start() else {
-        return (finish(&sums), 0);
+        let none = Score {
+            scored: 0,
+            refused: 0,
+            exceeded: 0,
+            points: 0,
+            exceedance_rate: 0.0,
+            peak_headroom: f64::NAN,
+        };
+        return (vec![none; candidates.len()], 0);
     };
+    let all = series.range(start, end);
+    let mut tallies: Vec<Tally> = candidates
+        .iter()
+        .map(|_| Tally {
+            scored: 0,
+            refused: 0,
+            marks: vec![0; all.len()],
+            headroom_sum: 0.0,
+            headroom_n: 0,
+        })
+        .collect();
     let mut tried = 0;
     let mut t = start + origins.warmup_secs;
-    let mut horizon: Vec<f64> = Vec::new();
     while t + origins.horizon_secs <= end {
         tried += 1;
-        horizon.clear();
-        horizon.extend(
-            series
-                .range(t, t + origins.horizon_secs)
-                .iter()
-                .map(|p| p.value),
-        );
-        horizon.sort_unstable_by(f64::total_cmp);
+        let first = all.partition_point(|p| p.ts < t);
+        let horizon = series.range(t, t + origins.horizon_secs);
+        let max = horizon
+            .iter()
+            .map(|p| p.value)
+            .fold(f64::NEG_INFINITY, f64::max);
         let history = series.window(t - origins.window_secs, t);
         let ctx = Context {
             now: t,
             previous_limit: None,
         };
-        for (c, s) in candidates.iter().zip(sums.iter_mut()) {
-            let (scored, refused, exceeded, points, headroom, headroom_n) = s;
+        for (c, tally) in candidates.iter().zip(tallies.iter_mut()) {
             match c.policy.recommend(&history, &ctx) {
-                Err(_) => *refused += 1,
+                Err(_) => tally.refused += 1,
                 Ok(_) if horizon.is_empty() => {}
                 Ok(rec) => {
-                    *scored += 1;
-                    *points += horizon.len();
-                    *exceeded += horizon.len() - horizon.partition_point(|&v| v <= rec.rps);
-                    let max = horizon[horizon.len() - 1];
+                    tally.scored += 1;
+                    let marks = &mut tally.marks[first..first + horizon.len()];
+                    for (mark, p) in marks.iter_mut().zip(horizon) {
+                        *mark = (*mark).max(if p.value > rec.rps { 2 } else { 1 });
+                    }
                     if max > 0.0 {
-                        *headroom += rec.rps / max;
-                        *headroom_n += 1;
+                        tally.headroom_sum += rec.rps / max;
+                        tally.headroom_n += 1;
                     }
                 }
             }
         }
         t += origins.stride_secs.max(1);
     }
-    (finish(&sums), tried)
-}
-
-fn finish(sums: &[(usize, usize, usize, usize, f64, usize)]) -> Vec<Score> {
-    sums.iter()
-        .map(
-            |&(scored, refused, exceeded, points, headroom, headroom_n)| Score {
-                scored,
-                refused,
-                exceeded,
-                points,
-                exceedance_rate: if points > 0 {
-                    exceeded as f64 / points as f64
-                } else {
-                    0.0
-                },
-                peak_headroom: if headroom_n > 0 {
-                    headroom / headroom_n as f64
-                } else {
-                    f64::NAN
-                },
-            },
-        )
-        .collect()
+    (tallies.iter().map(Tally::score).collect(), tried)
 }

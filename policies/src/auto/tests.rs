@@ -128,6 +128,31 @@ fn flat_traffic_keeps_the_default_and_reports_the_runner_up() {
 }
 
 #[test]
+fn a_burst_counts_once_however_many_horizons_hold_it() {
+    let now = T0 + 28 * DAY;
+    // One 15-minute burst (3 points) at 3x the level, 20 days in: inside the horizons of the
+    // 7 origins at days 14 to 20, each of which sees no such peak in its history.
+    let burst = T0 + 20 * DAY + 12 * 3_600;
+    let s = series(28, now, |ts| {
+        if (burst..burst + 900).contains(&ts) {
+            3_000.0
+        } else {
+            1_000.0
+        }
+    });
+    let auto = Auto::default();
+    let (scores, tried) = auto.scores(&s, &ctx(now));
+    assert_eq!(tried, 8);
+    let hp = &scores[0];
+    assert_eq!(auto.candidate_labels()[0], "historical-peak+25%");
+    assert_eq!(hp.scored, 8);
+    assert_eq!(hp.exceeded, 3, "{hp:?}");
+    // The second half of the window, each point once: 14 days of 5-minute points.
+    assert_eq!(hp.points, 14 * 288, "{hp:?}");
+    assert_eq!(hp.exceedance_rate, 3.0 / (14.0 * 288.0));
+}
+
+#[test]
 fn bursts_that_beat_the_last_peak_by_more_than_the_buffer_buy_a_larger_one() {
     let now = T0 + 28 * DAY;
     // An hour-long burst every 4 days, each 1.2x the one before: historical-peak+25% is
