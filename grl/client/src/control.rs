@@ -442,6 +442,9 @@ impl Inner {
             dropped: delta[1] as f64 * scale,
             shadow_dropped: delta[2] as f64 * scale,
             clients: 1,
+            offered_total: book.totals.iter().sum(),
+            dropped_total: book.totals[Decision::Drop as usize],
+            shadow_dropped_total: book.totals[Decision::ShadowDrop as usize],
         }
     }
 
@@ -788,6 +791,48 @@ mod tests {
         }
         assert!(!window(0), "one empty window is a pause");
         drop(client);
+    }
+
+    #[test]
+    fn every_report_carries_the_counts_so_far_urgent_ones_included() {
+        let (client, _) = following_client(1000.0);
+        let offer = |n: u64| {
+            for _ in 0..n {
+                client.decide("gateway", "pay.Pay/Card");
+            }
+        };
+        let row = |r: &proto::Report| r.rates.iter().find(|r| r.bucket == "b").cloned().unwrap();
+        let totals = || {
+            let t = client.bucket_totals();
+            let b = t.iter().find(|t| t.bucket == "b").unwrap();
+            (b.offered, b.dropped, b.shadow_dropped)
+        };
+        let mut now = Instant::now();
+        assert!(client.inner.window(now).is_none());
+        client.inner.report();
+        // A rise to 2,000 rps, held two windows: the urgent report's rate is the second
+        // window's, its totals count both windows.
+        offer(100);
+        now += Duration::from_millis(50);
+        assert!(client.inner.window(now).is_none());
+        offer(100);
+        now += Duration::from_millis(50);
+        let urgent = client.inner.window(now).expect("an urgent report");
+        let b = row(&urgent);
+        assert!((b.offered - 2_000.0).abs() < 1e-6, "{b:?}");
+        assert_eq!(b.offered_total, 200, "{b:?}");
+        assert_eq!(
+            (b.offered_total, b.dropped_total, b.shadow_dropped_total),
+            totals()
+        );
+        // The next regular report goes on from there.
+        offer(50);
+        let b = row(&client.inner.report());
+        assert_eq!(b.offered_total, 250, "{b:?}");
+        assert_eq!(
+            (b.offered_total, b.dropped_total, b.shadow_dropped_total),
+            totals()
+        );
     }
 
     #[test]

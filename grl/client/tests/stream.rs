@@ -193,6 +193,7 @@ async fn reports_carry_per_bucket_rates_every_interval() {
     client.decide("nobody", "Pay/Cash");
 
     let (mut a, mut b, mut last_seq, mut reports) = (0.0, 0.0, 0, 0);
+    let (mut a_total, mut b_total) = (0, 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while (a, b) != (300.0, 100.0) {
         let r = tokio::time::timeout_at(deadline, server.reports.recv())
@@ -217,13 +218,15 @@ async fn reports_carry_per_bucket_rates_every_interval() {
             assert_eq!(rate.dropped, 0.0);
             let n = (rate.offered * secs).round();
             match rate.bucket.as_str() {
-                "a" => a += n,
-                "b" => b += n,
+                "a" => (a, a_total) = (a + n, rate.offered_total),
+                "b" => (b, b_total) = (b + n, rate.offered_total),
                 "s" => assert_eq!(n, 0.0),
                 other => panic!("unexpected bucket {other:?}"),
             }
         }
     }
+    // The cumulative totals say the same, exactly.
+    assert_eq!((a_total, b_total), (300, 100));
     // Reports keep coming every interval even when nothing is offered.
     let before = tokio::time::Instant::now();
     for _ in 0..3 {
@@ -266,8 +269,8 @@ async fn ratios_drop_their_share_and_shadow_only_counts() {
     let a = totals.iter().find(|t| t.bucket == "a").unwrap();
     assert_eq!((a.offered, a.dropped), (20_000, drops as u64));
 
-    // The next reports carry the shadow drops as a rate.
-    let mut shadow = 0.0;
+    // The next reports carry the shadow drops as a rate, and as a cumulative total.
+    let (mut shadow, mut shadow_total) = (0.0, 0);
     while shadow < 1000.0 {
         let r = tokio::time::timeout(Duration::from_secs(5), server.reports.recv())
             .await
@@ -277,9 +280,11 @@ async fn ratios_drop_their_share_and_shadow_only_counts() {
         for rate in r.rates.iter().filter(|r| r.bucket == "s") {
             assert_eq!(rate.dropped, 0.0);
             shadow += (rate.shadow_dropped * secs).round();
+            shadow_total = rate.shadow_dropped_total;
         }
     }
     assert_eq!(shadow, 1000.0);
+    assert_eq!(shadow_total, 1000);
     task.abort();
 }
 

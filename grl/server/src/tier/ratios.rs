@@ -110,6 +110,7 @@ pub fn to_wire(k: &RateKey, r: &Rate) -> proto::BucketRate {
         dropped: r.dropped,
         shadow_dropped: r.shadow_dropped,
         clients: r.clients,
+        ..Default::default()
     }
 }
 
