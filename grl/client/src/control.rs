@@ -417,7 +417,8 @@ impl Inner {
 
     /// One bucket's row of a report: the decisions `delta` counted over `secs`, of which
     /// `batch` were recorded; recorded usage enters as the book's recorded rate rather than
-    /// as the batches that happened to arrive in `secs`. Drops are scaled likewise.
+    /// as the batches that happened to arrive in `secs`. Drops are scaled likewise. The row
+    /// also carries the book's cumulative totals, exact whatever `secs` was.
     fn bucket_rate(
         &self,
         bucket: &str,

@@ -21,9 +21,12 @@ pub(crate) struct Origins {
 /// One candidate's figures on the inner backtest.
 ///
 /// Horizons overlap (origins are `horizon / 7` apart), so a point is scored by several
-/// origins; it counts once, as exceeded if the limit of any origin that scored it was below
-/// it. The evidence for a larger limit is how many points beat the smaller one, not how many
-/// origins happened to see the same burst.
+/// origins. For the pick rule it counts once ([`Score::exceeded`], [`Score::points`]), as
+/// exceeded if the limit of any origin that scored it was below it: the evidence for a
+/// larger limit is how many points beat the smaller one, not how many origins happened to
+/// see the same burst. [`Score::exceedance_rate`] keeps the meaning it has in
+/// [`crate::backtest`] (over all scored point-origin pairs), so that the evidence compares
+/// with every other policy's backtest.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Score {
     /// Origins where the candidate produced a limit and the horizon had data.
@@ -34,7 +37,8 @@ pub struct Score {
     pub exceeded: usize,
     /// Distinct points scored.
     pub points: usize,
-    /// `exceeded / points` (0 when nothing was scored).
+    /// Fraction of the scored (point, origin) pairs above that origin's limit, as in
+    /// [`crate::backtest::BacktestReport`] (0 when nothing was scored).
     pub exceedance_rate: f64,
     /// Mean over scored origins of limit / max actual in the horizon (NaN if none).
     pub peak_headroom: f64,
@@ -47,6 +51,9 @@ struct Tally {
     refused: usize,
     /// Per point of the window: 0 not scored, 1 scored, 2 exceeded.
     marks: Vec<u8>,
+    /// (point, origin) pairs scored and exceeded.
+    pairs: usize,
+    pairs_exceeded: usize,
     headroom_sum: f64,
     headroom_n: usize,
 }
@@ -60,8 +67,8 @@ impl Tally {
             refused: self.refused,
             exceeded,
             points,
-            exceedance_rate: if points > 0 {
-                exceeded as f64 / points as f64
+            exceedance_rate: if self.pairs > 0 {
+                self.pairs_exceeded as f64 / self.pairs as f64
             } else {
                 0.0
             },
@@ -100,6 +107,8 @@ pub(crate) fn score_all(
             scored: 0,
             refused: 0,
             marks: vec![0; all.len()],
+            pairs: 0,
+            pairs_exceeded: 0,
             headroom_sum: 0.0,
             headroom_n: 0,
         })
@@ -109,7 +118,8 @@ pub(crate) fn score_all(
     while t + origins.horizon_secs <= end {
         tried += 1;
         let first = all.partition_point(|p| p.ts < t);
-        let horizon = series.range(t, t + origins.horizon_secs);
+        let last = all.partition_point(|p| p.ts < t + origins.horizon_secs);
+        let horizon = &all[first..last];
         let max = horizon
             .iter()
             .map(|p| p.value)
@@ -125,9 +135,15 @@ pub(crate) fn score_all(
                 Ok(_) if horizon.is_empty() => {}
                 Ok(rec) => {
                     tally.scored += 1;
-                    let marks = &mut tally.marks[first..first + horizon.len()];
-                    for (mark, p) in marks.iter_mut().zip(horizon) {
-                        *mark = (*mark).max(if p.value > rec.rps { 2 } else { 1 });
+                    tally.pairs += horizon.len();
+                    for (mark, p) in tally.marks[first..last].iter_mut().zip(horizon) {
+                        // A limit that is not a number holds nothing.
+                        let held = matches!(
+                            p.value.partial_cmp(&rec.rps),
+                            Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+                        );
+                        tally.pairs_exceeded += usize::from(!held);
+                        *mark = (*mark).max(if held { 1 } else { 2 });
                     }
                     if max > 0.0 {
                         tally.headroom_sum += rec.rps / max;
