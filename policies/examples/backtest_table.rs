@@ -9,7 +9,7 @@
 //! your own series.
 
 use policies::backtest::{BacktestConfig, BacktestReport, backtest};
-use policies::{Context, Policy, Series, from_spec};
+use policies::{Context, Policy, Recommendation, Refusal, Series, from_spec};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -169,29 +169,20 @@ fn verdict(ramp: bool, hp: &BacktestReport, auto: &BacktestReport) -> String {
 /// limit must be, at the best-placed origin, for a policy to exceed strictly less.
 fn catch_one(hp: &dyn Policy, series: &Series, cfg: &BacktestConfig) -> Option<(f64, i64)> {
     let start = series.start()?;
-    let end = series.end()?;
     let mut best: Option<(f64, i64)> = None;
-    let mut t = start + cfg.window_secs;
-    while t + cfg.horizon_secs <= end {
-        let history = series.window(t - cfg.window_secs, t);
-        let ctx = Context {
-            now: t,
-            previous_limit: None,
-        };
-        if let Ok(rec) = hp.recommend(&history, &ctx) {
-            let least_over = series
-                .range(t, t + cfg.horizon_secs)
-                .iter()
-                .map(|p| p.value / rec.rps)
-                .filter(|&x| x > 1.0)
-                .min_by(f64::total_cmp);
-            if let Some(x) = least_over
-                && best.is_none_or(|(b, _)| x < b)
-            {
-                best = Some((x, (t - start) / DAY));
-            }
+    for (t, rec) in recommendations(hp, series, cfg) {
+        let Ok(rec) = rec else { continue };
+        let least_over = series
+            .range(t, t + cfg.horizon_secs)
+            .iter()
+            .map(|p| p.value / rec.rps)
+            .filter(|&x| x > 1.0)
+            .min_by(f64::total_cmp);
+        if let Some(x) = least_over
+            && best.is_none_or(|(b, _)| x < b)
+        {
+            best = Some((x, (t - start) / DAY));
         }
-        t += cfg.stride_secs;
     }
     best
 }
@@ -199,6 +190,23 @@ fn catch_one(hp: &dyn Policy, series: &Series, cfg: &BacktestConfig) -> Option<(
 /// How often auto chose each candidate at the backtest's origins.
 fn tally(policy: &dyn Policy, series: &Series, cfg: &BacktestConfig) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
+    for (_, rec) in recommendations(policy, series, cfg) {
+        let key = match rec {
+            Ok(rec) => rec.evidence["chosen"].as_str().unwrap_or("?").to_string(),
+            Err(_) => "refused".to_string(),
+        };
+        *out.entry(key).or_default() += 1;
+    }
+    out
+}
+
+/// What `policy` recommends at each of the backtest's origins, with the origin.
+fn recommendations(
+    policy: &dyn Policy,
+    series: &Series,
+    cfg: &BacktestConfig,
+) -> Vec<(i64, Result<Recommendation, Refusal>)> {
+    let mut out = Vec::new();
     let (Some(start), Some(end)) = (series.start(), series.end()) else {
         return out;
     };
@@ -209,11 +217,7 @@ fn tally(policy: &dyn Policy, series: &Series, cfg: &BacktestConfig) -> BTreeMap
             now: t,
             previous_limit: None,
         };
-        let key = match policy.recommend(&history, &ctx) {
-            Ok(rec) => rec.evidence["chosen"].as_str().unwrap_or("?").to_string(),
-            Err(_) => "refused".to_string(),
-        };
-        *out.entry(key).or_default() += 1;
+        out.push((t, policy.recommend(&history, &ctx)));
         t += cfg.stride_secs;
     }
     out
