@@ -59,6 +59,19 @@ struct Tally {
 }
 
 impl Tally {
+    /// Nothing gathered yet, over a window of `points` points.
+    fn new(points: usize) -> Tally {
+        Tally {
+            scored: 0,
+            refused: 0,
+            marks: vec![0; points],
+            pairs: 0,
+            pairs_exceeded: 0,
+            headroom_sum: 0.0,
+            headroom_n: 0,
+        }
+    }
+
     fn score(&self) -> Score {
         let points = self.marks.iter().filter(|&&m| m > 0).count();
         let exceeded = self.marks.iter().filter(|&&m| m == 2).count();
@@ -90,29 +103,10 @@ pub(crate) fn score_all(
     origins: Origins,
 ) -> (Vec<Score>, usize) {
     let Some(start) = series.start() else {
-        let none = Score {
-            scored: 0,
-            refused: 0,
-            exceeded: 0,
-            points: 0,
-            exceedance_rate: 0.0,
-            peak_headroom: f64::NAN,
-        };
-        return (vec![none; candidates.len()], 0);
+        return (vec![Tally::new(0).score(); candidates.len()], 0);
     };
     let all = series.range(start, end);
-    let mut tallies: Vec<Tally> = candidates
-        .iter()
-        .map(|_| Tally {
-            scored: 0,
-            refused: 0,
-            marks: vec![0; all.len()],
-            pairs: 0,
-            pairs_exceeded: 0,
-            headroom_sum: 0.0,
-            headroom_n: 0,
-        })
-        .collect();
+    let mut tallies: Vec<Tally> = candidates.iter().map(|_| Tally::new(all.len())).collect();
     let mut tried = 0;
     let mut t = start + origins.warmup_secs;
     while t + origins.horizon_secs <= end {
