@@ -49,14 +49,19 @@
 //! ```
 
 mod buckets;
+mod budget;
 mod control;
 mod error;
 pub mod layer;
 mod local;
 mod metrics;
 mod pair_key;
+mod recorded;
+mod report;
+mod shape;
 mod stream;
 mod table;
+mod window;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -234,7 +239,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client with no config (everything allowed) and no connection; does no I/O.
     pub fn new(cfg: ClientConfig) -> Client {
-        let control = Control::new();
+        let control = Control::new(stream::window_of(&cfg), cfg.interval);
         let resolver = ArcSwap::from_pointee(control.empty_resolver());
         Client {
             inner: Arc::new(Inner {
@@ -262,6 +267,33 @@ impl Client {
         match table.get(&key, caller, procedure) {
             Some(e) => e.decide(),
             None => self.decide_new(caller, procedure),
+        }
+    }
+
+    /// Decides one call that stands for `n` requests (e.g. Envoy's `hits_addend`): one
+    /// draw against the pair's threshold, and all `n` counted as offered under that
+    /// decision, as `n` calls of one request would be on average. A batch admitted beyond
+    /// the bucket's allowance is paid back by the calls after it. Not the hot path.
+    pub fn decide_n(&self, caller: &str, procedure: &str, n: u64) -> Decision {
+        match n {
+            0 => Decision::Allow,
+            1 => self.decide(caller, procedure),
+            _ => match self.pair(caller, procedure) {
+                Ok(e) => e.decide_n(n),
+                Err((resolver, id)) => {
+                    let cell = resolver.cell(id);
+                    local::claim();
+                    let (_, hit) = local::shard_and_hit(cell.threshold.load(Ordering::Relaxed));
+                    let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
+                        (false, _) => Decision::Allow,
+                        (true, false) => Decision::Drop,
+                        (true, true) => Decision::ShadowDrop,
+                    };
+                    cell.overflow[d as usize].fetch_add(n, Ordering::Relaxed);
+                    self.inner.overflow.fetch_add(n, Ordering::Relaxed);
+                    d
+                }
+            },
         }
     }
 

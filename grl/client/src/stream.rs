@@ -84,16 +84,22 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// Runs the control plane of `inner` forever.
+/// The window a client with `cfg` measures over: its `window`, between 1 ms and the
+/// interval.
+pub(crate) fn window_of(cfg: &crate::ClientConfig) -> Duration {
+    cfg.window.clamp(
+        Duration::from_millis(1),
+        cfg.interval.max(Duration::from_millis(1)),
+    )
+}
+
 pub(crate) async fn run(inner: Arc<Inner>) {
     let interval = inner.cfg.interval;
     let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let backoff = reconnect_backoff(interval);
     let mut attempt = 0u32;
-    let window = inner.cfg.window.clamp(
-        Duration::from_millis(1),
-        interval.max(Duration::from_millis(1)),
-    );
+    let window = window_of(&inner.cfg);
     let mut windows = tokio::time::interval_at(Instant::now() + window, window);
     windows.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut session: Option<Session> = None;

@@ -125,6 +125,16 @@ impl PairEntry {
         Decision::from_index(decision)
     }
 
+    /// Decides one request that counts as `n` (a batch: Envoy's `hits_addend`) with one
+    /// draw, and counts all `n` under that decision (off the hot path).
+    pub(crate) fn decide_n(&self, n: u64) -> Decision {
+        local::claim();
+        let (_, hit) = local::shard_and_hit(self.threshold.load(Ordering::Relaxed));
+        let d = Decision::from_index(usize::from(hit) << usize::from(self.shadow.load(Ordering::Relaxed)));
+        self.add(d, n);
+        d
+    }
+
     /// Counts `n` requests decided elsewhere as `decision` (off the hot path).
     pub(crate) fn add(&self, decision: Decision, n: u64) {
         self.shared[decision as usize].fetch_add(n, Ordering::Relaxed);

@@ -100,6 +100,7 @@ fn report(id: &str, seq: u64, offered: f64) -> proto::Report {
             .collect(),
         seq,
         urgent: false,
+        learning: false,
     }
 }
 

@@ -579,3 +579,154 @@ fn a_fifo_in_the_config_dir_stops_start_up_naming_it() {
         "{err}"
     );
 }
+
+/// Compiles `grl.proto` into Python modules (grpcio-tools) in a new directory.
+fn python_grl_stubs() -> tempfile::TempDir {
+    let out = tempfile::tempdir().unwrap();
+    let proto = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/proto");
+    let status = std::process::Command::new(crate::sidecar::python())
+        .args(["-m", "grpc_tools.protoc", "-I"])
+        .arg(&proto)
+        .arg(format!("--python_out={}", out.path().display()))
+        .arg(format!("--grpc_python_out={}", out.path().display()))
+        .arg("grl/v1/grl.proto")
+        .status()
+        .unwrap();
+    assert!(status.success(), "grpc_tools.protoc failed on grl.proto");
+    out
+}
+
+/// Issue 24 item 1: a peer's claim of how many clients a row sums once re-opened the
+/// fake-report attack (`clients: 2000` made `offered: 1e9` plausible). A hostile Python
+/// child built from `grl.proto` sends such rows on a client-level stream to a real
+/// aggregator (held to one client: refused as implausible), claims a zone's level there
+/// (an aggregator takes clients only: refused), and sends a zone-level row of 1e9 to the
+/// real controller (held to `--max-child-rps`: refused). Every refusal is counted, and the
+/// real clients under the limit never see a drop ratio.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimed_clients_do_not_make_a_fake_rate_plausible() {
+    use super::binary::{spawn, wait_port};
+    use test_support::ports::free_port;
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), 1000.0);
+    let (cp, cm, ap, am) = (free_port(), free_port(), free_port(), free_port());
+    let (ctl, agg) = (format!("127.0.0.1:{cp}"), format!("127.0.0.1:{ap}"));
+    let config = dir.path().display().to_string();
+    let _ctl = spawn(&[
+        "controller",
+        "--listen",
+        &ctl,
+        "--config",
+        &config,
+        "--interval-ms",
+        "200",
+        "--metrics-listen",
+        &format!("127.0.0.1:{cm}"),
+    ]);
+    wait_port(cp);
+    let _agg = spawn(&[
+        "aggregator",
+        "--listen",
+        &agg,
+        "--zone",
+        "a",
+        "--region",
+        "eu",
+        "--controller",
+        &ctl,
+        "--interval-ms",
+        "200",
+        "--metrics-listen",
+        &format!("127.0.0.1:{am}"),
+    ]);
+    wait_port(ap);
+    wait_port(am);
+    let real: Vec<_> = (0..2)
+        .map(|i| {
+            let mut cfg = grl_client::ClientConfig::new(SERVICE, format!("http://{agg}"));
+            cfg.zone = "a".into();
+            cfg.region = "eu".into();
+            cfg.interval = IV;
+            cfg.id = format!("real-{i}");
+            let c = grl_client::Client::new(cfg);
+            c.spawn();
+            c
+        })
+        .collect();
+    let _t = Traffic::start(
+        real.iter()
+            .map(|c| (c.clone(), "gateway".to_string(), 300.0))
+            .collect(),
+    );
+    let (ctl_m, agg_m): (std::net::SocketAddr, std::net::SocketAddr) = (
+        format!("127.0.0.1:{cm}").parse().unwrap(),
+        format!("127.0.0.1:{am}").parse().unwrap(),
+    );
+    let mut summed = false;
+    for _ in 0..200 {
+        if (offered(&scrape(ctl_m).await) - 600.0).abs() < 120.0 {
+            summed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(summed, "the controller never summed the real clients' 600 rps");
+
+    let stubs = python_grl_stubs();
+    let stubs_dir = stubs.path().display().to_string();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/fake_child.py");
+    let hostile = |target: String, id: &'static str, level: &'static str| {
+        let (script, stubs_dir) = (script.clone(), stubs_dir.clone());
+        std::thread::spawn(move || {
+            let out = std::process::Command::new(crate::sidecar::python())
+                .arg(script)
+                .args(["--stubs", &stubs_dir, "--target", &target, "--id", id])
+                .args(["--bucket", "gateway-pay", "--level", level])
+                .args(["--clients", "2000", "--offered", "1e9", "--seconds", "4"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "fake_child.py failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).to_string()
+        })
+    };
+    let attacks = [
+        hostile(agg.clone(), "hostile-client", "CLIENT"),
+        hostile(agg.clone(), "hostile-zone", "ZONE"),
+        hostile(ctl.clone(), "hostile-zone-at-controller", "ZONE"),
+    ];
+    let started = tokio::time::Instant::now();
+    let mut max_ratio = 0.0f64;
+    let mut max_offered = 0.0f64;
+    while attacks.iter().any(|a| !a.is_finished()) || started.elapsed() < Duration::from_secs(5) {
+        for c in &real {
+            max_ratio = max_ratio.max(c.status().ratios.get("gateway-pay").copied().unwrap_or(0.0));
+        }
+        max_offered = max_offered.max(offered(&scrape(ctl_m).await));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for a in attacks {
+        let line = a.join().unwrap();
+        assert!(line.contains("\"sent\""), "fake_child.py printed {line:?}");
+    }
+    let (a, c) = (scrape(agg_m).await, scrape(ctl_m).await);
+    assert!(
+        refused(&a, "implausible") >= 1.0,
+        "the aggregator took a client's row claiming 2,000 clients: {a:#?}"
+    );
+    assert!(refused(&a, "level") >= 1.0, "the aggregator took a zone-level report: {a:#?}");
+    assert!(
+        refused(&c, "implausible") >= 1.0,
+        "the controller took a zone row of 1e9 claiming 2,000 clients: {c:#?}"
+    );
+    assert!(
+        max_offered < 1e6,
+        "the controller's sum reached {max_offered} during the attack"
+    );
+    assert_eq!(max_ratio, 0.0, "the real clients were sent a drop ratio");
+    let w = window(&real, "gateway-pay", Duration::from_secs(1)).await;
+    assert_eq!(sum(&w)[2], 0, "the real clients dropped: {w:?}");
+}

@@ -16,5 +16,6 @@ mod follow;
 mod rlqs;
 mod rls;
 mod security;
+mod shapes;
 mod sidecar;
 mod support;

@@ -59,7 +59,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let running = aggregator::start(opts, listener, metrics)?;
     running
         .node
-        .set_report_limits(super::validate::report_limits(a.max_client_rps));
+        .set_report_limits(super::validate::report_limits(a.max_client_rps, None));
     info!(addr = %running.addr, metrics = ?running.metrics_addr, "aggregator serving");
     tokio::select! {
         () = running.wait() => {}

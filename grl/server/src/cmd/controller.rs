@@ -41,6 +41,11 @@ pub(crate) struct Args {
     /// contributing client) is refused and counted (`grl_tier_reports_refused_total`).
     #[arg(long, default_value_t = 1e6, value_parser = super::validate::max_client_rps)]
     max_client_rps: f64,
+    /// Highest rate one row of a tier child (an aggregator's zone sum of a bucket) may
+    /// carry, per second, whatever number of clients it claims; above it the row is refused
+    /// and counted. A client's row always counts as one client (`--max-client-rps`).
+    #[arg(long, default_value_t = 1e7, value_parser = super::validate::max_child_rps)]
+    max_child_rps: f64,
     /// How often to look for config changes, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = super::validate::poll_ms)]
     poll_ms: u64,
@@ -146,7 +151,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         .context("controller refused to start")?;
     running
         .node
-        .set_report_limits(super::validate::report_limits(a.max_client_rps));
+        .set_report_limits(super::validate::report_limits(a.max_client_rps, Some(a.max_child_rps)));
     info!(addr = %running.addr, metrics = ?running.metrics_addr, version = %ctl.snapshot().version, "controller serving");
     tokio::select! {
         () = running.wait() => {}

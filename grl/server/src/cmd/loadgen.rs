@@ -1,6 +1,9 @@
 //! `grl loadgen`: offers traffic from a CSV profile through N real clients (each with its
 //! own connection to the aggregator) and prints one JSON line per bucket every report
 //! period (`--report-ms`, 1 s by default; 100 ms shows rises and falls at that resolution).
+//! A profile row may give the traffic's shape ([`Shape`]): evenly spaced and in step across
+//! clients (the default), evenly spaced with each client's phase spread, Poisson arrivals,
+//! or bursts (a period's requests all at its start).
 //! Each line carries `t` (the end of the period in whole seconds, rounded up), `t_ms` (the
 //! same in milliseconds since the start) and `unix_ms` (the wall clock when the counts
 //! were read, to line up several loadgens).
@@ -28,7 +31,11 @@ pub(crate) struct Args {
     /// Number of clients.
     #[arg(long, default_value_t = 4, value_parser = super::validate::clients)]
     clients: usize,
-    /// CSV `second,caller,procedure,rps`: total rps over all clients from that second on.
+    /// CSV `second,caller,procedure,rps[,shape]`: total rps over all clients from that
+    /// second on; `shape` is `even` (default: evenly spaced, every client in step),
+    /// `spread` (evenly spaced, the clients' phases spread over the spacing), `poisson`
+    /// (random arrivals), or `burst:MS` (each client sends a period of MS milliseconds'
+    /// requests at once at its start, every client at the same instant).
     #[arg(long)]
     profile: PathBuf,
     /// How long to run, in seconds.
@@ -58,12 +65,45 @@ pub(crate) struct Args {
     tls: super::tls_args::ClientTlsArgs,
 }
 
+/// How a row's requests are spread over time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Shape {
+    /// Evenly spaced, every client in step.
+    Even,
+    /// Evenly spaced, client `i` of `n` shifted by `i / n` of the spacing.
+    Spread,
+    /// Poisson arrivals.
+    Poisson,
+    /// A period's requests (milliseconds, a multiple of 10) all at its start.
+    Burst(u64),
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "" | "even" => Ok(Shape::Even),
+            "spread" => Ok(Shape::Spread),
+            "poisson" => Ok(Shape::Poisson),
+            _ => match s.strip_prefix("burst:").map(str::parse::<u64>) {
+                Some(Ok(ms)) if ms >= 10 && ms.is_multiple_of(10) && ms <= 60_000 => {
+                    Ok(Shape::Burst(ms))
+                }
+                _ => Err(format!(
+                    "shape `{s}`: want even, spread, poisson or burst:MS (MS a multiple of 10 from 10 to 60000)"
+                )),
+            },
+        }
+    }
+}
+
 /// One row of the profile.
 #[derive(Debug, Clone, PartialEq)]
 struct Step {
     second: u64,
     pair: (String, String),
     rps: f64,
+    shape: Shape,
 }
 
 fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
@@ -74,9 +114,15 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
             continue;
         }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if f.len() != 4 {
-            bail!("profile line {}: want second,caller,procedure,rps", i + 1);
+        if !(4..=5).contains(&f.len()) {
+            bail!("profile line {}: want second,caller,procedure,rps[,shape]", i + 1);
         }
+        let shape: Shape = f
+            .get(4)
+            .copied()
+            .unwrap_or("")
+            .parse()
+            .map_err(|e| anyhow::anyhow!("profile line {}: {e}", i + 1))?;
         let rps: f64 = f[3]
             .parse()
             .with_context(|| format!("profile line {}: rps", i + 1))?;
@@ -88,19 +134,85 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
                 .with_context(|| format!("profile line {}: second", i + 1))?,
             pair: (f[1].to_string(), f[2].to_string()),
             rps,
+            shape,
         });
     }
     out.sort_by_key(|s| s.second);
     Ok(out)
 }
 
-/// The total rps of every pair at second `t`: the last row at or before `t`.
-fn rates_at(profile: &[Step], t: u64) -> BTreeMap<(String, String), f64> {
+/// The total rps and shape of every pair at second `t`: the last row at or before `t`.
+fn rates_at(profile: &[Step], t: u64) -> BTreeMap<(String, String), (f64, Shape)> {
     let mut m = BTreeMap::new();
     for s in profile.iter().take_while(|s| s.second <= t) {
-        m.insert(s.pair.clone(), s.rps);
+        m.insert(s.pair.clone(), (s.rps, s.shape));
     }
     m
+}
+
+/// How many requests one client offers in 10 ms tick `tick` of a pair at `per_tick`
+/// requests a tick with `shape`; `acc` carries the fraction between ticks.
+fn due_in_tick(
+    shape: Shape,
+    per_tick: f64,
+    tick: u64,
+    acc: &mut f64,
+    rng: &mut SplitMix,
+) -> u64 {
+    match shape {
+        Shape::Even | Shape::Spread => {
+            *acc += per_tick;
+            let n = acc.floor();
+            *acc -= n;
+            n as u64
+        }
+        Shape::Poisson => rng.poisson(per_tick),
+        Shape::Burst(ms) => {
+            *acc += per_tick;
+            if (tick * 10).is_multiple_of(ms) {
+                let n = acc.floor();
+                *acc -= n;
+                n as u64
+            } else {
+                0
+            }
+        }
+    }
+}
+
+/// A small deterministic generator for Poisson arrivals (splitmix64).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A Poisson draw of mean `mean` (Knuth's product of uniforms; means here are small).
+    fn poisson(&mut self, mean: f64) -> u64 {
+        if mean <= 0.0 {
+            return 0;
+        }
+        if mean > 30.0 {
+            let u1 = self.next_f64().max(1e-300);
+            let u2 = self.next_f64();
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            return (mean + z * mean.sqrt()).round().max(0.0) as u64;
+        }
+        let (limit, mut p, mut k) = ((-mean).exp(), 1.0, 0u64);
+        loop {
+            p *= self.next_f64();
+            if p <= limit {
+                return k;
+            }
+            k += 1;
+        }
+    }
 }
 
 /// Cumulative (offered, allowed, dropped, shadow) per bucket of one client.
@@ -222,6 +334,7 @@ fn generate(
     let n = clients.len();
     let start = Instant::now();
     let mut carry: BTreeMap<(usize, (String, String)), f64> = BTreeMap::new();
+    let mut rng = SplitMix(u64::from(std::process::id()));
     let mut prev: Vec<BTreeMap<String, [u64; 4]>> = clients.iter().map(totals).collect();
     let stdout = std::io::stdout();
     for period in 0..(duration * 1000).div_ceil(report_ms) {
@@ -231,13 +344,17 @@ fn generate(
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
-            for (pair, rps) in &rates {
+            for (pair, (rps, shape)) in &rates {
                 let per_tick = rps / n as f64 / TICKS as f64;
                 for (i, c) in clients.iter().enumerate() {
-                    let acc = carry.entry((i, pair.clone())).or_insert(0.0);
-                    *acc += per_tick;
-                    while *acc >= 1.0 {
-                        *acc -= 1.0;
+                    let acc = carry.entry((i, pair.clone())).or_insert_with(|| {
+                        if *shape == Shape::Spread {
+                            i as f64 / n as f64
+                        } else {
+                            0.0
+                        }
+                    });
+                    for _ in 0..due_in_tick(*shape, per_tick, tick, acc, &mut rng) {
                         c.decide(&pair.0, &pair.1);
                     }
                 }
@@ -286,9 +403,33 @@ mod tests {
             "second,caller,procedure,rps\n0,gw,Pay/A,100\n5,gw,Pay/A,1500\n2,x,Y,7\n",
         )
         .unwrap();
-        assert_eq!(rates_at(&p, 0)[&("gw".into(), "Pay/A".into())], 100.0);
+        assert_eq!(rates_at(&p, 0)[&("gw".into(), "Pay/A".into())].0, 100.0);
         assert_eq!(rates_at(&p, 4).len(), 2);
-        assert_eq!(rates_at(&p, 9)[&("gw".into(), "Pay/A".into())], 1500.0);
+        assert_eq!(rates_at(&p, 9)[&("gw".into(), "Pay/A".into())].0, 1500.0);
         assert!(parse_profile("1,2\n").is_err());
+    }
+
+    #[test]
+    fn shapes_parse_and_offer_their_rate() {
+        let p = parse_profile("0,gw,A,10,burst:1000\n0,gw,B,10,poisson\n0,gw,C,1,spread\n")
+            .unwrap();
+        assert_eq!(p[0].shape, Shape::Burst(1000));
+        assert_eq!(p[1].shape, Shape::Poisson);
+        assert_eq!(p[2].shape, Shape::Spread);
+        assert!(parse_profile("0,gw,A,10,burst:15\n").is_err());
+        assert!(parse_profile("0,gw,A,10,square\n").is_err());
+        let mut rng = SplitMix(7);
+        for shape in [Shape::Even, Shape::Poisson, Shape::Burst(1000), Shape::Burst(100)] {
+            let (mut acc, mut total, mut ticks_with) = (0.0, 0u64, 0u64);
+            for tick in 0..10_000 {
+                let n = due_in_tick(shape, 0.4, tick, &mut acc, &mut rng);
+                total += n;
+                ticks_with += u64::from(n > 0);
+            }
+            assert!((3_800..=4_200).contains(&total), "{shape:?}: {total}");
+            if let Shape::Burst(ms) = shape {
+                assert_eq!(ticks_with, 100_000 / ms, "{shape:?}: one burst a period");
+            }
+        }
     }
 }

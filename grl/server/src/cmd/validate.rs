@@ -114,11 +114,29 @@ pub(crate) fn max_client_rps(s: &str) -> Result<f64, String> {
     limit_rps(s)
 }
 
-/// The report bounds for `--max-client-rps` (the other bounds at their defaults).
-pub(crate) fn report_limits(max_client_rps: f64) -> grl::tier::admission::ReportLimits {
+/// `--max-child-rps`: finite, above 0, at most 1e12.
+pub(crate) fn max_child_rps(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() && v > 0.0 && v <= 1e12 {
+        Ok(v)
+    } else {
+        Err("must be a finite number above 0 and at most 1e12".into())
+    }
+}
+
+/// The report bounds for `--max-client-rps` and `--max-child-rps` (the other bounds at
+/// their defaults).
+pub(crate) fn report_limits(
+    max_client_rps: f64,
+    max_child_rps: Option<f64>,
+) -> grl::tier::admission::ReportLimits {
+    let d = grl::tier::admission::ReportLimits::default();
     grl::tier::admission::ReportLimits {
         max_client_rps,
-        ..Default::default()
+        max_child_rps: max_child_rps.unwrap_or(d.max_child_rps),
+        ..d
     }
 }
 

@@ -136,16 +136,10 @@ impl Rls {
         })
     }
 
-    /// Draws `n` decisions of the pair; whether the first one dropped.
+    /// Decides a descriptor of `n` hits with one draw (all `n` count as offered under that
+    /// decision); whether it dropped.
     fn decide_hits(&self, caller: &str, procedure: &str, n: u64) -> bool {
-        if n == 0 {
-            return false;
-        }
-        let first = self.client.decide(caller, procedure);
-        for _ in 1..n {
-            self.client.decide(caller, procedure);
-        }
-        first == Decision::Drop
+        self.client.decide_n(caller, procedure, n) == Decision::Drop
     }
 }
 

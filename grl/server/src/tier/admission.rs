@@ -4,12 +4,20 @@
 //!
 //! A fake report once made an aggregator drop all legitimate traffic (`offered=1e9`) or
 //! switch the limit off (`offered=-1e9`, `NaN`). Here a row is refused when a rate is
-//! negative, not finite, or implausible (above `max_client_rps` per contributing client),
-//! or when it names a bucket the tier does not know; a whole report is refused when it has
+//! negative, not finite, or implausible, or when it names a bucket the tier does not know;
+//! a whole report is refused when it has
 //! too many rows, names that are too long or hold control characters, or comes from a
 //! second live stream claiming an id that is already connected; a new child is refused
 //! when the tier already tracks its maximum. Refused rows change nothing: the child's
 //! previous rate for that bucket stays.
+//!
+//! What a row may claim is bounded by what this tier can check, never by the peer's word
+//! alone: a client-level report speaks for one client whatever its rows' `clients` say
+//! (bound: `max_client_rps`); a tier-level report (an aggregator's zone sums, a region's)
+//! is taken only by a tier that has tier children (a controller: an aggregator takes
+//! clients only), and each of its rows is bounded by `max_child_rps` however many clients
+//! it claims (with mutual TLS, `--child-allow` also says which certificates may report at
+//! all).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,8 +32,8 @@ pub enum Reason {
     Negative,
     /// A rate that is NaN or infinite.
     NotFinite,
-    /// A rate above `max_client_rps` per contributing client, or more clients than a tier
-    /// can have.
+    /// A rate above `max_client_rps` (a client's row) or `max_child_rps` (a tier's row),
+    /// or more clients than a tier can have.
     Implausible,
     /// A bucket (or service) this tier has no rule for.
     UnknownBucket,
@@ -38,11 +46,13 @@ pub enum Reason {
     DuplicateClient,
     /// An id, zone, region, service or bucket name too long or with control characters.
     BadName,
+    /// A report claiming a tier's level (zone, region) at a tier that takes clients only.
+    Level,
 }
 
 impl Reason {
     /// Every reason, in the order of [`Reason::index`].
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Negative,
         Reason::NotFinite,
         Reason::Implausible,
@@ -51,6 +61,7 @@ impl Reason {
         Reason::TooManyChildren,
         Reason::DuplicateClient,
         Reason::BadName,
+        Reason::Level,
     ];
 
     /// The `reason` label value.
@@ -64,6 +75,7 @@ impl Reason {
             Reason::TooManyChildren => "too_many_children",
             Reason::DuplicateClient => "duplicate_client",
             Reason::BadName => "bad_name",
+            Reason::Level => "level",
         }
     }
 
@@ -77,6 +89,9 @@ impl Reason {
 pub struct ReportLimits {
     /// The highest offered (or dropped) rate one client can plausibly report, per second.
     pub max_client_rps: f64,
+    /// The highest rate one row of a tier child (an aggregator's zone sum) can carry, per
+    /// second, whatever number of clients it claims to sum.
+    pub max_child_rps: f64,
     /// Most rows (and most services) in one report.
     pub max_rows: usize,
     /// Most children tracked at once (also the most clients one row may stand for).
@@ -90,6 +105,7 @@ impl Default for ReportLimits {
     fn default() -> Self {
         Self {
             max_client_rps: 1e6,
+            max_child_rps: 1e7,
             max_rows: 10_000,
             max_children: 100_000,
             max_total_rows: 1_000_000,
@@ -150,8 +166,16 @@ impl RefusalLog {
     }
 }
 
-/// Checks the parts of a report that refuse it whole: size and names.
-pub fn check_report(r: &proto::Report, limits: &ReportLimits) -> Result<(), Reason> {
+/// Checks the parts of a report that refuse it whole: size, names, and a tier's level at a
+/// tier that takes clients only (`takes_tiers` false: an aggregator).
+pub fn check_report(
+    r: &proto::Report,
+    limits: &ReportLimits,
+    takes_tiers: bool,
+) -> Result<(), Reason> {
+    if !takes_tiers && speaks_for_tier(r) {
+        return Err(Reason::Level);
+    }
     if r.rates.len() > limits.max_rows || r.services.len() > limits.max_rows {
         return Err(Reason::TooManyRows);
     }
@@ -169,9 +193,26 @@ pub fn check_report(r: &proto::Report, limits: &ReportLimits) -> Result<(), Reas
     Ok(())
 }
 
-/// Checks one row of a report against the bounds and the rules this tier holds.
+/// Whether report `r` claims a tier's level (its rows may sum several clients); a report
+/// naming no known level is a client's.
+pub fn speaks_for_tier(r: &proto::Report) -> bool {
+    !matches!(
+        proto::Level::try_from(r.level),
+        Ok(proto::Level::Client | proto::Level::Unspecified) | Err(_)
+    )
+}
+
+/// How many clients a row of a report counts for: one for a client's report, whatever the
+/// row claims; a tier's claim as it is (its rates are bounded by [`check_row`]).
+pub fn clients_counted(row: &proto::BucketRate, tier: bool) -> u32 {
+    if tier { row.clients.max(1) } else { 1 }
+}
+
+/// Checks one row of a report against the bounds and the rules this tier holds; `tier`:
+/// the report is a tier's ([`speaks_for_tier`]).
 pub fn check_row(
     row: &proto::BucketRate,
+    tier: bool,
     rules: &Rules,
     limits: &ReportLimits,
 ) -> Result<(), Reason> {
@@ -182,11 +223,13 @@ pub fn check_row(
     if rates.iter().any(|v| *v < 0.0) {
         return Err(Reason::Negative);
     }
-    let clients = row.clients.max(1) as usize;
-    if clients > limits.max_children
-        || rates
-            .iter()
-            .any(|v| *v > limits.max_client_rps * clients as f64)
+    let bound = if tier {
+        limits.max_child_rps
+    } else {
+        limits.max_client_rps
+    };
+    if clients_counted(row, tier) as usize > limits.max_children
+        || rates.iter().any(|v| *v > bound)
     {
         return Err(Reason::Implausible);
     }
@@ -249,29 +292,58 @@ mod tests {
     #[test]
     fn rows_outside_the_bounds_are_refused_with_their_reason() {
         let (r, l) = (rules(), ReportLimits::default());
-        assert_eq!(check_row(&row(10.0), &r, &l), Ok(()));
-        assert_eq!(check_row(&row(-1e9), &r, &l), Err(Reason::Negative));
-        assert_eq!(check_row(&row(f64::NAN), &r, &l), Err(Reason::NotFinite));
-        assert_eq!(
-            check_row(&row(f64::INFINITY), &r, &l),
-            Err(Reason::NotFinite)
-        );
-        assert_eq!(check_row(&row(1e9), &r, &l), Err(Reason::Implausible));
+        let check = |row: &proto::BucketRate| check_row(row, false, &r, &l);
+        assert_eq!(check(&row(10.0)), Ok(()));
+        assert_eq!(check(&row(-1e9)), Err(Reason::Negative));
+        assert_eq!(check(&row(f64::NAN)), Err(Reason::NotFinite));
+        assert_eq!(check(&row(f64::INFINITY)), Err(Reason::NotFinite));
+        assert_eq!(check(&row(1e9)), Err(Reason::Implausible));
+        let mut ghost = row(1.0);
+        ghost.bucket = "ghost".into();
+        assert_eq!(check(&ghost), Err(Reason::UnknownBucket));
+        let mut dropped = row(1.0);
+        dropped.dropped = -1.0;
+        assert_eq!(check(&dropped), Err(Reason::Negative));
+    }
+
+    #[test]
+    fn a_client_counts_as_one_whatever_it_claims_and_a_tier_row_has_its_own_bound() {
+        let (r, l) = (rules(), ReportLimits::default());
         let mut many = row(1e9);
         many.clients = 2_000;
         assert_eq!(
-            check_row(&many, &r, &l),
-            Ok(()),
-            "1e9 from 2000 clients is plausible"
+            check_row(&many, false, &r, &l),
+            Err(Reason::Implausible),
+            "a client's row claiming 2,000 clients still speaks for one"
         );
+        assert_eq!(clients_counted(&many, false), 1);
+        assert_eq!(
+            check_row(&many, true, &r, &l),
+            Err(Reason::Implausible),
+            "a tier's row is bounded by max_child_rps whatever it claims"
+        );
+        many.offered = 5e6;
+        assert_eq!(check_row(&many, true, &r, &l), Ok(()));
+        assert_eq!(clients_counted(&many, true), 2_000);
         many.clients = u32::MAX;
-        assert_eq!(check_row(&many, &r, &l), Err(Reason::Implausible));
-        let mut ghost = row(1.0);
-        ghost.bucket = "ghost".into();
-        assert_eq!(check_row(&ghost, &r, &l), Err(Reason::UnknownBucket));
-        let mut dropped = row(1.0);
-        dropped.dropped = -1.0;
-        assert_eq!(check_row(&dropped, &r, &l), Err(Reason::Negative));
+        assert_eq!(check_row(&many, true, &r, &l), Err(Reason::Implausible));
+    }
+
+    #[test]
+    fn a_tier_level_report_is_refused_where_only_clients_report() {
+        let l = ReportLimits::default();
+        let mut rep = proto::Report {
+            reporter_id: "agg".into(),
+            level: proto::Level::Zone as i32,
+            rates: vec![row(1.0)],
+            ..Default::default()
+        };
+        assert_eq!(check_report(&rep, &l, false), Err(Reason::Level));
+        assert_eq!(check_report(&rep, &l, true), Ok(()));
+        rep.level = proto::Level::Client as i32;
+        assert_eq!(check_report(&rep, &l, false), Ok(()));
+        rep.level = 77;
+        assert!(!speaks_for_tier(&rep), "an unknown level is a client's");
     }
 
     #[test]
@@ -285,13 +357,13 @@ mod tests {
             rates: vec![row(1.0); 3],
             ..Default::default()
         };
-        assert_eq!(check_report(&rep, &l), Err(Reason::TooManyRows));
+        assert_eq!(check_report(&rep, &l, true), Err(Reason::TooManyRows));
         rep.rates.truncate(2);
-        assert_eq!(check_report(&rep, &l), Ok(()));
+        assert_eq!(check_report(&rep, &l, true), Ok(()));
         rep.zone = "z\u{202E}".into();
-        assert_eq!(check_report(&rep, &l), Err(Reason::BadName));
+        assert_eq!(check_report(&rep, &l, true), Err(Reason::BadName));
         rep.zone = "z".repeat(10_000);
-        assert_eq!(check_report(&rep, &l), Err(Reason::BadName));
+        assert_eq!(check_report(&rep, &l, true), Err(Reason::BadName));
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub fn start(
         has_parent: true,
         validity_intervals: 5,
     }));
+    node.start_learning(tokio::time::Instant::now());
     let (tx, rx) = watch::channel(false);
     let routes = tonic::service::Routes::new(super::service::tier_server(
         TierService::new(node.clone(), rx.clone(), None)

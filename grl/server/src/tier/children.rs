@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::FastMap;
-use super::admission::{Reason, ReportLimits};
+use super::admission::{self, Reason, ReportLimits};
 use super::digest::{Digest, Reported, Summer};
 use super::ratios::{self, Totals};
 use super::rules::Rules;
@@ -179,9 +179,11 @@ fn update_in_place(
             return false;
         }
     }
+    let tier = admission::speaks_for_tier(r);
     for (rate, &i) in rates.values_mut().zip(&order) {
         if admit(&r.rates[i]) {
             *rate = ratios::rate_of(&r.rates[i]);
+            rate.clients = admission::clients_counted(&r.rates[i], tier);
         }
     }
     true
@@ -248,6 +250,19 @@ impl<L: Liveness> Children<L> {
             None if self.map.len() >= self.max => return Err(Reason::TooManyChildren),
             _ => {}
         }
+        if r.learning
+            && let Some(c) = self
+                .map
+                .get_mut(&r.reporter_id)
+                .filter(|c| !c.rates.is_empty())
+        {
+            // A restarted tier's partial sums: its last full ones stand meanwhile.
+            let new = c.conn != conn;
+            c.conn = conn;
+            c.link = link;
+            c.took_report(r, now);
+            return Ok(new);
+        }
         if let Some(c) = self.map.get_mut(&r.reporter_id).filter(|c| c.conn == conn)
             && update_in_place(&mut c.rates, r, &mut admit)
         {
@@ -260,8 +275,10 @@ impl<L: Liveness> Children<L> {
             .filter(|c| c.conn == conn)
             .map(|c| &c.rates);
         let mut rates = Totals::new();
+        let tier = admission::speaks_for_tier(r);
         for row in &r.rates {
-            let (k, v) = ratios::from_wire(row, &r.zone, &r.region);
+            let (k, mut v) = ratios::from_wire(row, &r.zone, &r.region);
+            v.clients = admission::clients_counted(row, tier);
             if admit(row) {
                 rates.entry(k).or_default().add(&v);
             } else if let Some(old) = previous.and_then(|p| p.get(&k)) {
@@ -302,9 +319,17 @@ impl<L: Liveness> Children<L> {
         })
     }
 
-    /// Removes the child when its stream `conn` ended (a newer stream keeps it).
+    /// The child's stream `conn` ended (a newer stream keeps it): a client is removed; a
+    /// tier (an aggregator) keeps its last rates until they go stale or it reports again,
+    /// because its clients keep enforcing their last ratios while it restarts.
     pub fn disconnected(&mut self, id: &str, conn: u64) {
-        if self.map.get(id).is_some_and(|c| c.conn == conn) {
+        if self
+            .map
+            .get(id)
+            .is_some_and(|c| {
+                c.conn == conn && matches!(c.level, proto::Level::Client | proto::Level::Unspecified)
+            })
+        {
             self.remove(id);
         }
     }

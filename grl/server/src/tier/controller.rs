@@ -219,6 +219,7 @@ pub async fn start(
         has_parent,
         validity_intervals: 5,
     }));
+    node.start_learning(tokio::time::Instant::now());
     let ctl = Arc::new(Controller {
         node: node.clone(),
         snapshot: Mutex::new(Arc::new(Snapshot::default())),

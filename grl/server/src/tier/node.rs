@@ -99,8 +99,11 @@ pub(crate) struct State {
     pub refusal_log: admission::RefusalLog,
     /// Whether this tier leads (always, without an election) and who does.
     pub role: Role,
-    /// A newly elected leader sends nothing to its children before this (it learns).
+    /// A tier that just started, or a newly elected leader, sends nothing to its children
+    /// before this (it learns), and tells its parent its sums are partial.
     pub learn_until: Option<Instant>,
+    /// How long a child joining during the learning can still extend it.
+    pub learn_cap: Option<Instant>,
 }
 
 /// Control-plane byte counters (encoded protobuf sizes).
@@ -168,6 +171,7 @@ impl Node {
             refusal_log: admission::RefusalLog::new(std::time::Duration::from_secs(1)),
             role: Role::sole(),
             learn_until: None,
+            learn_cap: None,
         };
         Self {
             cfg,
@@ -196,6 +200,23 @@ impl Node {
     /// The rules in force.
     pub fn rules(&self) -> Arc<Rules> {
         self.lock().rules.clone()
+    }
+
+    /// Learns from reports before instructing anyone, from `now`: for one interval, and
+    /// while children keep joining (a quarter interval after each newcomer) up to two
+    /// intervals, so that a restarted tier instructs from what every child offers, not
+    /// from the few that reconnected first. Its children keep their last ratios
+    /// meanwhile; its parent keeps its last full sums (its reports say `learning`).
+    pub fn start_learning(&self, now: Instant) {
+        let mut s = self.lock();
+        info!(learn_for = ?self.cfg.interval, "learning before sending ratios");
+        s.learn_until = Some(now + self.cfg.interval);
+        s.learn_cap = Some(now + self.cfg.interval * 2);
+    }
+
+    /// Whether this tier is still learning at `now` (see [`Node::start_learning`]).
+    fn learning(s: &State, now: Instant) -> bool {
+        s.learn_until.is_some_and(|t| now < t)
     }
 
     /// Replaces the rules and tells every child.
@@ -241,7 +262,8 @@ impl Node {
             return Ok(());
         }
         let limits = s.limits;
-        if let Err(reason) = admission::check_report(r, &limits) {
+        let takes_tiers = self.cfg.level != proto::Level::Zone;
+        if let Err(reason) = admission::check_report(r, &limits, takes_tiers) {
             self.refused.add(reason, 1);
             if let Some(unlogged) = s.refusal_log.admit(now) {
                 warn!(
@@ -257,7 +279,9 @@ impl Node {
         let rules = s.rules.clone();
         let mut first: Option<Reason> = None;
         let mut refused_rows = 0u64;
-        let admit = |row: &proto::BucketRate| match admission::check_row(row, &rules, &limits) {
+        let tier = admission::speaks_for_tier(r);
+        let admit = |row: &proto::BucketRate| match admission::check_row(row, tier, &rules, &limits)
+        {
             Ok(()) => true,
             Err(reason) => {
                 self.refused.add(reason, 1);
@@ -286,6 +310,11 @@ impl Node {
         }
         if new {
             info!(child = %r.reporter_id, ?peer, zone = %r.zone, region = %r.region, "child connected");
+            if Self::learning(&s, now)
+                && let (Some(until), Some(cap)) = (s.learn_until, s.learn_cap)
+            {
+                s.learn_until = Some(until.max(now + self.cfg.interval / 4).min(cap));
+            }
             self.instruct_children(&mut s, Round::Child(&r.reporter_id), now);
         }
         if r.urgent {
@@ -322,6 +351,7 @@ impl Node {
             (false, true) => {
                 info!(learn_for = ?self.cfg.interval, "leading: learning before sending ratios");
                 s.learn_until = Some(now + self.cfg.interval);
+                s.learn_cap = Some(now + self.cfg.interval * 2);
             }
             (true, false) => {
                 warn!(leader = ?role.leader, "following: children redirected");
@@ -393,8 +423,9 @@ impl Node {
             if now < t {
                 return;
             }
-            info!("learned for one interval: sending ratios");
+            info!("learned: sending ratios");
             st.learn_until = None;
+            st.learn_cap = None;
         }
         let State {
             rules,
@@ -446,6 +477,7 @@ impl Node {
             rates: totals.iter().map(|(k, r)| ratios::to_wire(k, r)).collect(),
             seq: s.seq,
             urgent: false,
+            learning: Self::learning(&s, now),
         }
     }
 

@@ -46,6 +46,7 @@ def main():
     p.add_argument("--min-seconds", type=float, default=0.0)
     p.add_argument("--deadline", type=float, default=30.0)
     p.add_argument("--timeout", type=float, default=10.0, help="per-call deadline")
+    p.add_argument("--every", type=float, default=0.0, help="pace: one call every this many seconds")
     p.add_argument("--ca", help="TLS: the CA (PEM) of the server's certificate")
     p.add_argument("--server-name", default="localhost", help="TLS: the name to verify")
     a = p.parse_args()
@@ -66,6 +67,7 @@ def main():
         "hits_sent": [0 for _ in specs],
         "seen": a.until is None,
         "seconds": 0.0,
+        "timeline": [],
     }
     start = time.monotonic()
     after = 0
@@ -79,6 +81,9 @@ def main():
     with channel:
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
         while time.monotonic() - start < a.deadline:
+            if a.every > 0:
+                due = start + summary["calls"] * a.every
+                time.sleep(max(0.0, due - time.monotonic()))
             try:
                 res = stub.ShouldRateLimit(req, metadata=metadata, timeout=a.timeout)
                 code, overall = "OK", CODES[res.overall_code]
@@ -98,6 +103,8 @@ def main():
                     summary.setdefault("retry_after", trailing["retry-after"])
             summary["calls"] += 1
             summary["grpc"][code] = summary["grpc"].get(code, 0) + 1
+            if a.every > 0:
+                summary["timeline"].append([round(time.monotonic() - start, 3), overall or code])
             if summary["seen"]:
                 after += 1
             elif a.until in (code, overall):

@@ -1,0 +1,199 @@
+//! What one bucket may still admit at one client: a budget of requests that its allowance
+//! refills and its admissions spend, and the drop ratio that spends it over the next
+//! window.
+//!
+//! The tiers give each client an allowance (requests per second). A threshold computed
+//! from an estimate of the offered rate alone cannot hold it: at a few requests a second
+//! a 50 ms window cannot know the rate, and a burst is over before it is measured. So the
+//! client keeps the books: every window the allowance refills the budget and what was
+//! admitted spends it, and the next window's ratio admits what the budget holds out of
+//! what the window is expected to offer. Whatever the estimate gets wrong is paid back (an
+//! overdraft) or saved (credit) for the next windows, so over a few intervals a client
+//! admits its allowance at any rate and in any shape of traffic.
+//!
+//! Bounds: credit is capped at what the caller's normal silences earn ([`Budget::cap`]:
+//! four windows for steady traffic, the longest recent gap for bursty or sparse traffic),
+//! so a steady caller cannot save up for a surge while a bursty one gets its average; an
+//! overdraft is bounded by what the client admitted recently ([`Budget::floor`]), so a
+//! batch of hits is paid back in full and a stale debt is not held forever.
+
+/// The budget of one bucket at one client, in requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Budget {
+    tokens: f64,
+}
+
+/// How many windows' allowance steady traffic may hold as credit.
+const CREDIT_WINDOWS: f64 = 4.0;
+
+impl Budget {
+    /// An empty budget (no credit, no overdraft).
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests the budget holds now (negative: owed).
+    #[cfg(test)]
+    pub(crate) fn tokens(&self) -> f64 {
+        self.tokens
+    }
+
+    /// The credit a budget may hold at allowance `allowed` (requests per second), for a
+    /// caller whose longest recent gap is `gap_secs`, with `window_secs` windows: four
+    /// windows' allowance, or the allowance over the gap and one window, and at least one
+    /// request (a caller allowed less than one request per gap still gets its share).
+    pub(crate) fn cap(allowed: f64, window_secs: f64, gap_secs: f64) -> f64 {
+        let secs = (CREDIT_WINDOWS * window_secs).max(gap_secs + window_secs);
+        if allowed > 0.0 {
+            (allowed * secs).max(1.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// The largest overdraft at allowance `allowed`: an interval's allowance, or what was
+    /// admitted over the recent windows (`admitted_recently`) if more.
+    pub(crate) fn floor(allowed: f64, interval_secs: f64, admitted_recently: u64) -> f64 {
+        -(allowed * interval_secs).max(admitted_recently as f64)
+    }
+
+    /// A window of `secs` at allowance `allowed` in which `admitted` requests were let
+    /// through: refill, spend, and keep within `[floor, cap]`. The floor bounds the debt
+    /// this window adds; a debt already owed is paid back, never forgiven.
+    pub(crate) fn settle(&mut self, allowed: f64, secs: f64, admitted: u64, floor: f64, cap: f64) {
+        let refilled = self.tokens + allowed * secs;
+        let t = refilled - admitted as f64;
+        self.tokens = t.min(cap).max(floor.min(0.0).min(refilled));
+    }
+
+    /// The drop ratio for the next window of `window_secs` at allowance `allowed` when it is
+    /// expected to offer `expected` requests per second: it admits what the budget and the
+    /// window's refill hold, all of it when that covers the expected requests, nothing
+    /// while the budget is overdrawn beyond the refill. A window is expected to ask for at
+    /// least one request, so a budget holding part of one admits with that probability:
+    /// clients that send at the same instants (a cron, a retry storm, a load generator in
+    /// step) then drift apart instead of all spending their budgets in the same window.
+    pub(crate) fn ratio(&self, allowed: f64, window_secs: f64, expected: f64) -> f64 {
+        let available = self.tokens + allowed * window_secs;
+        if available <= 0.0 {
+            return 1.0;
+        }
+        let want = (expected * window_secs).max(1.0);
+        if want <= available {
+            0.0
+        } else {
+            1.0 - available / want
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: f64 = 0.05;
+
+    /// Simulates a client at allowance `a` offering `offered[i]` requests in window `i`,
+    /// admitting each request with probability `1 - ratio` by error diffusion (exact and
+    /// deterministic); returns what it admitted, leaving out the first two seconds (the
+    /// budget starts empty).
+    fn run(a: f64, offered: &[u64], gap_secs: f64) -> u64 {
+        let mut b = Budget::new();
+        let (mut admitted_total, mut est, mut frac) = (0u64, 0.0f64, 0.0f64);
+        let mut recent = std::collections::VecDeque::new();
+        for (i, &n) in offered.iter().enumerate() {
+            let r = b.ratio(a, W, est);
+            let mut admitted = 0;
+            for _ in 0..n {
+                frac += 1.0 - r;
+                if frac >= 1.0 {
+                    frac -= 1.0;
+                    admitted += 1;
+                }
+            }
+            if i >= 40 {
+                admitted_total += admitted;
+            }
+            recent.push_back(admitted);
+            if recent.len() > 80 {
+                recent.pop_front();
+            }
+            b.settle(
+                a,
+                W,
+                admitted,
+                Budget::floor(a, 1.0, recent.iter().sum()),
+                Budget::cap(a, W, gap_secs),
+            );
+            est = crate::shape::estimate(est, n, W).0;
+        }
+        admitted_total
+    }
+
+    #[test]
+    fn a_steady_caller_admits_its_allowance() {
+        // 1,500 rps against 100: 20 s, 18 measured.
+        let got = run(100.0, &[75; 400], 0.0);
+        assert!((1790..=1810).contains(&got), "{got}");
+    }
+
+    #[test]
+    fn a_few_requests_a_second_admit_the_allowance() {
+        // 2 rps (one request every ten windows) against 0.5 rps: 42 s, 40 measured.
+        let offered: Vec<u64> = (0..840).map(|i| u64::from(i % 10 == 0)).collect();
+        let got = run(0.5, &offered, 0.45);
+        assert!((19..=21).contains(&got), "admitted {got} of 80 where 20 were due");
+        // Half a request a second against 0.125: 82 s, 80 measured.
+        let offered: Vec<u64> = (0..1640).map(|i| u64::from(i % 40 == 0)).collect();
+        let got = run(0.125, &offered, 1.95);
+        assert!((9..=11).contains(&got), "admitted {got} of 40 where 10 were due");
+    }
+
+    #[test]
+    fn bursts_admit_the_allowance_over_the_seconds() {
+        // 4,000 requests in three windows every second against 2,000 rps: 12 s, 10 measured.
+        let second: Vec<u64> = [1334, 1333, 1333]
+            .into_iter()
+            .chain(std::iter::repeat_n(0, 17))
+            .collect();
+        let offered: Vec<u64> = second.iter().copied().cycle().take(240).collect();
+        let got = run(2000.0, &offered, 0.85);
+        assert!(
+            (19_000..=21_000).contains(&got),
+            "admitted {got} where 20,000 were due"
+        );
+    }
+
+    #[test]
+    fn a_batch_is_paid_back_in_full() {
+        // One call of 5,000 hits a second against 2,000 rps: 12 s, 10 measured.
+        let offered: Vec<u64> = (0..240).map(|i| if i % 20 == 0 { 5000 } else { 0 }).collect();
+        let got = run(2000.0, &offered, 0.95);
+        assert!(
+            (15_000..=25_000).contains(&got),
+            "admitted {got} where 20,000 were due"
+        );
+    }
+
+    #[test]
+    fn credit_and_overdraft_are_bounded() {
+        let mut b = Budget::new();
+        for _ in 0..100 {
+            b.settle(100.0, W, 0, -100.0, Budget::cap(100.0, W, 0.0));
+        }
+        assert!((b.tokens() - 20.0).abs() < 1e-9, "four windows' credit");
+        assert_eq!(b.ratio(100.0, W, 100.0), 0.0);
+        assert!((b.ratio(100.0, W, 1000.0) - 0.5).abs() < 1e-9);
+        let mut part = Budget::new();
+        part.settle(1.0, W, 0, -1.0, 1.0);
+        assert!(
+            (part.ratio(1.0, W, 0.1) - 0.9).abs() < 1e-9,
+            "a tenth of a request: admitted with probability 0.1"
+        );
+        b.settle(100.0, W, 10_000, Budget::floor(100.0, 1.0, 500), 20.0);
+        assert_eq!(b.tokens(), -500.0, "owes at most what it admitted recently");
+        assert_eq!(b.ratio(100.0, W, 1000.0), 1.0);
+        b.settle(100.0, W, 0, Budget::floor(100.0, 1.0, 0), 20.0);
+        assert_eq!(b.tokens(), -495.0, "a debt is paid back, not forgiven");
+    }
+}

@@ -1,0 +1,107 @@
+//! What a client tells its aggregator: the hello on connect, the report every interval
+//! and, for an urgent report, the same rows built in the middle of an interval.
+//!
+//! A row's rates are what the bucket was offered (and admitted) on average over the time
+//! the tiers use the report for, whatever the shape of the traffic ([`Shape::report_rates`]:
+//! the last interval for dense traffic, whole bursts and enough requests for sparse or
+//! bursty traffic); usage decided elsewhere enters as its sliding rate. The row also
+//! carries the cumulative totals, exact whatever horizon the rates cover.
+//!
+//! [`Shape::report_rates`]: crate::shape::Shape::report_rates
+
+use std::sync::atomic::Ordering;
+
+use grl_core::proto;
+
+use super::buckets::UNMATCHED;
+use super::control::{Book, Control};
+use super::table::DECISIONS;
+use super::{Decision, Inner};
+
+impl Inner {
+    /// The report of the interval that ends now.
+    pub(crate) fn report(&self) -> proto::Report {
+        let mut c = self.lock();
+        self.collect(&mut c);
+        // Also bounds how long a pair created during a ratio change can hold a stale one.
+        self.sync_pairs(&c.registry);
+        c.seq += 1;
+        let rates = self.rows(&c);
+        self.report_with(&c, rates)
+    }
+
+    /// One row per bucket of the config.
+    pub(crate) fn rows(&self, c: &Control) -> Vec<proto::BucketRate> {
+        c.active
+            .iter()
+            .filter(|id| **id != UNMATCHED)
+            .map(|&id| {
+                let cell = &c.registry.cells[id as usize];
+                let shadow = cell.shadow.load(Ordering::Relaxed);
+                self.bucket_rate(&cell.name, &c.books[id as usize], shadow)
+            })
+            .collect()
+    }
+
+    /// The length of a window in seconds.
+    pub(crate) fn window_secs(&self) -> f64 {
+        super::stream::window_of(&self.cfg).as_secs_f64()
+    }
+
+    /// The number of windows in one interval (at least one).
+    pub(crate) fn interval_windows(&self) -> usize {
+        let w = self.window_secs();
+        ((self.cfg.interval.as_secs_f64() / w).round() as usize).max(1)
+    }
+
+    /// One bucket's row of a report; `shadow`: what was not admitted counts as virtual drops.
+    fn bucket_rate(&self, bucket: &str, book: &Book, shadow: bool) -> proto::BucketRate {
+        let (offered, admitted) = book.shape.report_rates(self.interval_windows());
+        let refused = (offered - admitted).max(0.0);
+        let (dropped, shadow_dropped) = if shadow {
+            (0.0, refused)
+        } else {
+            (refused, 0.0)
+        };
+        let totals: &[u64; DECISIONS] = &book.totals;
+        proto::BucketRate {
+            service: self.cfg.service.clone(),
+            bucket: bucket.to_string(),
+            zone: self.cfg.zone.clone(),
+            region: self.cfg.region.clone(),
+            offered: offered + book.recorded.rate,
+            dropped,
+            shadow_dropped,
+            clients: 1,
+            offered_total: totals.iter().sum(),
+            dropped_total: totals[Decision::Drop as usize],
+            shadow_dropped_total: totals[Decision::ShadowDrop as usize],
+        }
+    }
+
+    /// The report sent when a stream opens: it names the service whose config the client
+    /// needs and, once it has one, carries the rates as a regular report would, so that a
+    /// tier that just restarted hears this client at once.
+    pub(crate) fn hello(&self) -> proto::Report {
+        let c = self.lock();
+        let rates = self.rows(&c);
+        self.report_with(&c, rates)
+    }
+
+    /// A report carrying `rates` (empty for the hello sent on connect).
+    pub(crate) fn report_with(&self, c: &Control, rates: Vec<proto::BucketRate>) -> proto::Report {
+        proto::Report {
+            reporter_id: self.cfg.id.clone(),
+            level: proto::Level::Client as i32,
+            zone: self.cfg.zone.clone(),
+            region: self.cfg.region.clone(),
+            services: vec![self.cfg.service.clone()],
+            config_version: c.version.clone(),
+            interval_ms: self.cfg.interval.as_millis() as u32,
+            rates,
+            seq: c.seq,
+            urgent: false,
+            learning: false,
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The shape of one bucket's traffic at one client: the counts of the last windows, what
+//! its offered rate is over the time the tiers use a report for, and when it changed for
+//! real (a step up or down) rather than by the gaps of bursty or sparse traffic.
+//!
+//! Pure bookkeeping, fed one window at a time by the control task ([`Shape::push`]).
+//!
+//! - **What is normal for this caller** is read off the ring of the last windows (a few
+//!   seconds): the longest silence between requests, the largest window.
+//! - **A change** is a run of windows that nothing in that history explains and that counting
+//!   noise cannot explain either: a fall is a silence (or a low run) longer than any recent
+//!   gap, a rise is two windows above twice the rate and above any recent burst. A caller
+//!   that sends a burst every second never looks like it stopped between bursts; a steady
+//!   caller's surge or its end is seen within one or two windows.
+//! - **The rate a report carries** ([`Shape::report_rates`]): for dense traffic (gaps short
+//!   against the interval), the last interval's; for sparse or bursty traffic, the mean since
+//!   the last change over the whole ring, which holds whole bursts and enough requests to be a
+//!   rate at all.
+//! - **The rate the next window expects** ([`Shape::expected`]): the short-term estimate
+//!   ([`estimate`]), which follows a step within a window; the budget pays back its errors.
+
+use std::collections::VecDeque;
+
+/// One window: requests offered (decided here, not recorded) and admitted, and its length.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    offered: u32,
+    admitted: u32,
+    secs: f64,
+}
+
+/// A change of a bucket's offered rate that the tiers should hear about at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Nothing the recent history does not explain.
+    None,
+    /// Two windows above twice the rate and above any recent window.
+    Rise,
+    /// A run of low windows longer than any recent gap, beyond counting noise.
+    Fall,
+}
+
+/// The recent traffic of one bucket at one client.
+#[derive(Debug, Clone)]
+pub(crate) struct Shape {
+    ring: VecDeque<Slot>,
+    cap: usize,
+    /// Windows since the last change (at most the ring's length).
+    segment: usize,
+    /// The short-term estimate of the offered rate, requests per second.
+    estimate: f64,
+    /// The last window counted nothing (one empty window is a pause, not a fall).
+    idle: bool,
+}
+
+impl Shape {
+    /// A shape keeping `cap` windows (at least 2).
+    pub(crate) fn new(cap: usize) -> Self {
+        let cap = cap.max(2);
+        Self {
+            ring: VecDeque::with_capacity(cap),
+            cap,
+            segment: 0,
+            estimate: 0.0,
+            idle: false,
+        }
+    }
+
+    /// Forgets everything (a bucket that left the config).
+    pub(crate) fn clear(&mut self) {
+        *self = Self::new(self.cap);
+    }
+
+    /// Adds a window of `secs` in which `offered` requests were decided here and `admitted`
+    /// of them let through (or, in shadow mode, not virtually dropped); says whether the
+    /// rate changed for real.
+    pub(crate) fn push(&mut self, offered: u64, admitted: u64, secs: f64) -> Change {
+        let slot = Slot {
+            offered: offered.min(u64::from(u32::MAX)) as u32,
+            admitted: admitted.min(offered).min(u64::from(u32::MAX)) as u32,
+            secs,
+        };
+        let change = self.change_with(slot);
+        if self.ring.len() == self.cap {
+            self.ring.pop_front();
+        }
+        self.ring.push_back(slot);
+        self.segment = (self.segment + 1).min(self.ring.len());
+        let pause = offered == 0 && !self.idle;
+        self.idle = offered == 0;
+        match change {
+            Change::None if !pause => self.estimate = estimate(self.estimate, offered, secs).0,
+            Change::None => {}
+            Change::Rise => {
+                self.segment = 2.min(self.ring.len());
+                self.estimate = self.rate_over(self.segment).0;
+            }
+            Change::Fall => {
+                let run = if offered == 0 {
+                    self.current_gap()
+                } else {
+                    self.fall_run(slot)
+                };
+                self.segment = run.clamp(1, self.ring.len());
+                self.estimate = self.rate_over(self.segment).0;
+            }
+        }
+        change
+    }
+
+    /// Whether window `slot`, arriving now, ends a run that the history does not explain.
+    fn change_with(&self, slot: Slot) -> Change {
+        if self.segment == 0 {
+            return if slot.offered > 0 {
+                Change::Rise
+            } else {
+                Change::None
+            };
+        }
+        let k = self.fall_run(slot).max(self.trailing_empty(slot));
+        if k <= self.segment + 1 {
+            // The rate before the run, against what the run held.
+            let before = self.segment + 1 - k;
+            let mean = if before > 0 {
+                self.mean_count(before, k - 1)
+            } else {
+                self.mean_count(self.segment, 0)
+            };
+            let recent = (self.sum_offered(k - 1, 0) + u64::from(slot.offered)) as f64;
+            let expected = mean * k as f64;
+            let beyond_noise = expected - recent > 3.0 * expected.sqrt() + 2.0;
+            let quarter = recent < 0.25 * expected;
+            let half_held = k >= 2 && recent < 0.5 * expected;
+            if beyond_noise && (quarter || half_held) {
+                return Change::Fall;
+            }
+        }
+        let mean = self.mean_count(self.segment, 0);
+        if let Some(last) = self.ring.back() {
+            let two = f64::from(last.offered) + f64::from(slot.offered);
+            let each_high = |n: u32| f64::from(n) > 2.0 * mean + 3.0 * mean.sqrt() + 2.0;
+            let burst_seen = 1.25 * f64::from(self.max_offered(1));
+            if each_high(last.offered) && each_high(slot.offered) && two / 2.0 > burst_seen {
+                return Change::Rise;
+            }
+        }
+        Change::None
+    }
+
+    /// How many windows, `slot` included, a fall must hold: longer than any completed gap
+    /// of the ring by a quarter (a bursty caller's silence between bursts is not a fall),
+    /// at least one window that counted something or two empty ones (a pause).
+    fn fall_run(&self, slot: Slot) -> usize {
+        let gap = self.longest_gap();
+        let least = if slot.offered == 0 { 2 } else { 1 };
+        (gap + 1 + gap / 4).max(least)
+    }
+
+    /// The empty windows at the end of the ring, and `slot` if it is empty too (0 when it
+    /// is not).
+    fn trailing_empty(&self, slot: Slot) -> usize {
+        if slot.offered == 0 {
+            self.current_gap() + 1
+        } else {
+            0
+        }
+    }
+
+    /// The longest run of empty windows that ended with a non-empty one, in windows.
+    fn longest_gap(&self) -> usize {
+        let (mut run, mut longest) = (0, 0);
+        for s in &self.ring {
+            if s.offered == 0 {
+                run += 1;
+            } else {
+                longest = longest.max(run);
+                run = 0;
+            }
+        }
+        longest
+    }
+
+    /// The largest window of the ring, leaving out the newest `skip`.
+    fn max_offered(&self, skip: usize) -> u32 {
+        let n = self.ring.len().saturating_sub(skip);
+        self.ring.iter().take(n).map(|s| s.offered).max().unwrap_or(0)
+    }
+
+    /// Requests offered in the newest `k` windows after leaving out the newest `skip`.
+    fn sum_offered(&self, k: usize, skip: usize) -> u64 {
+        self.ring
+            .iter()
+            .rev()
+            .skip(skip)
+            .take(k)
+            .map(|s| u64::from(s.offered))
+            .sum()
+    }
+
+    /// The mean count per window over the newest `k` windows after the newest `skip`.
+    fn mean_count(&self, k: usize, skip: usize) -> f64 {
+        let n = k.min(self.ring.len().saturating_sub(skip));
+        if n == 0 {
+            return 0.0;
+        }
+        self.sum_offered(n, skip) as f64 / n as f64
+    }
+
+    /// (offered, admitted) per second over the newest `k` windows.
+    fn rate_over(&self, k: usize) -> (f64, f64) {
+        let (mut o, mut a, mut secs) = (0u64, 0u64, 0.0);
+        for s in self.ring.iter().rev().take(k) {
+            o += u64::from(s.offered);
+            a += u64::from(s.admitted);
+            secs += s.secs;
+        }
+        if secs > 0.0 {
+            (o as f64 / secs, a as f64 / secs)
+        } else {
+            (0.0, 0.0)
+        }
+    }
+
+    /// Whether the traffic is dense: its longest recent gap is under a quarter of
+    /// `interval_windows`, so that one interval holds many of its ups and downs.
+    pub(crate) fn dense(&self, interval_windows: usize) -> bool {
+        self.longest_gap().max(self.current_gap()) * 4 <= interval_windows
+    }
+
+    /// The empty windows at the end of the ring.
+    fn current_gap(&self) -> usize {
+        self.ring.iter().rev().take_while(|s| s.offered == 0).count()
+    }
+
+    /// (offered, admitted) per second for a report: over the last interval
+    /// (`interval_windows`) for dense traffic, over everything since the last change for
+    /// sparse or bursty traffic; never across a change.
+    pub(crate) fn report_rates(&self, interval_windows: usize) -> (f64, f64) {
+        let k = if self.dense(interval_windows) {
+            interval_windows.min(self.segment)
+        } else {
+            self.segment
+        };
+        self.rate_over(k.max(1))
+    }
+
+    /// The offered rate the next window is expected to see, requests per second.
+    pub(crate) fn expected(&self) -> f64 {
+        self.estimate
+    }
+
+    /// Requests admitted over the whole ring.
+    pub(crate) fn admitted_in_ring(&self) -> u64 {
+        self.ring.iter().map(|s| u64::from(s.admitted)).sum()
+    }
+
+    /// The longest recent gap in seconds (0 for traffic with no empty window).
+    pub(crate) fn longest_gap_secs(&self) -> f64 {
+        let mean = self.ring.iter().map(|s| s.secs).sum::<f64>() / self.ring.len().max(1) as f64;
+        self.longest_gap() as f64 * mean
+    }
+}
+
+/// The offered-rate estimate after a window of `count` requests over `secs`, from the
+/// previous estimate `prev`; also says whether the window replaced the estimate. A count
+/// too far from the expected one to be counting noise (more than 3 Poisson standard
+/// deviations + 2) replaces it at once, so a step is followed within one window; otherwise
+/// the window is blended in, which smooths the noise of small counts.
+pub(crate) fn estimate(prev: f64, count: u64, secs: f64) -> (f64, bool) {
+    let rate = count as f64 / secs;
+    let expected = prev * secs;
+    if (count as f64 - expected).abs() > 3.0 * expected.sqrt() + 2.0 {
+        (rate, true)
+    } else {
+        (0.7 * prev + 0.3 * rate, false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: f64 = 0.05;
+
+    fn fed(counts: impl IntoIterator<Item = u64>) -> (Shape, Vec<Change>) {
+        let mut s = Shape::new(80);
+        let changes = counts.into_iter().map(|c| s.push(c, c, W)).collect();
+        (s, changes)
+    }
+
+    fn changes_of(v: &[Change], kind: Change) -> usize {
+        v.iter().filter(|c| **c == kind).count()
+    }
+
+    #[test]
+    fn a_step_estimate_is_replaced_and_noise_blended() {
+        let (r, jumped) = estimate(100.0, 75, 0.05);
+        assert!(jumped);
+        assert_eq!(r, 1500.0);
+        let (r, jumped) = estimate(100.0, 6, 0.05);
+        assert!(!jumped);
+        assert!((r - 106.0).abs() < 1e-9, "{r}");
+        assert_eq!(estimate(0.0, 0, 0.05), (0.0, false));
+    }
+
+    #[test]
+    fn a_steady_rate_reports_itself_and_a_step_is_a_change_within_two_windows() {
+        let (mut s, ch) = fed(std::iter::repeat_n(5, 60));
+        assert_eq!(changes_of(&ch, Change::Rise), 1, "the start is a rise from nothing");
+        assert_eq!(changes_of(&ch, Change::Fall), 0);
+        assert!(s.dense(20));
+        let (o, _) = s.report_rates(20);
+        assert!((o - 100.0).abs() < 1e-6, "{o}");
+        assert_eq!(s.push(75, 75, W), Change::None, "one window is not a step");
+        assert_eq!(s.push(75, 75, W), Change::Rise, "two are");
+        assert!((s.report_rates(20).0 - 1500.0).abs() < 1e-6);
+        assert!((s.expected() - 1500.0).abs() < 1e-6);
+        for _ in 0..20 {
+            assert_eq!(s.push(75, 75, W), Change::None);
+        }
+        assert_eq!(s.push(5, 5, W), Change::Fall, "a fall under a quarter, at once");
+        assert!((s.report_rates(20).0 - 100.0).abs() < 1e-6);
+        for _ in 0..20 {
+            s.push(5, 5, W);
+        }
+        assert_eq!(s.push(0, 0, W), Change::None, "one empty window is a pause");
+        // At five requests a window, two empty ones are within counting noise (3 deviations
+        // + 2); three are not.
+        assert_eq!(s.push(0, 0, W), Change::None);
+        assert_eq!(s.push(0, 0, W), Change::Fall, "three are a stop");
+    }
+
+    #[test]
+    fn bursts_once_a_second_are_reported_as_their_average_and_never_as_a_fall() {
+        // 4,000 requests in the first three windows of every second (20 windows).
+        let second = [1334u64, 1333, 1333]
+            .into_iter()
+            .chain(std::iter::repeat_n(0, 17));
+        let (mut s, ch) = fed(second.clone().cycle().take(20 * 10));
+        assert_eq!(changes_of(&ch[40..], Change::Fall), 0, "{ch:?}");
+        assert_eq!(changes_of(&ch[40..], Change::Rise), 0, "{ch:?}");
+        assert!(!s.dense(20));
+        for i in 0..20 {
+            let (o, _) = s.report_rates(20);
+            assert!((o - 4000.0).abs() <= 400.0, "window {i}: reported {o}");
+            s.push([1334, 1333, 1333].get(i).copied().unwrap_or(0), 0, W);
+        }
+        // The bursts stop: a fall once the silence outlasts every recent gap by a quarter.
+        let mut fell_after = None;
+        for i in 0..40 {
+            if s.push(0, 0, W) == Change::Fall {
+                fell_after = Some(i + 1);
+                break;
+            }
+        }
+        // The silence had lasted 17 windows when the last cycle ended and the longest gap
+        // seen is 17: the last 22 windows (17 + a quarter, and this one) hold under half
+        // of what they would have held after 4 more empty windows, none after 5.
+        let n = fell_after.expect("a stop of the bursts is a fall");
+        assert!((4..=5).contains(&n), "fell after {n} more empty windows");
+        assert_eq!(s.report_rates(20).0, 0.0);
+    }
+
+    #[test]
+    fn bursts_every_two_seconds_are_reported_as_their_average() {
+        let cycle = [2667u64, 2667, 2666]
+            .into_iter()
+            .chain(std::iter::repeat_n(0, 37));
+        let (mut s, ch) = fed(cycle.cycle().take(40 * 4));
+        assert_eq!(changes_of(&ch[80..], Change::Fall), 0, "{ch:?}");
+        for i in 0..40 {
+            let (o, _) = s.report_rates(20);
+            assert!((o - 4000.0).abs() <= 400.0, "window {i}: reported {o}");
+            s.push([2667, 2667, 2666].get(i).copied().unwrap_or(0), 0, W);
+        }
+    }
+
+    #[test]
+    fn a_few_requests_a_second_are_a_rate_over_the_ring_not_noise() {
+        // 2 rps: one request every ten windows.
+        let (s, ch) = fed((0..200).map(|i| u64::from(i % 10 == 0)));
+        assert_eq!(changes_of(&ch[20..], Change::Fall), 0, "{ch:?}");
+        assert_eq!(changes_of(&ch[20..], Change::Rise), 0, "{ch:?}");
+        assert!(!s.dense(20));
+        let (o, _) = s.report_rates(20);
+        assert!((o - 2.0).abs() < 0.3, "{o}");
+    }
+
+    #[test]
+    fn admitted_rates_follow_the_same_horizon() {
+        let mut s = Shape::new(80);
+        for _ in 0..40 {
+            s.push(10, 4, W);
+        }
+        let (o, a) = s.report_rates(20);
+        assert!((o - 200.0).abs() < 1e-6 && (a - 80.0).abs() < 1e-6, "{o} {a}");
+        assert_eq!(s.admitted_in_ring(), 160);
+    }
+}

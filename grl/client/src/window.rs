@@ -1,0 +1,95 @@
+//! Following the load between instructions: every window the control task counts what
+//! each bucket was offered and admitted, feeds it to the bucket's [`Shape`] and
+//! [`Budget`], rewrites the bucket's threshold from what the budget holds, and sends an
+//! urgent report when the shape changed for real.
+//!
+//! [`Shape`]: crate::shape::Shape
+//! [`Budget`]: crate::budget::Budget
+
+use std::sync::atomic::Ordering;
+
+use tokio::time::Instant;
+
+use grl_core::proto;
+
+use super::buckets::threshold;
+use super::budget::Budget;
+use super::control::Control;
+use super::shape::Change;
+use super::table::DECISIONS;
+use super::{Decision, Inner};
+
+impl Inner {
+    /// Ends a window at `now`: counts each active bucket's window into its shape and
+    /// budget, recomputes the threshold of every bucket that has an allowance, and returns
+    /// an urgent report (every bucket's rows) when a bucket's rate rose or fell for real
+    /// (see [`Shape::push`](crate::shape::Shape::push)).
+    pub(crate) fn window(&self, now: Instant) -> Option<proto::Report> {
+        let mut c = self.lock();
+        self.collect(&mut c);
+        let secs = c.window_at.map_or(0.0, |t| (now - t).as_secs_f64());
+        c.window_at = Some(now);
+        let (w, interval) = (self.window_secs(), self.cfg.interval);
+        let horizon = self.recorded_horizon();
+        let mut urgent = false;
+        let mut changed = false;
+        let Control {
+            books,
+            registry,
+            active,
+            ..
+        } = &mut *c;
+        for &id in active.iter() {
+            let b = &mut books[id as usize];
+            let delta: [u64; DECISIONS] = std::array::from_fn(|i| b.totals[i] - b.window_base[i]);
+            b.window_base = b.totals;
+            let cell = &registry.cells[id as usize];
+            let recorded = cell.recorded.load(Ordering::Relaxed);
+            let batch = recorded - b.recorded.base;
+            b.recorded.base = recorded;
+            if secs <= 0.0 {
+                continue;
+            }
+            b.recorded.since(now, horizon);
+            let offered = delta.iter().sum::<u64>().saturating_sub(batch);
+            let admitted = delta[Decision::Allow as usize].saturating_sub(batch);
+            match b.shape.push(offered, admitted, secs) {
+                Change::None => {}
+                Change::Rise => urgent = true,
+                Change::Fall => {
+                    urgent = true;
+                    if let Some(a) = b.allowed {
+                        // The tiers re-share from a mix of fresh and interval-old rates
+                        // for a while: keep at least this allowance meanwhile.
+                        b.hold = Some((now + interval, a));
+                    }
+                }
+            }
+            if let (Some(a), Some(_)) = (b.allowed, b.expires) {
+                let share = b.local_share(a);
+                if !std::mem::take(&mut b.unsettled) {
+                    let floor = Budget::floor(
+                        share,
+                        interval.as_secs_f64(),
+                        b.shape.admitted_in_ring(),
+                    );
+                    let cap = Budget::cap(share, w, b.shape.longest_gap_secs());
+                    b.budget.settle(share, secs, admitted, floor, cap);
+                }
+                let t = threshold(b.budget.ratio(share, w, b.shape.expected()));
+                changed |= cell.threshold.swap(t, Ordering::Relaxed) != t;
+            }
+        }
+        if changed {
+            self.sync_pairs(&c.registry);
+        }
+        if !urgent {
+            return None;
+        }
+        c.seq += 1;
+        let rates = self.rows(&c);
+        let mut report = self.report_with(&c, rates);
+        report.urgent = true;
+        Some(report)
+    }
+}
