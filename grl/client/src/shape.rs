@@ -232,15 +232,58 @@ impl Shape {
     }
 
     /// (offered, admitted) per second for a report: over the last interval
-    /// (`interval_windows`) for dense traffic, over everything since the last change for
-    /// sparse or bursty traffic; never across a change.
+    /// (`interval_windows`) for dense traffic; for sparse or bursty traffic, over the whole
+    /// cycles since the last change (see [`Shape::cycles`]); never across a change.
     pub(crate) fn report_rates(&self, interval_windows: usize) -> (f64, f64) {
-        let k = if self.dense(interval_windows) {
-            interval_windows.min(self.segment)
-        } else {
-            self.segment
+        if self.dense(interval_windows) {
+            return self.rate_over(interval_windows.min(self.segment).max(1));
+        }
+        match self.cycles() {
+            Some((from, to)) => self.rate_between(from, to),
+            None => self.rate_over(self.segment.max(1)),
+        }
+    }
+
+    /// The whole cycles of the segment, as ring positions `[from, to)`: from the start of
+    /// its first run of non-empty windows to the start of its last one, so that the span
+    /// holds as many bursts as gaps (a burst just begun, a burst cut at the ring's start or
+    /// a gap before the first would bias a mean); `None` while the segment holds fewer than
+    /// two whole runs.
+    fn cycles(&self) -> Option<(usize, usize)> {
+        let start = self.ring.len() - self.segment.min(self.ring.len());
+        // A run at the start of the range may have begun before it (in a window the ring
+        // dropped, or before the change): only runs seen from their first window count.
+        let before_empty = match start {
+            0 => self.ring.len() < self.cap,
+            _ => self.ring[start - 1].offered == 0,
         };
-        self.rate_over(k.max(1))
+        let (mut first, mut last, mut prev_empty) = (None, None, before_empty);
+        for (i, s) in self.ring.iter().enumerate().skip(start) {
+            if s.offered > 0 && prev_empty {
+                first.get_or_insert(i);
+                last = Some(i);
+            }
+            prev_empty = s.offered == 0;
+        }
+        match (first, last) {
+            (Some(f), Some(l)) if l > f => Some((f, l)),
+            _ => None,
+        }
+    }
+
+    /// (offered, admitted) per second over ring positions `[from, to)`.
+    fn rate_between(&self, from: usize, to: usize) -> (f64, f64) {
+        let (mut o, mut a, mut secs) = (0u64, 0u64, 0.0);
+        for s in self.ring.range(from..to) {
+            o += u64::from(s.offered);
+            a += u64::from(s.admitted);
+            secs += s.secs;
+        }
+        if secs > 0.0 {
+            (o as f64 / secs, a as f64 / secs)
+        } else {
+            (0.0, 0.0)
+        }
     }
 
     /// The offered rate the next window is expected to see, requests per second.
@@ -371,6 +414,23 @@ mod tests {
             let (o, _) = s.report_rates(20);
             assert!((o - 4000.0).abs() <= 400.0, "window {i}: reported {o}");
             s.push([2667, 2667, 2666].get(i).copied().unwrap_or(0), 0, W);
+        }
+    }
+
+    #[test]
+    fn a_burst_in_one_window_every_second_is_its_average_from_the_second_burst() {
+        // Silence, then 4,000 requests in one window every second (a batch of hits).
+        let mut s = Shape::new(80);
+        for _ in 0..30 {
+            s.push(0, 0, W);
+        }
+        let mut reported = Vec::new();
+        for i in 0..120 {
+            s.push(if i % 20 == 0 { 4000 } else { 0 }, 0, W);
+            reported.push(s.report_rates(20).0);
+        }
+        for (i, o) in reported.iter().enumerate().skip(20) {
+            assert!((o - 4000.0).abs() <= 1.0, "window {i}: {o}");
         }
     }
 

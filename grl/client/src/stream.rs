@@ -33,6 +33,19 @@ struct Session {
     instructions: Streaming<proto::Instruction>,
 }
 
+/// How long to wait before reconnect attempt `attempt`: the backoff, but at most half an
+/// interval while the last instruction is still valid, so that a client whose aggregator
+/// restarted is back before its ratios expire (and the restarted aggregator, learning, hears
+/// it in time) instead of failing open.
+fn retry_in(inner: &Inner, backoff: &Backoff, attempt: u32) -> Duration {
+    let wait = backoff.delay(attempt);
+    if inner.fail_open.load(Ordering::Relaxed) {
+        wait
+    } else {
+        wait.min(inner.cfg.interval / 2)
+    }
+}
+
 /// The reconnect backoff: from a tenth of the interval (10 ms at least) up to 2 s.
 fn reconnect_backoff(interval: Duration) -> Backoff {
     let base = (interval / 10).clamp(Duration::from_millis(10), BACKOFF_CAP);
@@ -147,7 +160,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                         None
                     }
                     Err(e) => {
-                        let wait = backoff.delay(attempt);
+                        let wait = retry_in(&inner, &backoff, attempt);
                         attempt = attempt.saturating_add(1);
                         debug!(aggregator = %inner.cfg.aggregator, error = %e, retry_in = ?wait, "connect failed");
                         reconnect_at = Some(Instant::now() + wait);
@@ -157,7 +170,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             }
         };
         if let Some(why) = lost {
-            let wait = backoff.delay(attempt);
+            let wait = retry_in(&inner, &backoff, attempt);
             attempt = attempt.saturating_add(1);
             warn!(aggregator = %inner.cfg.aggregator, reason = %why, retry_in = ?wait, "stream lost");
             session = None;

@@ -168,8 +168,8 @@ fn due_in_tick(
         }
         Shape::Poisson => rng.poisson(per_tick),
         Shape::Burst(ms) => {
-            *acc += per_tick;
             if (tick * 10).is_multiple_of(ms) {
+                *acc += per_tick * (ms / 10) as f64;
                 let n = acc.floor();
                 *acc -= n;
                 n as u64

@@ -256,8 +256,12 @@ impl<L: Liveness> Children<L> {
                 .get_mut(&r.reporter_id)
                 .filter(|c| !c.rates.is_empty())
         {
-            // A restarted tier's partial sums: its last full ones stand meanwhile.
+            // A restarted tier's partial sums: its last full ones stand meanwhile. A new
+            // stream is a new process: it has been sent nothing yet.
             let new = c.conn != conn;
+            if new {
+                c.sent = Sent::default();
+            }
             c.conn = conn;
             c.link = link;
             c.took_report(r, now);
