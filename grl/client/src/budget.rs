@@ -70,15 +70,17 @@ impl Budget {
     /// expected to offer `expected` requests per second: it admits what the budget and the
     /// window's refill hold, all of it when that covers the expected requests, nothing
     /// while the budget is overdrawn beyond the refill. A window is expected to ask for at
-    /// least one request, so a budget holding part of one admits with that probability:
-    /// clients that send at the same instants (a cron, a retry storm, a load generator in
-    /// step) then drift apart instead of all spending their budgets in the same window.
-    pub(crate) fn ratio(&self, allowed: f64, window_secs: f64, expected: f64) -> f64 {
+    /// least `at_least` requests (what the caller's non-empty windows usually hold, and at
+    /// least one), so a burst is admitted in the proportion the budget holds of it rather
+    /// than first come first served, and a budget holding part of one request admits with
+    /// that probability: clients that send at the same instants (a cron, a retry storm, a
+    /// load generator in step) then drift apart instead of spending in the same window.
+    pub(crate) fn ratio(&self, allowed: f64, window_secs: f64, expected: f64, at_least: f64) -> f64 {
         let available = self.tokens + allowed * window_secs;
         if available <= 0.0 {
             return 1.0;
         }
-        let want = (expected * window_secs).max(1.0);
+        let want = (expected * window_secs).max(at_least).max(1.0);
         if want <= available {
             0.0
         } else {
@@ -102,7 +104,7 @@ mod tests {
         let (mut admitted_total, mut est, mut frac) = (0u64, 0.0f64, 0.0f64);
         let mut recent = std::collections::VecDeque::new();
         for (i, &n) in offered.iter().enumerate() {
-            let r = b.ratio(a, W, est);
+            let r = b.ratio(a, W, est, 1.0);
             let mut admitted = 0;
             for _ in 0..n {
                 frac += 1.0 - r;
@@ -182,17 +184,17 @@ mod tests {
             b.settle(100.0, W, 0, -100.0, Budget::cap(100.0, W, 0.0));
         }
         assert!((b.tokens() - 20.0).abs() < 1e-9, "four windows' credit");
-        assert_eq!(b.ratio(100.0, W, 100.0), 0.0);
-        assert!((b.ratio(100.0, W, 1000.0) - 0.5).abs() < 1e-9);
+        assert_eq!(b.ratio(100.0, W, 100.0, 1.0), 0.0);
+        assert!((b.ratio(100.0, W, 1000.0, 1.0) - 0.5).abs() < 1e-9);
         let mut part = Budget::new();
         part.settle(1.0, W, 0, -1.0, 1.0);
         assert!(
-            (part.ratio(1.0, W, 0.1) - 0.9).abs() < 1e-9,
+            (part.ratio(1.0, W, 0.1, 1.0) - 0.9).abs() < 1e-9,
             "a tenth of a request: admitted with probability 0.1"
         );
         b.settle(100.0, W, 10_000, Budget::floor(100.0, 1.0, 500), 20.0);
         assert_eq!(b.tokens(), -500.0, "owes at most what it admitted recently");
-        assert_eq!(b.ratio(100.0, W, 1000.0), 1.0);
+        assert_eq!(b.ratio(100.0, W, 1000.0, 1.0), 1.0);
         b.settle(100.0, W, 0, Budget::floor(100.0, 1.0, 0), 20.0);
         assert_eq!(b.tokens(), -495.0, "a debt is paid back, not forgiven");
     }

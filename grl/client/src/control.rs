@@ -184,6 +184,7 @@ impl Inner {
                     book.local_share(a),
                     self.window_secs(),
                     book.shape.expected(),
+                    book.shape.typical_window(),
                 ),
                 None => r.ratio,
             };

@@ -291,6 +291,18 @@ impl Shape {
         self.estimate
     }
 
+    /// The mean count of the non-empty windows since the last change (at least 1): what the
+    /// next window that counts anything is likely to ask for, a whole burst for a caller
+    /// that sends in bursts.
+    pub(crate) fn typical_window(&self) -> f64 {
+        let (mut sum, mut n) = (0u64, 0u64);
+        for s in self.ring.iter().rev().take(self.segment).filter(|s| s.offered > 0) {
+            sum += u64::from(s.offered);
+            n += 1;
+        }
+        if n == 0 { 1.0 } else { (sum as f64 / n as f64).max(1.0) }
+    }
+
     /// Requests admitted over the whole ring.
     pub(crate) fn admitted_in_ring(&self) -> u64 {
         self.ring.iter().map(|s| u64::from(s.admitted)).sum()

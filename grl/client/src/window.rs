@@ -76,7 +76,12 @@ impl Inner {
                     let cap = Budget::cap(share, w, b.shape.longest_gap_secs());
                     b.budget.settle(share, secs, admitted, floor, cap);
                 }
-                let t = threshold(b.budget.ratio(share, w, b.shape.expected()));
+                let t = threshold(b.budget.ratio(
+                    share,
+                    w,
+                    b.shape.expected(),
+                    b.shape.typical_window(),
+                ));
                 changed |= cell.threshold.swap(t, Ordering::Relaxed) != t;
             }
         }

@@ -406,7 +406,10 @@ fn bursts(loadgens: usize, per_burst: f64, period_ms: u64) {
         .collect();
     let truth = rps * loadgens as f64;
     let started = Instant::now() + Duration::from_millis(start - Region::start_in(0));
-    std::thread::sleep(started.saturating_duration_since(Instant::now()) + Duration::from_secs(3));
+    // From the 3rd second, and for bursts two seconds apart from the second burst on (one
+    // burst alone says nothing of how often it comes).
+    let settle = Duration::from_secs(3).max(Duration::from_millis(period_ms + 1500));
+    std::thread::sleep(started.saturating_duration_since(Instant::now()) + settle);
     let mut seen = Vec::new();
     while seen.len() < 40 && started.elapsed() < Duration::from_secs(duration - 1) {
         seen.push(region.controller_offered("b"));
@@ -518,7 +521,7 @@ fn rls_batches(hits: u64, every: f64) {
     for port in [p, r, m] {
         wait_port(port);
     }
-    let seconds = 16.0;
+    let seconds = 18.0;
     let caller = std::thread::spawn(move || {
         super::sidecar::rls_client(&[
             "--target",
@@ -537,7 +540,9 @@ fn rls_batches(hits: u64, every: f64) {
     });
     let started = Instant::now();
     let truth = hits as f64 / every;
-    std::thread::sleep(Duration::from_secs(4));
+    // From the 3rd call on (the interpreter starts and the first calls may reach the
+    // sidecar before its config does).
+    std::thread::sleep(Duration::from_secs(5));
     let mut seen = Vec::new();
     while started.elapsed() < Duration::from_secs_f64(seconds - 1.0) {
         seen.push(region.controller_offered("b"));

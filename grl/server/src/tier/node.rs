@@ -782,10 +782,17 @@ fn ratios_for<'a>(
                             c.offered(svc, &b.name, None)
                         };
                         let group = sources[j].offered;
-                        let allowed = p
-                            .allowed
-                            .filter(|_| own > 0.0)
-                            .map(|a| ratios::share(a, own, group));
+                        // While dropping, the parent's ratio comes from the whole picture:
+                        // a child never gets more than its rate at that admitted fraction,
+                        // even where this tier has not heard every child yet (it restarted).
+                        let allowed = p.allowed.filter(|_| own > 0.0).map(|a| {
+                            let s = ratios::share(a, own, group);
+                            if p.ratio > 0.0 {
+                                s.min(own * (1.0 - p.ratio))
+                            } else {
+                                s
+                            }
+                        });
                         (p.ratio, (p.expires - now).as_millis() as u32, allowed)
                     }
                     _ => continue,
