@@ -29,11 +29,14 @@
 //! to its filter's `expired_assignment_behavior` (fail open if so configured) as a GRL client
 //! does. A report with no domain first, a foreign domain, an empty `BucketId`, more than
 //! [`MAX_USAGE`] requests in one usage or more than [`MAX_BUCKETS`] buckets ends the stream
-//! with `INVALID_ARGUMENT`; nothing of that report is recorded.
+//! with `INVALID_ARGUMENT`; nothing of that report is recorded. A caller or procedure longer
+//! than a config may name is bounded ([`super::names`]). At most `--rlqs-max-streams`
+//! ([`DEFAULT_MAX_STREAMS`]) streams are open at once: a stream past it is refused with
+//! `RESOURCE_EXHAUSTED` before anything of it is read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,6 +45,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::warn;
 
 use super::envoy::quota::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
@@ -49,7 +53,9 @@ use super::envoy::quota::{
     rate_limit_quota_service_server::{RateLimitQuotaService, RateLimitQuotaServiceServer},
 };
 use super::envoy::types::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
-use super::metrics::{RlqsStrategy, SidecarMetrics};
+use super::metrics::{Api, RlqsStrategy, SidecarMetrics};
+use super::names;
+use crate::tier::admission::RefusalLog;
 
 /// How often a session checks its buckets' shares for a change to push.
 pub const PUSH_EVERY: Duration = Duration::from_millis(100);
@@ -59,6 +65,10 @@ pub const MAX_BUCKETS: usize = 10_000;
 
 /// The most requests one usage may report (2^40: years of a million requests a second).
 pub const MAX_USAGE: u64 = 1 << 40;
+
+/// The default of `--rlqs-max-streams`: an Envoy opens one stream per `rate_limit_quota`
+/// filter config, so a local Envoy needs a few.
+pub const DEFAULT_MAX_STREAMS: u32 = 64;
 
 /// A relative move of a share smaller than this is not pushed (it goes with the next
 /// answer or refresh).
@@ -84,20 +94,30 @@ pub struct Rlqs {
     /// one stream per filter config.
     offers: Offers,
     next_stream: Arc<AtomicU64>,
+    /// Streams open now, and the most allowed.
+    open: Arc<AtomicUsize>,
+    max_streams: usize,
+    /// One warning a second about refused streams.
+    refusals: Arc<Mutex<RefusalLog>>,
 }
 
 /// Per open stream, its buckets' GRL bucket and offered rate.
 type Offers = Arc<Mutex<HashMap<u64, Vec<(Option<String>, f64)>>>>;
 
-/// Removes a stream's offers when its session ends.
+/// One open stream: counted from before its session starts; removes the stream's offers
+/// and uncounts it when its session ends.
 struct Registered {
     offers: Offers,
+    open: Arc<AtomicUsize>,
+    metrics: Arc<SidecarMetrics>,
     stream: u64,
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
         lock(&self.offers).remove(&self.stream);
+        let open = self.open.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.metrics.rlqs_open(open);
     }
 }
 
@@ -154,7 +174,46 @@ impl Rlqs {
             metrics,
             offers: Arc::default(),
             next_stream: Arc::default(),
+            open: Arc::default(),
+            max_streams: DEFAULT_MAX_STREAMS as usize,
+            refusals: Arc::new(Mutex::new(RefusalLog::new(Duration::from_secs(1)))),
         }
+    }
+
+    /// At most `n` streams open at once (default [`DEFAULT_MAX_STREAMS`]).
+    pub fn max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
+    }
+
+    /// Counts a new stream in, or refuses it when [`Self::max_streams`] are open.
+    fn register(&self) -> Result<Registered, Status> {
+        let before = self.open.fetch_add(1, Ordering::Relaxed);
+        if before >= self.max_streams {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.rlqs_stream(false);
+            if let Some(unlogged) = lock(&self.refusals).admit(Instant::now()) {
+                warn!(
+                    open = before,
+                    max = self.max_streams,
+                    unlogged,
+                    "rate limit quota stream refused"
+                );
+            }
+            return Err(Status::resource_exhausted(format!(
+                "{before} rate limit quota streams are open, the most this sidecar serves \
+                 (--rlqs-max-streams {})",
+                self.max_streams
+            )));
+        }
+        self.metrics.rlqs_stream(true);
+        self.metrics.rlqs_open(before + 1);
+        Ok(Registered {
+            offers: self.offers.clone(),
+            open: self.open.clone(),
+            metrics: self.metrics.clone(),
+            stream: self.next_stream.fetch_add(1, Ordering::Relaxed),
+        })
     }
 
     /// The tonic service to add to a server.
@@ -164,19 +223,20 @@ impl Rlqs {
             .max_encoding_message_size(4 * 1024 * 1024)
     }
 
-    /// The (caller, procedure) a bucket id names.
+    /// The (caller, procedure) a bucket id names, bounded ([`names`]).
     fn pair(&self, id: &BucketId) -> (String, String) {
-        let caller = id
-            .bucket
-            .get(&*self.caller_key)
-            .cloned()
-            .unwrap_or_default();
+        let caller = id.bucket.get(&*self.caller_key).map_or("", String::as_str);
         let procedure = id
             .bucket
             .get(&*self.procedure_key)
-            .map(|p| grl_client::layer::procedure_of(p).to_string())
-            .unwrap_or_default();
-        (caller, procedure)
+            .map_or("", |p| grl_client::layer::procedure_of(p));
+        if names::is_long(caller, procedure) {
+            self.metrics.long_name(Api::Rlqs);
+        }
+        (
+            names::caller(caller).to_string(),
+            names::procedure(procedure).into_owned(),
+        )
     }
 
     /// How long an assignment lives: the client's ratio validity, in whole seconds (Envoy
@@ -204,7 +264,8 @@ impl Rlqs {
             }
             (_, d) if !d.is_empty() && d != service => {
                 return Err(Status::invalid_argument(format!(
-                    "domain {d:?} is not served here: this sidecar decides for service {service:?}"
+                    "domain {} is not served here: this sidecar decides for service {service:?}",
+                    names::shown(d)
                 )));
             }
             _ => *domain = Some(service.clone()),
@@ -235,14 +296,13 @@ impl Rlqs {
     /// Serves one stream until Envoy closes it, it breaks a rule, or `out` is dropped.
     async fn session(
         self,
+        registered: Registered,
         mut reports: Streaming<RateLimitQuotaUsageReports>,
         out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) {
-        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        let _registered = Registered {
-            offers: self.offers.clone(),
-            stream,
-        };
+        let stream = registered.stream;
+        // A local: dropped (the stream uncounted) before `out`, whose drop ends the stream.
+        let _registered = registered;
         let mut domain = None;
         let mut subs = Subscriptions::new();
         let mut tick = tokio::time::interval(PUSH_EVERY);
@@ -498,8 +558,12 @@ impl RateLimitQuotaService for Rlqs {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let registered = self.register()?;
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(self.clone().session(request.into_inner(), tx));
+        tokio::spawn(
+            self.clone()
+                .session(registered, request.into_inner(), tx),
+        );
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
