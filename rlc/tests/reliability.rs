@@ -946,7 +946,11 @@ async fn endless_answers_from_prometheus_and_the_code_host_fail_the_run_reading_
         "measured: endless Prometheus answer -> exit 3 after {took:?}, {} MiB sent",
         prom.sent() / MIB
     );
-    assert!(prom.sent() < 4 * 64 * MIB + 64 * MIB, "{} bytes sent", prom.sent());
+    assert!(
+        prom.sent() < 4 * 64 * MIB + 64 * MIB,
+        "{} bytes sent",
+        prom.sent()
+    );
     assert!(took < Duration::from_secs(60), "{took:?}");
 
     // An endless 500: what is shown is read, retried, cut short.

@@ -333,7 +333,10 @@ async fn streams_past_the_cap_are_refused_counted_and_served_again_once_closed()
         }
     }
     assert_eq!(s["then_one"]["status"], "OK", "{s}");
-    assert_eq!(s["then_one"]["assigned"], 1, "a closed stream still counted: {s}");
+    assert_eq!(
+        s["then_one"]["assigned"], 1,
+        "a closed stream still counted: {s}"
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     let m = loop {
         let m = sc.scrape().await;
@@ -373,7 +376,11 @@ async fn a_usage_over_2_pow_40_requests_is_refused_and_2_pow_40_is_recorded() {
     );
     let m = sc.scrape().await;
     assert_eq!(offered_at(&m, "hostile", "pay.Pay/B0-0"), 1 << 40);
-    assert_eq!(offered_at(&m, "over", "pay.Pay/B0-0"), 0, "a refused usage was recorded");
+    assert_eq!(
+        offered_at(&m, "over", "pay.Pay/B0-0"),
+        0,
+        "a refused usage was recorded"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -383,7 +390,14 @@ async fn a_stream_is_refused_past_10_000_buckets_and_keeps_none_of_the_last_repo
     let sc = Sidecar::start(&up.url(), &agg, &[]);
     let s = hostile(args(
         &sc.rls,
-        &["--buckets", "10001", "--per-report", "1000", "--deadline", "120"],
+        &[
+            "--buckets",
+            "10001",
+            "--per-report",
+            "1000",
+            "--deadline",
+            "120",
+        ],
     ))
     .await;
     let st = &s["streams"][0];
@@ -403,7 +417,11 @@ async fn a_stream_is_refused_past_10_000_buckets_and_keeps_none_of_the_last_repo
         "the refused report's usage was recorded"
     );
     assert_eq!(
-        sum(&m, "grl_sidecar_rlqs_reports_total", &[("code", "invalid_argument")]) as u64,
+        sum(
+            &m,
+            "grl_sidecar_rlqs_reports_total",
+            &[("code", "invalid_argument")]
+        ) as u64,
         1
     );
 }
@@ -413,9 +431,16 @@ async fn a_900_kb_caller_in_a_bucket_id_counts_under_the_overflow_caller() {
     let up = Upstream::start().await;
     let agg = test_support::ports::free_addr().to_string();
     let sc = Sidecar::start(&up.url(), &agg, &[]);
-    let s = hostile(args(&sc.rls, &["--caller-bytes", "900000", "--allowed", "7"])).await;
+    let s = hostile(args(
+        &sc.rls,
+        &["--caller-bytes", "900000", "--allowed", "7"],
+    ))
+    .await;
     assert_eq!(s["streams"][0]["status"], "OK", "{s}");
-    assert_eq!(s["streams"][0]["assigned"], 1, "the assignment names Envoy's bucket: {s}");
+    assert_eq!(
+        s["streams"][0]["assigned"], 1,
+        "the assignment names Envoy's bucket: {s}"
+    );
     let m = sc.scrape().await;
     let bytes: usize = m.keys().map(String::len).sum();
     assert!(bytes < 64 * 1024, "/metrics is {bytes} bytes");

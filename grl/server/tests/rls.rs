@@ -274,10 +274,16 @@ async fn a_900_kb_caller_and_a_300_kb_path_count_under_bounded_labels_in_their_b
     let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
     // The bucket a request falls in is known once the config has come down.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !sc.scrape().await.keys().any(|k| {
-        k.starts_with("grl_client_config_info{") && !k.contains("version=\"\"")
-    }) {
-        assert!(Instant::now() < deadline, "the config never reached the sidecar");
+    while !sc
+        .scrape()
+        .await
+        .keys()
+        .any(|k| k.starts_with("grl_client_config_info{") && !k.contains("version=\"\""))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the config never reached the sidecar"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let long_caller = r#"{"entries": [["source_cluster", {"repeat": "c", "times": 900000}], ["path", "/pay.Pay/Card"]], "hits": 3}"#;
@@ -295,13 +301,21 @@ async fn a_900_kb_caller_and_a_300_kb_path_count_under_bounded_labels_in_their_b
         "/metrics is {bytes} bytes: a long name became a label"
     );
     let body = format!("{m:?}");
-    assert_eq!(requests(&m, "__overflow__", PROCEDURE, "allowed"), 3, "{body}");
+    assert_eq!(
+        requests(&m, "__overflow__", PROCEDURE, "allowed"),
+        3,
+        "{body}"
+    );
     let cut = format!("{}…", &"pay.Pay/Card/".repeat(25_000)[..256]);
     assert_eq!(
         sum(
             &m,
             "grl_requests_total",
-            &[("caller", "limited"), ("procedure", &cut), ("bucket", "limited")]
+            &[
+                ("caller", "limited"),
+                ("procedure", &cut),
+                ("bucket", "limited")
+            ]
         ),
         2.0,
         "{body}"

@@ -28,9 +28,9 @@
 //! [`MAX_ERROR_BYTES`] of an error, whose message is all that is shown.
 
 use super::chunk::PROMETHEUS_MAX_POINTS;
+use super::error::chain;
 use super::query_template::DEFAULT_TEMPLATE;
 use super::range_query::RangeQuerier;
-use super::error::chain;
 use super::{
     BucketQuery, FetchFuture, Measure, MetricsSource, QueryTemplate, RangeSeries, SourceError,
 };

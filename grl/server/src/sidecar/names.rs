@@ -72,7 +72,10 @@ mod tests {
         assert_eq!(procedure("pay.Pay/Card"), "pay.Pay/Card");
         let long = format!("api/{}", "é".repeat(1000));
         let cut = procedure(&long);
-        assert!(cut.len() > MAX_NAME_BYTES && cut.len() <= MAX_NAME_BYTES + 4, "{cut}");
+        assert!(
+            cut.len() > MAX_NAME_BYTES && cut.len() <= MAX_NAME_BYTES + 4,
+            "{cut}"
+        );
         assert!(cut.starts_with("api/") && cut.ends_with('…'));
         // Every prefix a config can name (at most 255 bytes before its `*`) still matches.
         assert!(long.starts_with(cut.trim_end_matches('…')));

@@ -560,10 +560,7 @@ impl RateLimitQuotaService for Rlqs {
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
         let registered = self.register()?;
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(
-            self.clone()
-                .session(registered, request.into_inner(), tx),
-        );
+        tokio::spawn(self.clone().session(registered, request.into_inner(), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }

@@ -258,7 +258,11 @@ mod tests {
         req.descriptors[4].is_negative_hits = true;
         assert!(r.decide(&req).is_ok());
         assert_eq!(
-            r.client.bucket_totals().iter().map(|b| b.offered).sum::<u64>(),
+            r.client
+                .bucket_totals()
+                .iter()
+                .map(|b| b.offered)
+                .sum::<u64>(),
             MAX_HITS
         );
         let r = rls();
@@ -281,8 +285,17 @@ mod tests {
         let mut m = String::new();
         r.client.encode_metrics(&mut m);
         assert!(m.len() < 20_000, "{} bytes of metrics", m.len());
-        assert!(m.contains("caller=\"__overflow__\",procedure=\"x.Y/zzz"), "{m}");
-        assert_eq!(r.metrics.render(&r.client).matches("api=\"rls\"} 1").count(), 1);
+        assert!(
+            m.contains("caller=\"__overflow__\",procedure=\"x.Y/zzz"),
+            "{m}"
+        );
+        assert_eq!(
+            r.metrics
+                .render(&r.client)
+                .matches("api=\"rls\"} 1")
+                .count(),
+            1
+        );
     }
 
     #[test]
