@@ -9,6 +9,10 @@
 //! one. GitHub Enterprise works by passing its API base (`https://ghe.example.com/api/v3`);
 //! a private CA by [`GitHubClient::with_extra_ca`].
 //!
+//! Answers are read incrementally and no further than used: at most [`MAX_ANSWER_BYTES`] of a
+//! success ([`GitHubError::TooLarge`] past it), at most [`MAX_ERROR_BYTES`] of an error, whose
+//! message is shown cut short.
+//!
 //! Another code host (GitLab, Gitea/Forgejo) goes in a module beside this one with the same
 //! open-or-update call; the run needs nothing else from it.
 
@@ -22,6 +26,14 @@ use serde_json::json;
 pub const USER_AGENT: &str = "grl-rlc";
 /// REST API version pinned in the `X-GitHub-Api-Version` header.
 pub const API_VERSION: &str = "2022-11-28";
+
+/// The most of a success answer read, in bytes (16 MiB). The largest the RLC asks for is a
+/// page of 100 pull requests, about 3 MB (some 25 KB each, their repositories included).
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// The most of an error answer read, in bytes: its message and details, cut to
+/// 300 characters, are all that is shown.
+pub const MAX_ERROR_BYTES: usize = 8 << 10;
 
 /// Errors talking to the code host.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +97,17 @@ pub enum GitHubError {
         head: String,
         /// Base branch.
         base: String,
+    },
+    /// The API answered with a success status and a body longer than [`MAX_ANSWER_BYTES`]
+    /// (the rest was not read).
+    #[error("GitHub API {method} {url} answered more than {limit} bytes; the rest was not read")]
+    TooLarge {
+        /// HTTP method.
+        method: Method,
+        /// Full URL of the request.
+        url: String,
+        /// The most read.
+        limit: usize,
     },
     /// The API answered with a success status but a body we could not understand.
     #[error("GitHub API {method} {url} returned an unexpected body: {reason}")]
@@ -311,16 +334,35 @@ impl GitHubClient {
             .get(reqwest::header::LINK)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        let text = resp.text().await.map_err(http_err)?;
         if !status.is_success() {
+            let (body, _) = crate::https::read_capped(resp, MAX_ERROR_BYTES)
+                .await
+                .map_err(http_err)?;
             return Err(GitHubError::Api {
                 method,
                 url: shown,
                 status,
-                message: api_message(&text),
+                message: api_message(&String::from_utf8_lossy(&body)),
             });
         }
-        let value = serde_json::from_str(&text).map_err(|e| GitHubError::Decode {
+        let too_large = |method| GitHubError::TooLarge {
+            method,
+            url: shown.clone(),
+            limit: MAX_ANSWER_BYTES,
+        };
+        if resp
+            .content_length()
+            .is_some_and(|n| n > MAX_ANSWER_BYTES as u64)
+        {
+            return Err(too_large(method));
+        }
+        let (body, cut) = crate::https::read_capped(resp, MAX_ANSWER_BYTES)
+            .await
+            .map_err(http_err)?;
+        if cut {
+            return Err(too_large(method));
+        }
+        let value = serde_json::from_slice(&body).map_err(|e| GitHubError::Decode {
             method,
             url: shown,
             reason: e.to_string(),

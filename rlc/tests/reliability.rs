@@ -906,3 +906,113 @@ fn backtest_refuses_bad_series_with_file_and_line_and_zero_strides() -> Result<(
     expect_code(&backtest(&file, &["--stride", "1d", "--horizon", "1d"])?, 0);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_answers_from_prometheus_and_the_code_host_fail_the_run_reading_little()
+-> Result<()> {
+    const MIB: usize = 1 << 20;
+    let case = Case::new(ONE_BUCKET)?;
+    let endless = |status, content_type, head: &str| {
+        let head = head.to_string();
+        move |_: &crate::standin::Seen| Answer::Endless {
+            status,
+            content_type,
+            head: head.clone(),
+        }
+    };
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+
+    // A Prometheus whose matrix never ends: each read stops at the 64 MiB limit; the chunk
+    // is halved 3 times, then the bucket fails.
+    let prom = StandIn::start(endless(
+        200,
+        "application/json",
+        r#"{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"1"],"#,
+    ))
+    .await;
+    let started = Instant::now();
+    let out = case.run_from_prometheus(&prom.url(), &[]).await?;
+    let took = started.elapsed();
+    expect_code(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains("payments/gateway-pay")
+            && err.contains("answer longer than 67108864 bytes")
+            && err.contains("after halving the range 3 times"),
+        "{err}"
+    );
+    assert_eq!(prom.requests(), 4, "the chunk and 3 halvings, not retried");
+    eprintln!(
+        "measured: endless Prometheus answer -> exit 3 after {took:?}, {} MiB sent",
+        prom.sent() / MIB
+    );
+    assert!(
+        prom.sent() < 4 * 64 * MIB + 64 * MIB,
+        "{} bytes sent",
+        prom.sent()
+    );
+    assert!(took < Duration::from_secs(60), "{took:?}");
+
+    // An endless 500: what is shown is read, retried, cut short.
+    let prom = StandIn::start(endless(500, "text/plain", "storage is on fire ")).await;
+    let out = case.run_from_prometheus(&prom.url(), &[]).await?;
+    expect_code(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains("HTTP 500") && err.contains("storage is on fire") && err.len() < 20_000,
+        "{err}"
+    );
+    assert!(prom.sent() < 4 * 16 * MIB, "{} bytes sent", prom.sent());
+
+    // A code host answering its pull request list, or its error, without end.
+    let (repo, db, hist) = (case.remote.url(), case.db(), case.history_dir());
+    for (status, content_type, head, want) in [
+        (
+            200,
+            "application/json",
+            r#"[{"number":1,"base":{"ref":"x"}},"#,
+            "answered more than 16777216 bytes",
+        ),
+        (
+            401,
+            "application/json",
+            r#"{"message":"bad credentials"#,
+            "returned 401",
+        ),
+    ] {
+        let host = StandIn::start(endless(status, content_type, head)).await;
+        let started = Instant::now();
+        let out = case
+            .run(&[
+                "--mode",
+                "pr",
+                "--config-repo",
+                &repo,
+                "--db",
+                &db,
+                "--history-dir",
+                &hist,
+                "--github-repo",
+                "acme/config",
+                "--github-token",
+                "t0ken",
+                "--github-api",
+                &host.url(),
+            ])
+            .await?;
+        expect_code(&out, 7);
+        let err = text(&out);
+        assert!(err.contains(want), "{status}: {err}");
+        let longest = err.lines().map(str::len).max().unwrap_or(0);
+        assert!(longest < 2_000, "{status}: a line of {longest} bytes");
+        let limit = if status == 200 { 16 + 16 } else { 16 };
+        assert!(
+            host.sent() < limit * MIB,
+            "{status}: {} bytes sent",
+            host.sent()
+        );
+        assert!(started.elapsed() < Duration::from_secs(60));
+    }
+    assert_eq!(case.remote.log("main").len(), 1, "nothing committed");
+    Ok(())
+}

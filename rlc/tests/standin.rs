@@ -1,7 +1,7 @@
-//! A stand-in for a broken or hostile HTTP server — a Prometheus answering 500, hanging, or
-//! returning NaN, a code host echoing the request into its error — for the faults a real
-//! server cannot be made to show on demand. It is a real HTTP server on 127.0.0.1 (axum);
-//! each request is answered by a closure.
+//! A stand-in for a broken or hostile HTTP server — a Prometheus answering 500, hanging,
+//! returning NaN or an endless body, a code host echoing the request into its error or
+//! answering without end — for the faults a real server cannot be made to show on demand.
+//! It is a real HTTP server on 127.0.0.1 (axum); each request is answered by a closure.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,6 +30,15 @@ pub(crate) enum Answer {
     Json(serde_json::Value),
     /// Never answer (the connection stays open).
     Hang,
+    /// This status and content type, then `head` and a body that never ends.
+    Endless {
+        /// The status.
+        status: u16,
+        /// The `Content-Type`.
+        content_type: &'static str,
+        /// The start of the body.
+        head: String,
+    },
 }
 
 type Handler = dyn Fn(&Seen) -> Answer + Send + Sync;
@@ -39,6 +48,7 @@ type Handler = dyn Fn(&Seen) -> Answer + Send + Sync;
 pub(crate) struct StandIn {
     addr: SocketAddr,
     requests: Arc<AtomicUsize>,
+    sent: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -54,8 +64,10 @@ impl StandIn {
         let answer: Arc<Handler> = Arc::new(answer);
         let requests = Arc::new(AtomicUsize::new(0));
         let count = requests.clone();
+        let sent = Arc::new(AtomicUsize::new(0));
+        let sent_by = sent.clone();
         let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
-            let (answer, count) = (answer.clone(), count.clone());
+            let (answer, count, sent) = (answer.clone(), count.clone(), sent_by.clone());
             async move {
                 count.fetch_add(1, Ordering::SeqCst);
                 let seen = Seen {
@@ -73,6 +85,22 @@ impl StandIn {
                         .into_response(),
                     Answer::Json(v) => axum::Json(v).into_response(),
                     Answer::Hang => std::future::pending::<Response>().await,
+                    Answer::Endless {
+                        status,
+                        content_type,
+                        head,
+                    } => {
+                        let chunk = Bytes::from(head.repeat(64 * 1024 / head.len().max(1) + 1));
+                        let body = futures::stream::repeat_with(move || {
+                            sent.fetch_add(chunk.len(), Ordering::SeqCst);
+                            Ok::<_, std::convert::Infallible>(chunk.clone())
+                        });
+                        Response::builder()
+                            .status(status)
+                            .header("content-type", content_type)
+                            .body(axum::body::Body::from_stream(body))
+                            .unwrap()
+                    }
                 }
             }
         });
@@ -84,6 +112,7 @@ impl StandIn {
         StandIn {
             addr,
             requests,
+            sent,
             task,
         }
     }
@@ -96,6 +125,11 @@ impl StandIn {
     /// Requests received so far.
     pub(crate) fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of endless bodies handed to the connection so far.
+    pub(crate) fn sent(&self) -> usize {
+        self.sent.load(Ordering::SeqCst)
     }
 }
 

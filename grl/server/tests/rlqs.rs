@@ -301,3 +301,152 @@ fn the_example_quota_filter_is_envoy_config_for_the_sidecars_defaults() {
         );
     }
 }
+
+/// Runs the hostile peer with `args`; its summary.
+async fn hostile(args: Vec<String>) -> serde_json::Value {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        python_script("rlqs_hostile.py", &args).0
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_the_cap_are_refused_counted_and_served_again_once_closed() {
+    let up = Upstream::start().await;
+    let agg = test_support::ports::free_addr().to_string();
+    let sc = Sidecar::start(&up.url(), &agg, &["--rlqs-max-streams", "3"]);
+    let s = hostile(args(&sc.rls, &["--streams", "5", "--then-one"])).await;
+    assert_eq!(n(&s["codes"], "OK"), 3, "{s}");
+    assert_eq!(n(&s["codes"], "RESOURCE_EXHAUSTED"), 2, "{s}");
+    for st in s["streams"].as_array().unwrap() {
+        match st["status"].as_str().unwrap() {
+            "OK" => assert_eq!(st["assigned"], 1, "{s}"),
+            _ => assert!(
+                st["details"]
+                    .as_str()
+                    .unwrap()
+                    .contains("--rlqs-max-streams 3"),
+                "{s}"
+            ),
+        }
+    }
+    assert_eq!(s["then_one"]["status"], "OK", "{s}");
+    assert_eq!(
+        s["then_one"]["assigned"], 1,
+        "a closed stream still counted: {s}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let m = loop {
+        let m = sc.scrape().await;
+        if sum(&m, "grl_sidecar_rlqs_streams_open", &[]) == 0.0 {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "streams left open: {m:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let streams = |code| sum(&m, "grl_sidecar_rlqs_streams_total", &[("code", code)]) as u64;
+    assert_eq!(streams("ok"), 4);
+    assert_eq!(streams("resource_exhausted"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_over_2_pow_40_requests_is_refused_and_2_pow_40_is_recorded() {
+    let up = Upstream::start().await;
+    let agg = test_support::ports::free_addr().to_string();
+    let sc = Sidecar::start(&up.url(), &agg, &[]);
+    let max = (1u64 << 40).to_string();
+    let s = hostile(args(&sc.rls, &["--allowed", &max])).await;
+    assert_eq!(s["streams"][0]["status"], "OK", "{s}");
+    assert_eq!(s["streams"][0]["assigned"], 1, "{s}");
+    let s = hostile(args(
+        &sc.rls,
+        &["--allowed", &max, "--denied", "1", "--caller", "over"],
+    ))
+    .await;
+    let st = &s["streams"][0];
+    assert_eq!(st["status"], "INVALID_ARGUMENT", "{s}");
+    assert!(
+        st["details"]
+            .as_str()
+            .unwrap()
+            .contains("more than 1099511627776 requests"),
+        "{s}"
+    );
+    let m = sc.scrape().await;
+    assert_eq!(offered_at(&m, "hostile", "pay.Pay/B0-0"), 1 << 40);
+    assert_eq!(
+        offered_at(&m, "over", "pay.Pay/B0-0"),
+        0,
+        "a refused usage was recorded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_refused_past_10_000_buckets_and_keeps_none_of_the_last_report() {
+    let up = Upstream::start().await;
+    let agg = test_support::ports::free_addr().to_string();
+    let sc = Sidecar::start(&up.url(), &agg, &[]);
+    let s = hostile(args(
+        &sc.rls,
+        &[
+            "--buckets",
+            "10001",
+            "--per-report",
+            "1000",
+            "--deadline",
+            "120",
+        ],
+    ))
+    .await;
+    let st = &s["streams"][0];
+    assert_eq!(st["status"], "INVALID_ARGUMENT", "{s}");
+    assert!(
+        st["details"]
+            .as_str()
+            .unwrap()
+            .contains("more than 10000 buckets on one stream"),
+        "{s}"
+    );
+    assert_eq!(st["assigned"], 10_000, "{s}");
+    let m = sc.scrape().await;
+    assert_eq!(
+        sum(&m, "grl_requests_total", &[("caller", "hostile")]) as u64,
+        10_000,
+        "the refused report's usage was recorded"
+    );
+    assert_eq!(
+        sum(
+            &m,
+            "grl_sidecar_rlqs_reports_total",
+            &[("code", "invalid_argument")]
+        ) as u64,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_900_kb_caller_in_a_bucket_id_counts_under_the_overflow_caller() {
+    let up = Upstream::start().await;
+    let agg = test_support::ports::free_addr().to_string();
+    let sc = Sidecar::start(&up.url(), &agg, &[]);
+    let s = hostile(args(
+        &sc.rls,
+        &["--caller-bytes", "900000", "--allowed", "7"],
+    ))
+    .await;
+    assert_eq!(s["streams"][0]["status"], "OK", "{s}");
+    assert_eq!(
+        s["streams"][0]["assigned"], 1,
+        "the assignment names Envoy's bucket: {s}"
+    );
+    let m = sc.scrape().await;
+    let bytes: usize = m.keys().map(String::len).sum();
+    assert!(bytes < 64 * 1024, "/metrics is {bytes} bytes");
+    assert_eq!(offered_at(&m, "__overflow__", "pay.Pay/B0-0"), 7);
+    assert_eq!(
+        sum(&m, "grl_sidecar_long_names_total", &[("api", "rlqs")]),
+        1.0
+    );
+}

@@ -196,3 +196,132 @@ async fn over_tls_the_rate_limit_service_answers_tls_callers_only() {
         "only the TLS call reached the service"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_summed_over_a_calls_descriptors_are_bounded_and_long_domains_are_not_echoed() {
+    let up = Upstream::start().await;
+    let agg = test_support::ports::free_addr().to_string();
+    let sc = Sidecar::start(&up.url(), &agg, &[]);
+    // 10,000 descriptors of 1,000 hits each: 1e7 hits in one call, each under the bound.
+    let d = r#"{"entries": [["source_cluster", "a"], ["path", "/pay.Pay/Card"]], "hits": 1000}"#;
+    let (s, seen) = rls_call(args(
+        &sc.rls,
+        &[
+            "--descriptor",
+            d,
+            "--copies",
+            "10000",
+            "--until",
+            "INVALID_ARGUMENT",
+        ],
+    ))
+    .await;
+    assert!(seen, "{s}");
+    let detail = s["details"]["INVALID_ARGUMENT"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("more than the 1000000 hits one call may carry")
+            && detail.contains("of 10000"),
+        "{detail}"
+    );
+    // 1,000 descriptors of 1,000 hits: exactly the bound, answered.
+    let (s, seen) = rls_call(args(
+        &sc.rls,
+        &["--descriptor", d, "--copies", "1000", "--until", "OK"],
+    ))
+    .await;
+    assert!(seen, "{s}");
+    // A 10 KB foreign domain: INVALID_ARGUMENT with a short message (echoed whole it made the
+    // answer's metadata too large: RESOURCE_EXHAUSTED).
+    let domain = "x".repeat(10_000);
+    let (s, seen) = rls_call(args(
+        &sc.rls,
+        &[
+            "--domain",
+            &domain,
+            "--descriptor",
+            d,
+            "--until",
+            "INVALID_ARGUMENT",
+        ],
+    ))
+    .await;
+    assert!(seen, "{s}");
+    let detail = s["details"]["INVALID_ARGUMENT"].as_str().unwrap_or("");
+    assert!(
+        detail.len() < 300 && detail.contains("xxx…") && detail.contains("\"payments\""),
+        "{detail}"
+    );
+    let m = sc.scrape().await;
+    assert_eq!(
+        sum(
+            &m,
+            "grl_sidecar_rls_requests_total",
+            &[("code", "invalid_argument")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        sum(&m, "grl_requests_total", &[]),
+        1_000_000.0,
+        "only the call at the bound was counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_900_kb_caller_and_a_300_kb_path_count_under_bounded_labels_in_their_bucket() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    // The bucket a request falls in is known once the config has come down.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sc
+        .scrape()
+        .await
+        .keys()
+        .any(|k| k.starts_with("grl_client_config_info{") && !k.contains("version=\"\""))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the config never reached the sidecar"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let long_caller = r#"{"entries": [["source_cluster", {"repeat": "c", "times": 900000}], ["path", "/pay.Pay/Card"]], "hits": 3}"#;
+    // The caller-wide bucket `limited` still holds a 300 KB path of its caller.
+    let long_path = r#"{"entries": [["source_cluster", "limited"], ["path", {"repeat": "/pay.Pay/Card", "times": 25000}]], "hits": 2}"#;
+    // One call each: together they pass the service's 1 MiB message limit.
+    for d in [long_caller, long_path] {
+        let (s, seen) = rls_call(args(&sc.rls, &["--descriptor", d, "--until", "OK"])).await;
+        assert!(seen, "{s}");
+    }
+    let m = sc.scrape().await;
+    let bytes: usize = m.keys().map(String::len).sum();
+    assert!(
+        bytes < 64 * 1024,
+        "/metrics is {bytes} bytes: a long name became a label"
+    );
+    let body = format!("{m:?}");
+    assert_eq!(
+        requests(&m, "__overflow__", PROCEDURE, "allowed"),
+        3,
+        "{body}"
+    );
+    let cut = format!("{}…", &"pay.Pay/Card/".repeat(25_000)[..256]);
+    assert_eq!(
+        sum(
+            &m,
+            "grl_requests_total",
+            &[
+                ("caller", "limited"),
+                ("procedure", &cut),
+                ("bucket", "limited")
+            ]
+        ),
+        2.0,
+        "{body}"
+    );
+    assert_eq!(
+        sum(&m, "grl_sidecar_long_names_total", &[("api", "rls")]),
+        2.0
+    );
+}

@@ -56,7 +56,7 @@ pub use batched::BatchedPrometheusSource;
 pub use error::SourceError;
 pub use fetch_all::fetch_all;
 pub use file::FileSource;
-pub use prometheus::{PromSettings, PrometheusSource};
+pub use prometheus::{MAX_ANSWER_BYTES, MAX_ERROR_BYTES, PromSettings, PrometheusSource};
 pub use query_template::{QueryTemplate, escape_label_value, escape_regex, selector};
 pub use series::RangeSeries;
 

@@ -21,16 +21,94 @@
 //!
 //! The template must return one series (wrap it in `sum(...)`); several series are summed
 //! per timestamp after the peak is taken, which overestimates.
+//!
+//! # Answers read
+//! [`read_answer`] reads an answer incrementally: at most [`MAX_ANSWER_BYTES`] of a success
+//! (a chunk whose answer is longer is split in halves, a few times at most), at most
+//! [`MAX_ERROR_BYTES`] of an error, whose message is all that is shown.
 
 use super::chunk::PROMETHEUS_MAX_POINTS;
+use super::error::chain;
 use super::query_template::DEFAULT_TEMPLATE;
 use super::range_query::RangeQuerier;
 use super::{
     BucketQuery, FetchFuture, Measure, MetricsSource, QueryTemplate, RangeSeries, SourceError,
 };
+use prometheus_http_query::Error as PromError;
+use prometheus_http_query::error::PrometheusError;
+use prometheus_http_query::response::PromqlResult;
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tracing::debug;
+
+/// The most of one success answer read, in bytes (64 MiB; `PromSettings::max_answer_bytes`).
+/// A chunk of 11,000 points takes about 30 bytes a point and series: 64 MiB holds 200
+/// series, and a chunk whose answer is longer is split in halves and asked again.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// The most of an error answer read, in bytes: its message is all that is shown.
+pub const MAX_ERROR_BYTES: usize = 16 << 10;
+
+/// Why one answer of Prometheus could not be used.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AnswerError {
+    /// The request failed, or Prometheus answered with an error.
+    #[error(transparent)]
+    Prom(#[from] PromError),
+    /// A success answer longer than the limit; the rest was not read.
+    #[error("answer longer than {0} bytes (the rest was not read)")]
+    TooLarge(usize),
+    /// An answer that is not Prometheus' JSON (a proxy's error page, a body cut short).
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+/// Prometheus' JSON envelope.
+#[derive(serde::Deserialize)]
+#[serde(tag = "status")]
+enum Envelope {
+    #[serde(rename = "success")]
+    Success { data: PromqlResult },
+    #[serde(rename = "error")]
+    Error(PrometheusError),
+}
+
+/// Reads one answer of Prometheus' query API: at most `max` bytes of a success, at most
+/// [`MAX_ERROR_BYTES`] of anything else, chunk by chunk (an endless body costs no more).
+pub(super) async fn read_answer(
+    resp: reqwest::Response,
+    max: usize,
+) -> Result<PromqlResult, AnswerError> {
+    let status = resp.status();
+    let json = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let success = status.is_success() && json;
+    if success && resp.content_length().is_some_and(|n| n > max as u64) {
+        return Err(AnswerError::TooLarge(max));
+    }
+    let limit = if success { max } else { MAX_ERROR_BYTES };
+    let (body, cut) = crate::https::read_capped(resp, limit)
+        .await
+        .map_err(|e| AnswerError::Unreadable(format!("reading the answer: {}", chain(&e))))?;
+    if success && cut {
+        return Err(AnswerError::TooLarge(max));
+    }
+    let shown = || {
+        let text = crate::secrets::excerpt(&String::from_utf8_lossy(&body), 300);
+        format!("HTTP {status}: {text}")
+    };
+    if !json {
+        return Err(AnswerError::Unreadable(format!("{} (not JSON)", shown())));
+    }
+    match serde_json::from_slice::<Envelope>(&body) {
+        Ok(Envelope::Success { data }) if success => Ok(data),
+        Ok(Envelope::Error(e)) => Err(PromError::Prometheus(e).into()),
+        Ok(Envelope::Success { .. }) | Err(_) => Err(AnswerError::Unreadable(shown())),
+    }
+}
 
 /// Settings of a [`PrometheusSource`]; `Default` gives the documented defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +133,8 @@ pub struct PromSettings {
     pub backoff_max: Duration,
     /// Points per series per request (11,000, Prometheus' limit).
     pub max_points_per_query: usize,
+    /// The most of one answer read, in bytes ([`MAX_ANSWER_BYTES`]).
+    pub max_answer_bytes: usize,
 }
 
 impl Default for PromSettings {
@@ -69,6 +149,7 @@ impl Default for PromSettings {
             backoff_base: Duration::from_millis(200),
             backoff_max: Duration::from_secs(5),
             max_points_per_query: PROMETHEUS_MAX_POINTS,
+            max_answer_bytes: MAX_ANSWER_BYTES,
         }
     }
 }

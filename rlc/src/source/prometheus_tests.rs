@@ -129,6 +129,7 @@ async fn against_real_prometheus() {
     bad_template_is_rejected_without_retry(&w).await;
     fetch_all_returns_in_order(&w, &src).await;
     batched_matches_per_bucket(&w, &src).await;
+    long_answers_are_split_then_refused(&w, &src).await;
 }
 
 async fn covers_the_window_and_keeps_the_peak(w: &World, src: &PrometheusSource) {
@@ -220,6 +221,41 @@ async fn long_window_at_fine_step_is_chunked(w: &World) {
         "(f) chunks join without gaps or overlaps"
     );
     assert_near("(f) peak at 60 s", s.max().unwrap(), BURST + 7.0);
+}
+
+/// A 28-day answer (about 200 KB) under a 64 KiB limit: asked again in quarters, the same
+/// series; under 1 KiB, refused once halved 3 times.
+async fn long_answers_are_split_then_refused(w: &World, src: &PrometheusSource) {
+    let limited = |max_answer_bytes| {
+        PrometheusSource::new(
+            &w.url,
+            PromSettings {
+                max_answer_bytes,
+                ..PromSettings::default()
+            },
+        )
+        .unwrap()
+    };
+    let whole = window(w, src, Some("gw"), Some("Pay/*"), Measure::Offered).await;
+    let split = window(
+        w,
+        &limited(64 * 1024),
+        Some("gw"),
+        Some("Pay/*"),
+        Measure::Offered,
+    )
+    .await;
+    assert_eq!(whole.points, split.points, "(l) split answers join");
+    let err = limited(1024)
+        .fetch(&bucket(Some("gw"), None), Measure::Offered, w.start, w.end)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, SourceError::Rejected { .. })
+            && err.to_string().contains("answer longer than 1024 bytes")
+            && err.to_string().contains("after halving the range 3 times"),
+        "(l) {err}"
+    );
 }
 
 async fn bad_template_is_rejected_without_retry(w: &World) {

@@ -6,18 +6,24 @@
 //! limit). A chunk refused for loading too many samples (`--query.max-samples`, 50M by
 //! default, counts series × steps) is split in halves and retried. Connection errors, HTTP
 //! timeouts, 5xx and Prometheus' timeout/internal/unavailable errors are retried; bad PromQL
-//! is not.
+//! is not. A chunk whose answer is longer than `max_answer_bytes` is split in halves too, at
+//! most [`MAX_ANSWER_SPLITS`] times deep (a server sending an endless answer costs a few
+//! reads of the limit, not the whole answer).
 
 use super::chunk::{self, Chunk};
 use super::error::chain;
 use grl_core::backoff::Backoff;
 
+use super::prometheus::{AnswerError, read_answer};
 use super::retry::{Retry, retry};
 use super::{PromSettings, SourceError};
 use prometheus_http_query::{Client, Error as PromError, response::Data};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use tracing::{debug, warn};
+
+/// How many times a chunk is halved because its answer was too long (8 times the limit).
+const MAX_ANSWER_SPLITS: u32 = 3;
 
 /// Labels and `(unix seconds, value)` points of one returned series.
 pub(super) type LabelledPoints = (HashMap<String, String>, Vec<(i64, f64)>);
@@ -31,6 +37,7 @@ pub(super) struct RangeQuerier {
     timeout: Duration,
     retry: Retry,
     max_points: usize,
+    max_answer: usize,
 }
 
 impl std::fmt::Debug for RangeQuerier {
@@ -44,6 +51,7 @@ impl std::fmt::Debug for RangeQuerier {
 /// Why one chunk failed.
 enum ChunkError {
     TooManySamples(String),
+    TooLarge(String),
     Permanent(String),
     Exhausted(String, u32),
 }
@@ -71,6 +79,7 @@ impl RangeQuerier {
                     .map_err(SourceError::InvalidBackoff)?,
             },
             max_points: settings.max_points_per_query,
+            max_answer: settings.max_answer_bytes,
         })
     }
 
@@ -104,9 +113,13 @@ impl RangeQuerier {
             message,
             query: expr.to_owned(),
         };
-        let mut todo: VecDeque<Chunk> = chunk::plan(start, end, step, self.max_points).into();
+        // Each chunk with the times it was halved for too long an answer.
+        let mut todo: VecDeque<(Chunk, u32)> = chunk::plan(start, end, step, self.max_points)
+            .into_iter()
+            .map(|c| (c, 0))
+            .collect();
         let mut out: HashMap<Vec<(String, String)>, LabelledPoints> = HashMap::new();
-        while let Some(c) = todo.pop_front() {
+        while let Some((c, halved)) = todo.pop_front() {
             match self.query_chunk(what, expr, c, step).await {
                 Ok(series) => {
                     for (labels, points) in series {
@@ -126,11 +139,33 @@ impl RangeQuerier {
                             end = c.end,
                             "too many samples, splitting chunk"
                         );
-                        todo.push_front(b);
-                        todo.push_front(a);
+                        todo.push_front((b, halved));
+                        todo.push_front((a, halved));
                     }
                     None => return Err(rejected(msg)),
                 },
+                Err(ChunkError::TooLarge(msg)) => {
+                    match c.halves(step).filter(|_| halved < MAX_ANSWER_SPLITS) {
+                        Some((a, b)) => {
+                            warn!(
+                                what,
+                                start = c.start,
+                                end = c.end,
+                                limit = self.max_answer,
+                                "answer too long, splitting chunk"
+                            );
+                            todo.push_front((b, halved + 1));
+                            todo.push_front((a, halved + 1));
+                        }
+                        None => {
+                            return Err(rejected(format!(
+                                "{msg}, for {} steps from {} after halving the range {halved} times",
+                                c.points(step),
+                                c.start
+                            )));
+                        }
+                    }
+                }
                 Err(ChunkError::Permanent(msg)) => return Err(rejected(msg)),
                 Err(ChunkError::Exhausted(message, attempts)) => {
                     return Err(SourceError::Exhausted {
@@ -163,11 +198,14 @@ impl RangeQuerier {
                     error = %chain(e), "prometheus query failed, retrying"
                 );
             },
-            || {
-                self.client
+            || async move {
+                let resp = self
+                    .client
                     .query_range(expr, c.start, c.end, step as f64)
                     .timeout(timeout_ms)
-                    .post()
+                    .post_raw()
+                    .await?;
+                read_answer(resp, self.max_answer).await
             },
         )
         .await;
@@ -193,7 +231,9 @@ impl RangeQuerier {
             },
             Err((e, attempts)) => {
                 let msg = chain(&e);
-                if msg.contains("too many samples") {
+                if let AnswerError::TooLarge(_) = e {
+                    Err(ChunkError::TooLarge(msg))
+                } else if msg.contains("too many samples") {
                     Err(ChunkError::TooManySamples(msg))
                 } else if is_transient(&e) {
                     Err(ChunkError::Exhausted(msg, attempts))
@@ -206,7 +246,15 @@ impl RangeQuerier {
 }
 
 /// Whether retrying `e` may help.
-fn is_transient(e: &PromError) -> bool {
+fn is_transient(e: &AnswerError) -> bool {
+    match e {
+        AnswerError::Prom(e) => is_transient_prom(e),
+        AnswerError::TooLarge(_) => false,
+        AnswerError::Unreadable(_) => true,
+    }
+}
+
+fn is_transient_prom(e: &PromError) -> bool {
     match e {
         PromError::Client(_) => true,
         PromError::Prometheus(p) => {

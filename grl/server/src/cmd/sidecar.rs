@@ -61,6 +61,12 @@ pub(crate) struct Args {
     /// requests.
     #[arg(long, default_value = "path")]
     rls_procedure_key: String,
+    /// The most rate limit quota (RLQS) streams open at once, on `--rls-listen`: Envoy opens
+    /// one per `rate_limit_quota` filter config. A stream past it is refused with
+    /// `RESOURCE_EXHAUSTED` (`grl_sidecar_rlqs_streams_total{code="resource_exhausted"}`).
+    #[arg(long, default_value_t = grl::sidecar::rlqs::DEFAULT_MAX_STREAMS,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    rlqs_max_streams: u32,
     /// Longest wait for the upstream's response head, connecting included, in milliseconds.
     #[arg(long, default_value_t = 15_000, value_parser = super::validate::timeout_ms)]
     upstream_timeout_ms: u64,
@@ -114,6 +120,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         },
         rls_caller_key: a.rls_caller_key,
         rls_procedure_key: a.rls_procedure_key,
+        rlqs_max_streams: a.rlqs_max_streams as usize,
         rls_tls: match (a.rls_tls_cert, a.rls_tls_key) {
             (Some(cert), Some(key)) => Some(Arc::new(
                 ServerTls::load(ServerTlsFiles {

@@ -1,5 +1,5 @@
 //! The sidecar's own counters (upstream failures, rate limit service answers, rate limit
-//! quota reports and assignments) and the
+//! quota reports, assignments and streams, long names bounded) and the
 //! `/metrics` exposition that puts them after the client's (`grl_requests_total` and the
 //! client gauges).
 
@@ -19,6 +19,14 @@ pub const RLS_REQUESTS_TOTAL: &str = "grl_sidecar_rls_requests_total";
 pub const RLQS_ASSIGNMENTS_TOTAL: &str = "grl_sidecar_rlqs_assignments_total";
 /// Rate limit quota usage reports received, by `code` (`ok`, `invalid_argument`).
 pub const RLQS_REPORTS_TOTAL: &str = "grl_sidecar_rlqs_reports_total";
+/// Rate limit quota streams opened, by `code` (`ok`, `resource_exhausted`: refused past
+/// `--rlqs-max-streams`).
+pub const RLQS_STREAMS_TOTAL: &str = "grl_sidecar_rlqs_streams_total";
+/// Rate limit quota streams open now (gauge).
+pub const RLQS_STREAMS_OPEN: &str = "grl_sidecar_rlqs_streams_open";
+/// Descriptors (`api="rls"`) and bucket ids (`api="rlqs"`) whose caller or procedure was
+/// longer than a config may name, and was bounded.
+pub const LONG_NAMES_TOTAL: &str = "grl_sidecar_long_names_total";
 
 /// A strategy of a rate limit quota assignment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +68,18 @@ pub struct SidecarMetrics {
     rls: [AtomicU64; 3],
     rlqs_assignments: [AtomicU64; 3],
     rlqs_reports: [AtomicU64; 2],
+    rlqs_streams: [AtomicU64; 2],
+    rlqs_open: AtomicU64,
+    long_names: [AtomicU64; 2],
+}
+
+/// Which Envoy service met a long name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// The rate limit service.
+    Rls = 0,
+    /// The rate limit quota service.
+    Rlqs = 1,
 }
 
 impl SidecarMetrics {
@@ -81,6 +101,21 @@ impl SidecarMetrics {
     /// Counts one rate limit quota usage report, accepted or refused as malformed.
     pub fn rlqs_report(&self, accepted: bool) {
         self.rlqs_reports[usize::from(!accepted)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one rate limit quota stream, opened or refused.
+    pub fn rlqs_stream(&self, opened: bool) {
+        self.rlqs_streams[usize::from(!opened)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sets the number of rate limit quota streams open.
+    pub fn rlqs_open(&self, open: usize) {
+        self.rlqs_open.store(open as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one descriptor or bucket id whose names were bounded.
+    pub fn long_name(&self, api: Api) {
+        self.long_names[api as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The client's exposition followed by the sidecar's counters.
@@ -126,6 +161,25 @@ impl SidecarMetrics {
             "code",
             &["ok", "invalid_argument"],
             &self.rlqs_reports,
+        );
+        family(
+            RLQS_STREAMS_TOTAL,
+            "Rate limit quota streams opened, or refused past --rlqs-max-streams.",
+            "code",
+            &["ok", "resource_exhausted"],
+            &self.rlqs_streams,
+        );
+        family(
+            LONG_NAMES_TOTAL,
+            "Descriptors and bucket ids whose caller or procedure was longer than a config may name.",
+            "api",
+            &["rls", "rlqs"],
+            &self.long_names,
+        );
+        let open = self.rlqs_open.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {RLQS_STREAMS_OPEN} Rate limit quota streams open.\n# TYPE {RLQS_STREAMS_OPEN} gauge\n{RLQS_STREAMS_OPEN}{{service=\"{service}\"}} {open}"
         );
         out
     }

@@ -9,10 +9,11 @@
 //!
 //! [`start`] binds nothing itself: it serves on listeners the caller made (port 0 in tests)
 //! and returns a [`RunningSidecar`]. [`metrics`] renders `/metrics`; [`envoy`] is the
-//! generated API.
+//! generated API; [`names`] bounds the callers and procedures Envoy hands over.
 
 pub mod envoy;
 pub mod metrics;
+pub mod names;
 pub mod proxy;
 pub mod rlqs;
 pub mod rls;
@@ -43,6 +44,9 @@ pub struct SidecarOptions {
     /// TLS on the rate limit service's port (mutual with a client CA); `None`: plaintext,
     /// for an Envoy in the same pod or host.
     pub rls_tls: Option<Arc<crate::tier::tls::ServerTls>>,
+    /// The most rate limit quota streams open at once; past it a new one is refused with
+    /// `RESOURCE_EXHAUSTED`.
+    pub rlqs_max_streams: usize,
 }
 
 /// The listeners the sidecar serves on.
@@ -119,6 +123,7 @@ pub fn start(
                 &opts.rls_procedure_key,
                 metrics.clone(),
             )
+            .max_streams(opts.rlqs_max_streams)
             .into_server();
             let mut rx = rx.clone();
             let tls = opts.rls_tls.clone();

@@ -15,8 +15,10 @@
 //! when any descriptor drew Drop, else `OK`, with one status per descriptor in order;
 //! shadow buckets answer `OK` and count their virtual drops. Negative hits (a refund) are
 //! answered `OK` and decide nothing: offered load is never taken back. An empty domain, a
-//! foreign domain, no descriptors or more than [`MAX_HITS`] hits is `INVALID_ARGUMENT`, and
-//! then nothing is counted.
+//! foreign domain, no descriptors or more than [`MAX_HITS`] hits over the call's descriptors
+//! is `INVALID_ARGUMENT`, and then nothing is counted; a foreign domain is echoed cut short
+//! ([`names::shown`]), so the error stays small. A caller or procedure longer than a config
+//! may name is bounded before it becomes a pair and a label ([`names`]).
 
 use std::sync::Arc;
 
@@ -28,9 +30,11 @@ use super::envoy::{
     rate_limit_response::{Code, DescriptorStatus},
     rate_limit_service_server::{RateLimitService, RateLimitServiceServer},
 };
-use super::metrics::{RlsAnswer, SidecarMetrics};
+use super::metrics::{Api, RlsAnswer, SidecarMetrics};
+use super::names;
 
-/// The most hits one descriptor may carry (bounds the work of one call to about 10 ms).
+/// The most hits one call may carry over all its descriptors (bounds the work of one call
+/// to about 10 ms).
 pub const MAX_HITS: u64 = 1_000_000;
 
 /// The rate limit service of one sidecar.
@@ -90,34 +94,42 @@ impl Rls {
         }
         if r.domain != *service {
             return Err(Status::invalid_argument(format!(
-                "domain {:?} is not served here: this sidecar decides for service {service:?}",
-                r.domain
+                "domain {} is not served here: this sidecar decides for service {service:?}",
+                names::shown(&r.domain)
             )));
         }
         if r.descriptors.is_empty() {
             return Err(Status::invalid_argument("no descriptors in the request"));
         }
         let default_hits = u64::from(r.hits_addend.max(1));
-        let hits = |d: &RateLimitDescriptor| d.hits_addend.unwrap_or(default_hits);
-        if let Some((i, d)) = r
-            .descriptors
-            .iter()
-            .enumerate()
-            .find(|(_, d)| hits(d) > MAX_HITS)
-        {
-            return Err(Status::invalid_argument(format!(
-                "descriptor {i}: {} hits is more than the {MAX_HITS} one call may carry",
-                hits(d)
-            )));
+        let hits = |d: &RateLimitDescriptor| {
+            if d.is_negative_hits {
+                0
+            } else {
+                d.hits_addend.unwrap_or(default_hits)
+            }
+        };
+        let mut total = 0u64;
+        for (i, d) in r.descriptors.iter().enumerate() {
+            total = total.saturating_add(hits(d));
+            if total > MAX_HITS {
+                return Err(Status::invalid_argument(format!(
+                    "more than the {MAX_HITS} hits one call may carry: {total} by descriptor {i} of {}",
+                    r.descriptors.len()
+                )));
+            }
         }
         let mut over = false;
         let statuses = r
             .descriptors
             .iter()
             .map(|d| {
-                let n = if d.is_negative_hits { 0 } else { hits(d) };
                 let (caller, procedure) = self.pair(d);
-                let code = if self.decide_hits(caller, procedure, n) {
+                if names::is_long(caller, procedure) {
+                    self.metrics.long_name(Api::Rls);
+                }
+                let (caller, procedure) = (names::caller(caller), names::procedure(procedure));
+                let code = if self.decide_hits(caller, &procedure, hits(d)) {
                     over = true;
                     Code::OverLimit
                 } else {
@@ -222,12 +234,62 @@ mod tests {
                 .message()
                 .contains("\"payments\"")
         );
+        req.domain = "x".repeat(10_000);
+        let message = r.decide(&req).unwrap_err().message().to_string();
+        assert!(message.len() < 200, "{message}");
         req.domain = "payments".into();
         req.descriptors[0].hits_addend = Some(MAX_HITS + 1);
         assert_eq!(code(&req), tonic::Code::InvalidArgument);
+        // The bound is on the call: many descriptors under it each, over it together.
+        req.descriptors[0].hits_addend = Some(MAX_HITS / 4);
+        req.descriptors = vec![req.descriptors[0].clone(); 5];
+        assert!(
+            r.decide(&req)
+                .unwrap_err()
+                .message()
+                .contains("by descriptor 4 of 5")
+        );
+        req.descriptors[4].is_negative_hits = true;
+        assert!(r.decide(&req).is_ok());
+        assert_eq!(
+            r.client
+                .bucket_totals()
+                .iter()
+                .map(|b| b.offered)
+                .sum::<u64>(),
+            MAX_HITS
+        );
+        let r = rls();
         req.descriptors.clear();
         assert_eq!(code(&req), tonic::Code::InvalidArgument);
         assert!(r.client.bucket_totals().iter().all(|b| b.offered == 0));
+    }
+
+    #[test]
+    fn long_callers_and_procedures_count_bounded() {
+        let r = rls();
+        let caller = "c".repeat(900_000);
+        let path = format!("/x.Y/{}", "z".repeat(300_000));
+        let req = RateLimitRequest {
+            domain: "payments".into(),
+            descriptors: vec![descriptor(&[("source_cluster", &caller), ("path", &path)])],
+            hits_addend: 0,
+        };
+        r.decide(&req).unwrap();
+        let mut m = String::new();
+        r.client.encode_metrics(&mut m);
+        assert!(m.len() < 20_000, "{} bytes of metrics", m.len());
+        assert!(
+            m.contains("caller=\"__overflow__\",procedure=\"x.Y/zzz"),
+            "{m}"
+        );
+        assert_eq!(
+            r.metrics
+                .render(&r.client)
+                .matches("api=\"rls\"} 1")
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@ It calls envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on --target
 sidecar's rate limit service or, through the sidecar's proxy, an upstream serving it, and
 prints one JSON summary of what it saw on stdout.
 
-Descriptors are JSON: {"entries": [["key", "value"], ...], "hits": N or absent}.
+Descriptors are JSON: {"entries": [["key", "value"], ...], "hits": N or absent}; a value
+may be {"repeat": "text", "times": N} for a value too long for a command line.
 """
 
 import argparse
@@ -21,10 +22,14 @@ from google.protobuf import wrappers_pb2
 CODES = {v: k for k, v in rls_pb2.RateLimitResponse.Code.items()}
 
 
+def value(v):
+    return v["repeat"] * v["times"] if isinstance(v, dict) else v
+
+
 def descriptor(spec):
     d = ratelimit_pb2.RateLimitDescriptor(
         entries=[
-            ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=v)
+            ratelimit_pb2.RateLimitDescriptor.Entry(key=k, value=value(v))
             for k, v in spec["entries"]
         ]
     )
@@ -39,6 +44,7 @@ def main():
     p.add_argument("--domain", default="payments")
     p.add_argument("--descriptor", action="append", default=[])
     p.add_argument("--hits", type=int, default=0, help="the request's hits_addend")
+    p.add_argument("--copies", type=int, default=1, help="send the descriptors this many times")
     p.add_argument("--caller-metadata", help="sent as the rpc-caller header")
     p.add_argument("--until", help="call until this overall code or gRPC status is seen")
     p.add_argument("--then", type=int, default=0, help="calls to make after --until")
@@ -51,7 +57,7 @@ def main():
     p.add_argument("--server-name", default="localhost", help="TLS: the name to verify")
     a = p.parse_args()
 
-    specs = [json.loads(s) for s in a.descriptor]
+    specs = [json.loads(s) for s in a.descriptor] * a.copies
     req = rls_pb2.RateLimitRequest(
         domain=a.domain,
         descriptors=[descriptor(s) for s in specs],

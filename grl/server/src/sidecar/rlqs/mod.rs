@@ -21,7 +21,7 @@
 //!
 //! Assignments ([`strategy`]): no limit in force (no bucket, shadow mode, fail-open) is
 //! `ALLOW_ALL`; a share of `a` requests per second is a token bucket refilled at `a` per
-//! second (`a × 3600` tokens per [`FILL_INTERVAL`]) holding up to a second's worth (at
+//! second (`a × 3600` tokens per hour-long fill interval) holding up to a second's worth (at
 //! least one token), the only rate Envoy's filter enforces; a share that rounds to no token
 //! an hour is `DENY_ALL`. A share is re-sent unchanged unless it moved by more than
 //! [`PUSH_CHANGE`]: Envoy rebuilds a changed token bucket full. Each assignment lives for the
@@ -29,27 +29,37 @@
 //! to its filter's `expired_assignment_behavior` (fail open if so configured) as a GRL client
 //! does. A report with no domain first, a foreign domain, an empty `BucketId`, more than
 //! [`MAX_USAGE`] requests in one usage or more than [`MAX_BUCKETS`] buckets ends the stream
-//! with `INVALID_ARGUMENT`; nothing of that report is recorded.
+//! with `INVALID_ARGUMENT`; nothing of that report is recorded. A caller or procedure longer
+//! than a config may name is bounded ([`super::names`]). At most `--rlqs-max-streams`
+//! ([`DEFAULT_MAX_STREAMS`]) streams are open at once: a stream past it is refused with
+//! `RESOURCE_EXHAUSTED` before anything of it is read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use grl_client::{Admission, Client};
+use grl_client::Client;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
+use tracing::warn;
 
 use super::envoy::quota::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
     rate_limit_quota_response::{BucketAction, bucket_action},
     rate_limit_quota_service_server::{RateLimitQuotaService, RateLimitQuotaServiceServer},
 };
-use super::envoy::types::{RateLimitStrategy, TokenBucket, rate_limit_strategy};
-use super::metrics::{RlqsStrategy, SidecarMetrics};
+use super::metrics::{Api, SidecarMetrics};
+use super::names;
+use crate::tier::admission::RefusalLog;
+
+mod share;
+
+use share::moved;
+pub use share::{PUSH_CHANGE, Share, shares, strategy};
 
 /// How often a session checks its buckets' shares for a change to push.
 pub const PUSH_EVERY: Duration = Duration::from_millis(100);
@@ -60,15 +70,9 @@ pub const MAX_BUCKETS: usize = 10_000;
 /// The most requests one usage may report (2^40: years of a million requests a second).
 pub const MAX_USAGE: u64 = 1 << 40;
 
-/// A relative move of a share smaller than this is not pushed (it goes with the next
-/// answer or refresh).
-pub const PUSH_CHANGE: f64 = 0.05;
-
-/// The fill interval of every token bucket sent. Envoy refills continuously at
-/// `tokens_per_fill / fill_interval` and rebuilds a bucket only when `max_tokens` or
-/// `tokens_per_fill` change (it compares the interval's nanoseconds only), so one long
-/// interval makes every rate exact and every change visible.
-const FILL_INTERVAL: Duration = Duration::from_secs(3600);
+/// The default of `--rlqs-max-streams`: an Envoy opens one stream per `rate_limit_quota`
+/// filter config, so a local Envoy needs a few.
+pub const DEFAULT_MAX_STREAMS: u32 = 64;
 
 /// The shortest span an offered rate is measured over.
 const MEASURE_OVER: Duration = Duration::from_secs(1);
@@ -84,35 +88,36 @@ pub struct Rlqs {
     /// one stream per filter config.
     offers: Offers,
     next_stream: Arc<AtomicU64>,
+    /// Streams open now, and the most allowed.
+    open: Arc<AtomicUsize>,
+    max_streams: usize,
+    /// One warning a second about refused streams.
+    refusals: Arc<Mutex<RefusalLog>>,
 }
 
 /// Per open stream, its buckets' GRL bucket and offered rate.
 type Offers = Arc<Mutex<HashMap<u64, Vec<(Option<String>, f64)>>>>;
 
-/// Removes a stream's offers when its session ends.
+/// One open stream: counted from before its session starts; removes the stream's offers
+/// and uncounts it when its session ends.
 struct Registered {
     offers: Offers,
+    open: Arc<AtomicUsize>,
+    metrics: Arc<SidecarMetrics>,
     stream: u64,
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
         lock(&self.offers).remove(&self.stream);
+        let open = self.open.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.metrics.rlqs_open(open);
     }
 }
 
 /// Locks the offers; a panic elsewhere leaves them usable.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// What one Envoy bucket may admit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Share {
-    /// Everything.
-    All,
-    /// At most this many requests per second.
-    PerSecond(f64),
 }
 
 /// One subscribed bucket of a stream.
@@ -154,7 +159,46 @@ impl Rlqs {
             metrics,
             offers: Arc::default(),
             next_stream: Arc::default(),
+            open: Arc::default(),
+            max_streams: DEFAULT_MAX_STREAMS as usize,
+            refusals: Arc::new(Mutex::new(RefusalLog::new(Duration::from_secs(1)))),
         }
+    }
+
+    /// At most `n` streams open at once (default [`DEFAULT_MAX_STREAMS`]).
+    pub fn max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
+    }
+
+    /// Counts a new stream in, or refuses it when [`Self::max_streams`] are open.
+    fn register(&self) -> Result<Registered, Status> {
+        let before = self.open.fetch_add(1, Ordering::Relaxed);
+        if before >= self.max_streams {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.rlqs_stream(false);
+            if let Some(unlogged) = lock(&self.refusals).admit(Instant::now()) {
+                warn!(
+                    open = before,
+                    max = self.max_streams,
+                    unlogged,
+                    "rate limit quota stream refused"
+                );
+            }
+            return Err(Status::resource_exhausted(format!(
+                "{before} rate limit quota streams are open, the most this sidecar serves \
+                 (--rlqs-max-streams {})",
+                self.max_streams
+            )));
+        }
+        self.metrics.rlqs_stream(true);
+        self.metrics.rlqs_open(before + 1);
+        Ok(Registered {
+            offers: self.offers.clone(),
+            open: self.open.clone(),
+            metrics: self.metrics.clone(),
+            stream: self.next_stream.fetch_add(1, Ordering::Relaxed),
+        })
     }
 
     /// The tonic service to add to a server.
@@ -164,19 +208,20 @@ impl Rlqs {
             .max_encoding_message_size(4 * 1024 * 1024)
     }
 
-    /// The (caller, procedure) a bucket id names.
+    /// The (caller, procedure) a bucket id names, bounded ([`names`]).
     fn pair(&self, id: &BucketId) -> (String, String) {
-        let caller = id
-            .bucket
-            .get(&*self.caller_key)
-            .cloned()
-            .unwrap_or_default();
+        let caller = id.bucket.get(&*self.caller_key).map_or("", String::as_str);
         let procedure = id
             .bucket
             .get(&*self.procedure_key)
-            .map(|p| grl_client::layer::procedure_of(p).to_string())
-            .unwrap_or_default();
-        (caller, procedure)
+            .map_or("", |p| grl_client::layer::procedure_of(p));
+        if names::is_long(caller, procedure) {
+            self.metrics.long_name(Api::Rlqs);
+        }
+        (
+            names::caller(caller).to_string(),
+            names::procedure(procedure).into_owned(),
+        )
     }
 
     /// How long an assignment lives: the client's ratio validity, in whole seconds (Envoy
@@ -204,7 +249,8 @@ impl Rlqs {
             }
             (_, d) if !d.is_empty() && d != service => {
                 return Err(Status::invalid_argument(format!(
-                    "domain {d:?} is not served here: this sidecar decides for service {service:?}"
+                    "domain {} is not served here: this sidecar decides for service {service:?}",
+                    names::shown(d)
                 )));
             }
             _ => *domain = Some(service.clone()),
@@ -235,14 +281,13 @@ impl Rlqs {
     /// Serves one stream until Envoy closes it, it breaks a rule, or `out` is dropped.
     async fn session(
         self,
+        registered: Registered,
         mut reports: Streaming<RateLimitQuotaUsageReports>,
         out: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
     ) {
-        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        let _registered = Registered {
-            offers: self.offers.clone(),
-            stream,
-        };
+        let stream = registered.stream;
+        // A local: dropped (the stream uncounted) before `out`, whose drop ends the stream.
+        let _registered = registered;
         let mut domain = None;
         let mut subs = Subscriptions::new();
         let mut tick = tokio::time::interval(PUSH_EVERY);
@@ -408,85 +453,6 @@ fn bucket_key(bucket: &HashMap<String, String>) -> Key {
     key
 }
 
-/// Splits one GRL bucket's `admission` over Envoy buckets offering `offered` requests per
-/// second each, never more than the admission in all: while their total is under it, each
-/// may admit its own rate plus an even part of the unused rest (an idle or new bucket keeps
-/// room to start); above it, the admission is split by offered rate, each bucket weighing
-/// at least a tenth of an even share (one that just started is not refused outright). A
-/// ratio (tiers that send no rate) applies to each bucket's own offered rate.
-pub fn shares(admission: Admission, offered: &[f64]) -> Vec<Share> {
-    let total: f64 = offered.iter().sum();
-    let floor = total / (10.0 * offered.len() as f64);
-    let weights: f64 = offered.iter().map(|o| o.max(floor)).sum();
-    offered
-        .iter()
-        .map(|&o| match admission {
-            Admission::Unlimited => Share::All,
-            Admission::PerSecond(a) if total <= a => {
-                Share::PerSecond(o + (a - total) / offered.len() as f64)
-            }
-            Admission::PerSecond(a) => Share::PerSecond(a * o.max(floor) / weights),
-            Admission::Ratio(r) if r >= 1.0 => Share::PerSecond(0.0),
-            Admission::Ratio(r) if o > 0.0 => Share::PerSecond(o * (1.0 - r)),
-            Admission::Ratio(_) => Share::All,
-        })
-        .collect()
-}
-
-/// Whether a share moved enough to push a new assignment.
-fn moved(before: Share, now: Share) -> bool {
-    match (before, now) {
-        (Share::All, Share::All) => false,
-        (Share::PerSecond(a), Share::PerSecond(b)) => {
-            (a - b).abs() > PUSH_CHANGE * a.abs().max(b.abs())
-        }
-        _ => true,
-    }
-}
-
-/// The strategy Envoy's quota filter enforces for `share`: a blanket rule or a token
-/// bucket (Envoy reads the fill interval in whole seconds).
-pub fn strategy(share: Share) -> (RateLimitStrategy, RlqsStrategy) {
-    use rate_limit_strategy::{BlanketRule, Strategy};
-    let bucket = |max: u32, per_fill: u32, every: Duration| {
-        Strategy::TokenBucket(TokenBucket {
-            max_tokens: max,
-            tokens_per_fill: Some(per_fill),
-            fill_interval: prost_types::Duration::try_from(every).ok(),
-        })
-    };
-    let (strategy, kind) = match share {
-        Share::All => (
-            Strategy::BlanketRule(BlanketRule::AllowAll as i32),
-            RlqsStrategy::AllowAll,
-        ),
-        Share::PerSecond(a) if (a * FILL_INTERVAL.as_secs_f64()).round() >= 1.0 => {
-            let cap = f64::from(u32::MAX);
-            let per_fill = (a * FILL_INTERVAL.as_secs_f64()).round();
-            // Beyond u32 tokens an hour (over a million a second), a one-second interval.
-            let (per_fill, every) = if per_fill <= cap {
-                (per_fill, FILL_INTERVAL)
-            } else {
-                (a.round().min(cap), Duration::from_secs(1))
-            };
-            (
-                bucket(a.ceil().clamp(1.0, cap) as u32, per_fill as u32, every),
-                RlqsStrategy::TokenBucket,
-            )
-        }
-        Share::PerSecond(_) => (
-            Strategy::BlanketRule(BlanketRule::DenyAll as i32),
-            RlqsStrategy::DenyAll,
-        ),
-    };
-    (
-        RateLimitStrategy {
-            strategy: Some(strategy),
-        },
-        kind,
-    )
-}
-
 type ResponseStream =
     Pin<Box<dyn tokio_stream::Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
 
@@ -498,8 +464,9 @@ impl RateLimitQuotaService for Rlqs {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
+        let registered = self.register()?;
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(self.clone().session(request.into_inner(), tx));
+        tokio::spawn(self.clone().session(registered, request.into_inner(), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -507,86 +474,6 @@ impl RateLimitQuotaService for Rlqs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rate_limit_strategy::{BlanketRule, Strategy};
-
-    #[test]
-    fn shares_map_to_strategies_envoy_enforces() {
-        let s = |share| strategy(share).0.strategy.unwrap();
-        let bucket = |max, per_fill, secs| {
-            Strategy::TokenBucket(TokenBucket {
-                max_tokens: max,
-                tokens_per_fill: Some(per_fill),
-                fill_interval: Some(prost_types::Duration {
-                    seconds: secs,
-                    nanos: 0,
-                }),
-            })
-        };
-        assert_eq!(
-            s(Share::All),
-            Strategy::BlanketRule(BlanketRule::AllowAll as i32)
-        );
-        assert_eq!(s(Share::PerSecond(250.4)), bucket(251, 901_440, 3600));
-        assert_eq!(s(Share::PerSecond(20.0)), bucket(20, 72_000, 3600));
-        assert_eq!(s(Share::PerSecond(0.4)), bucket(1, 1440, 3600));
-        assert_eq!(s(Share::PerSecond(0.1)), bucket(1, 360, 3600));
-        assert_eq!(s(Share::PerSecond(2e6)), bucket(2_000_000, 2_000_000, 1));
-        assert_eq!(
-            s(Share::PerSecond(0.0001)),
-            Strategy::BlanketRule(BlanketRule::DenyAll as i32)
-        );
-        assert_eq!(
-            s(Share::PerSecond(0.0)),
-            Strategy::BlanketRule(BlanketRule::DenyAll as i32)
-        );
-    }
-
-    #[test]
-    fn a_grl_buckets_allowance_is_split_by_offered_rate() {
-        let per = |v: Vec<Share>| -> Vec<f64> {
-            v.into_iter()
-                .map(|s| match s {
-                    Share::PerSecond(a) => a,
-                    Share::All => f64::INFINITY,
-                })
-                .collect()
-        };
-        assert_eq!(
-            per(shares(Admission::PerSecond(20.0), &[30.0, 10.0])),
-            [15.0, 5.0]
-        );
-        // Under the allowance: own rate plus an even part of the unused rest.
-        assert_eq!(
-            per(shares(Admission::PerSecond(20.0), &[0.0, 0.0])),
-            [10.0, 10.0]
-        );
-        assert_eq!(
-            per(shares(Admission::PerSecond(20.0), &[12.0, 0.0])),
-            [16.0, 4.0]
-        );
-        // Over it: an idle bucket still weighs a tenth of an even share.
-        assert_eq!(
-            per(shares(Admission::PerSecond(21.0), &[200.0, 0.0])),
-            [20.0, 1.0]
-        );
-        assert_eq!(
-            per(shares(Admission::Ratio(0.75), &[200.0, 0.0])),
-            [50.0, f64::INFINITY]
-        );
-        assert_eq!(per(shares(Admission::Ratio(1.0), &[5.0])), [0.0]);
-        assert_eq!(
-            shares(Admission::Unlimited, &[1.0, 2.0]),
-            [Share::All, Share::All]
-        );
-    }
-
-    #[test]
-    fn small_moves_are_not_pushed() {
-        assert!(!moved(Share::PerSecond(100.0), Share::PerSecond(103.0)));
-        assert!(moved(Share::PerSecond(100.0), Share::PerSecond(110.0)));
-        assert!(moved(Share::All, Share::PerSecond(110.0)));
-        assert!(!moved(Share::All, Share::All));
-    }
 
     #[test]
     fn bucket_ids_are_the_same_in_any_key_order() {
