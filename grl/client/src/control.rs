@@ -49,6 +49,9 @@ pub(crate) struct Book {
     pub(crate) unsettled: bool,
     /// Usage of the bucket decided elsewhere.
     pub(crate) recorded: Recorded,
+    /// The admitted fractions of the batches decided so far, in requests, less what was
+    /// admitted (see [`Inner::batch_refused`]).
+    batch_credit: f64,
 }
 
 impl Book {
@@ -64,6 +67,7 @@ impl Book {
             hold: None,
             unsettled: false,
             recorded: Recorded::default(),
+            batch_credit: 0.0,
         }
     }
 
@@ -268,6 +272,26 @@ impl Inner {
         }
         if changed {
             self.sync_pairs(&c.registry);
+        }
+    }
+
+    /// Whether a batch of `n` requests in cell `id` at drop ratio `ratio` is refused: the
+    /// cell's credit gains the batch's admitted part, `n × (1 - ratio)`, and the batch is
+    /// admitted (spending `n`) once the credit covers half of it. Deterministic, so that a
+    /// few batches a second are admitted in the share the ratio says.
+    pub(crate) fn batch_refused(&self, id: u32, ratio: f64, n: u64) -> bool {
+        let mut c = self.lock();
+        let Some(b) = c.books.get_mut(id as usize) else {
+            return false;
+        };
+        let n = n as f64;
+        let credit = (b.batch_credit + n * (1.0 - ratio.clamp(0.0, 1.0))).min(n);
+        if credit >= n / 2.0 {
+            b.batch_credit = credit - n;
+            false
+        } else {
+            b.batch_credit = credit;
+            true
         }
     }
 

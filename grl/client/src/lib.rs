@@ -270,31 +270,46 @@ impl Client {
         }
     }
 
-    /// Decides one call that stands for `n` requests (e.g. Envoy's `hits_addend`): one
-    /// draw against the pair's threshold, and all `n` counted as offered under that
-    /// decision, as `n` calls of one request would be on average. A batch admitted beyond
-    /// the bucket's allowance is paid back by the calls after it. Not the hot path.
+    /// Decides one call that stands for `n` requests (e.g. Envoy's `hits_addend`): admitted
+    /// or refused whole, and all `n` counted as offered under that decision. Batches are not
+    /// drawn at random (ten calls a second could not hold a share): the bucket keeps a
+    /// running sum of the batches' admitted fractions and admits a batch once it covers half
+    /// of it, so over a few calls the admitted share is the ratio's; a batch admitted beyond
+    /// the allowance is paid back by the calls after it. Not the hot path.
     pub fn decide_n(&self, caller: &str, procedure: &str, n: u64) -> Decision {
-        match n {
-            0 => Decision::Allow,
-            1 => self.decide(caller, procedure),
-            _ => match self.pair(caller, procedure) {
-                Ok(e) => e.decide_n(n),
-                Err((resolver, id)) => {
-                    let cell = resolver.cell(id);
-                    local::claim();
-                    let (_, hit) = local::shard_and_hit(cell.threshold.load(Ordering::Relaxed));
-                    let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
-                        (false, _) => Decision::Allow,
-                        (true, false) => Decision::Drop,
-                        (true, true) => Decision::ShadowDrop,
-                    };
-                    cell.overflow[d as usize].fetch_add(n, Ordering::Relaxed);
-                    self.inner.overflow.fetch_add(n, Ordering::Relaxed);
-                    d
-                }
-            },
+        if n <= 1 {
+            return if n == 1 {
+                self.decide(caller, procedure)
+            } else {
+                Decision::Allow
+            };
         }
+        let (pair, id, ratio, shadow) = match self.pair(caller, procedure) {
+            Ok(e) => (
+                Some(e),
+                e.cell.load(Ordering::Relaxed),
+                e.ratio(),
+                e.is_shadow(),
+            ),
+            Err((resolver, id)) => {
+                let cell = resolver.cell(id);
+                (None, id, cell.ratio(), cell.shadow.load(Ordering::Relaxed))
+            }
+        };
+        let d = match (self.inner.batch_refused(id, ratio, n), shadow) {
+            (false, _) => Decision::Allow,
+            (true, false) => Decision::Drop,
+            (true, true) => Decision::ShadowDrop,
+        };
+        match pair {
+            Some(e) => e.add(d, n),
+            None => {
+                let resolver = self.inner.resolver.load();
+                resolver.cell(id).overflow[d as usize].fetch_add(n, Ordering::Relaxed);
+                self.inner.overflow.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        d
     }
 
     /// The slow path: a pair not in the table yet (or that will never fit).

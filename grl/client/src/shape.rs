@@ -117,7 +117,9 @@ impl Shape {
             };
         }
         let k = self.fall_run(slot).max(self.trailing_empty(slot));
-        if k <= self.segment + 1 {
+        // One short burst says nothing of how often bursts come: its silence is not a fall.
+        let pattern_known = self.runs_in_segment() >= 2 || self.longest_run() >= k;
+        if k <= self.segment + 1 && pattern_known {
             // The rate before the run, against what the run held.
             let before = self.segment + 1 - k;
             let mean = if before > 0 {
@@ -165,16 +167,43 @@ impl Shape {
         }
     }
 
-    /// The longest run of empty windows that ended with a non-empty one, in windows.
+    /// The longest run of empty windows between two non-empty ones, in windows (the silence
+    /// before the first request is no gap of the traffic).
     fn longest_gap(&self) -> usize {
-        let (mut run, mut longest) = (0, 0);
+        let (mut run, mut longest, mut seen) = (0, 0, false);
         for s in &self.ring {
             if s.offered == 0 {
                 run += 1;
             } else {
-                longest = longest.max(run);
+                if seen {
+                    longest = longest.max(run);
+                }
+                seen = true;
                 run = 0;
             }
+        }
+        longest
+    }
+
+    /// How many runs of non-empty windows the segment holds.
+    fn runs_in_segment(&self) -> usize {
+        let mut prev_empty = true;
+        let mut runs = 0;
+        for s in self.ring.iter().skip(self.ring.len() - self.segment.min(self.ring.len())) {
+            if s.offered > 0 && prev_empty {
+                runs += 1;
+            }
+            prev_empty = s.offered == 0;
+        }
+        runs
+    }
+
+    /// The longest run of non-empty windows of the ring.
+    fn longest_run(&self) -> usize {
+        let (mut run, mut longest) = (0, 0);
+        for s in &self.ring {
+            run = if s.offered > 0 { run + 1 } else { 0 };
+            longest = longest.max(run);
         }
         longest
     }
@@ -443,6 +472,23 @@ mod tests {
         }
         for (i, o) in reported.iter().enumerate().skip(20) {
             assert!((o - 4000.0).abs() <= 1.0, "window {i}: {o}");
+        }
+    }
+
+    #[test]
+    fn the_first_gap_after_a_short_silence_is_not_a_fall() {
+        // A client that got its config 1.5 s before its first burst of a batch every 2 s.
+        let mut s = Shape::new(80);
+        for _ in 0..30 {
+            s.push(0, 0, W);
+        }
+        for i in 0..160 {
+            let c = s.push(if i % 40 == 0 { 8000 } else { 0 }, 0, W);
+            assert_eq!(c, Change::None, "window {i}");
+            if i >= 40 {
+                let o = s.report_rates(20).0;
+                assert!((o - 4000.0).abs() <= 1.0, "window {i}: {o}");
+            }
         }
     }
 

@@ -125,14 +125,14 @@ impl PairEntry {
         Decision::from_index(decision)
     }
 
-    /// Decides one request that counts as `n` (a batch: Envoy's `hits_addend`) with one
-    /// draw, and counts all `n` under that decision (off the hot path).
-    pub(crate) fn decide_n(&self, n: u64) -> Decision {
-        local::claim();
-        let (_, hit) = local::shard_and_hit(self.threshold.load(Ordering::Relaxed));
-        let d = Decision::from_index(usize::from(hit) << usize::from(self.shadow.load(Ordering::Relaxed)));
-        self.add(d, n);
-        d
+    /// The pair's drop ratio now.
+    pub(crate) fn ratio(&self) -> f64 {
+        self.threshold.load(Ordering::Relaxed) as f64 / 2f64.powi(64)
+    }
+
+    /// Whether the pair is in a shadow bucket.
+    pub(crate) fn is_shadow(&self) -> bool {
+        self.shadow.load(Ordering::Relaxed)
     }
 
     /// Counts `n` requests decided elsewhere as `decision` (off the hot path).
