@@ -4,7 +4,9 @@
 # On a fresh Debian machine with only the Rust toolchain, run as root, it:
 #   1. installs what is missing of `prometheus` (prometheus + promtool), `redis-server`,
 #      `etcd-server` (controller leader election),
-#      `postgresql`, `libssl-dev` and `pkg-config` (git2's https) with apt-get (no service is started by the install);
+#      `postgresql`, `libssl-dev` and `pkg-config` (git2's https), `python3` and
+#      `python3-venv` (the tests' Python venvs) and `npm` (GitHub's REST description, when
+#      not cached) with apt-get (no service is started by the install);
 #   2. starts the PostgreSQL cluster (creating one if there is none), creates the role
 #      `grl` (password `grl`, CREATEDB) and its database `grl`, checks password login over
 #      TCP on 127.0.0.1;
@@ -46,6 +48,23 @@ section "System packages"
 need_pg=1
 [[ -n "${GRL_TEST_PG_URL:-}" ]] && need_pg=0
 
+# The tests' Python venvs (the GitHub stand-in's and target/pyvenv) and GitHub's REST
+# description, kept in a cache directory; a second run finds them and downloads nothing.
+gh_cache="${GRL_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/grl-test}"
+gh_openapi_version=23.0.2
+gh_jsonschema_version=4.26.0
+gh_venv="$gh_cache/github-venv"
+gh_venv_ok() {
+    "$gh_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('jsonschema') != '$gh_jsonschema_version')" 2>/dev/null
+}
+gh_pkg="$gh_cache/octokit-openapi-$gh_openapi_version"
+pyvenv="${GRL_TEST_PYVENV:-$PWD/target/pyvenv}"
+py_pkgs=(grpcio==1.85.* xds-protos==1.85.* kubernetes-validate==1.37.*)
+py_ok() {
+    [[ -x "$pyvenv/bin/python" ]] &&
+        "$pyvenv/bin/python" -c 'import grpc, envoy.service.ratelimit.v3.rls_pb2_grpc, kubernetes_validate' 2>/dev/null
+}
+
 missing=()
 if [[ -z "${GRL_TEST_PROMETHEUS:-}${GRL_TEST_PROMTOOL:-}" ]] &&
     { [[ ! -x /usr/bin/prometheus ]] || [[ ! -x /usr/bin/promtool ]]; }; then
@@ -60,6 +79,15 @@ fi
 # git2 links the system OpenSSL (for https remotes) through pkg-config.
 if ! dpkg -s libssl-dev pkg-config >/dev/null 2>&1; then
     missing+=(libssl-dev pkg-config)
+fi
+# A venv to create needs python3 with venv and ensurepip (python3-venv on Debian).
+if { ! py_ok || { [[ -z "${GRL_TEST_GITHUB_PYTHON:-}" ]] && ! gh_venv_ok; }; } &&
+    ! { command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; }; then
+    missing+=(python3 python3-venv)
+fi
+if [[ -z "${GRL_TEST_GITHUB_OPENAPI:-}" && ! -s "$gh_pkg/package/generated/api.github.com.json" ]] &&
+    ! command -v npm >/dev/null; then
+    missing+=(npm)
 fi
 # The GitHub stand-in's test CA is made with the openssl CLI.
 command -v openssl >/dev/null || missing+=(openssl)
@@ -87,7 +115,7 @@ if ((${#missing[@]})); then
         trap - EXIT
     fi
 else
-    log "prometheus, promtool, redis-server, etcd and postgresql are installed"
+    log "prometheus, promtool, redis-server, etcd, postgresql, python3 and npm are installed or not needed"
 fi
 
 export GRL_TEST_PROMETHEUS="${GRL_TEST_PROMETHEUS:-/usr/bin/prometheus}"
@@ -101,13 +129,9 @@ done
 # ---------------------------------------------------------------------------------------
 section "GitHub stand-in (tests/github-standin): jsonschema + GitHub's OpenAPI description"
 # A venv with jsonschema (PyPI) and api.github.com.json from npm @octokit/openapi, both pinned,
-# kept in a cache directory; a second run finds them and downloads nothing.
-gh_cache="${GRL_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/grl-test}"
-gh_openapi_version=23.0.2
-gh_jsonschema_version=4.26.0
+# kept in $gh_cache; a second run finds them and downloads nothing.
 if [[ -z "${GRL_TEST_GITHUB_PYTHON:-}" ]]; then
-    gh_venv="$gh_cache/github-venv"
-    if ! "$gh_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('jsonschema') != '$gh_jsonschema_version')" 2>/dev/null; then
+    if ! gh_venv_ok; then
         log "creating $gh_venv with jsonschema $gh_jsonschema_version"
         command -v python3 >/dev/null || die "python3 is needed for the GitHub stand-in"
         python3 -m venv "$gh_venv" >&2
@@ -116,7 +140,6 @@ if [[ -z "${GRL_TEST_GITHUB_PYTHON:-}" ]]; then
     export GRL_TEST_GITHUB_PYTHON="$gh_venv/bin/python"
 fi
 if [[ -z "${GRL_TEST_GITHUB_OPENAPI:-}" ]]; then
-    gh_pkg="$gh_cache/octokit-openapi-$gh_openapi_version"
     if [[ ! -s "$gh_pkg/package/generated/api.github.com.json" ]]; then
         log "fetching @octokit/openapi@$gh_openapi_version (GitHub's REST description, MIT) with npm"
         command -v npm >/dev/null || die "npm is needed to fetch GitHub's OpenAPI description"
@@ -204,15 +227,6 @@ need_apt=()
 command -v curl >/dev/null || need_apt+=(curl)
 if [[ -z "${GRL_TEST_KUBECTL:-}" ]] && ! command -v kubectl >/dev/null; then
     need_apt+=(kubernetes-client)
-fi
-pyvenv="${GRL_TEST_PYVENV:-$PWD/target/pyvenv}"
-py_pkgs=(grpcio==1.85.* xds-protos==1.85.* kubernetes-validate==1.37.*)
-py_ok() {
-    [[ -x "$pyvenv/bin/python" ]] &&
-        "$pyvenv/bin/python" -c 'import grpc, envoy.service.ratelimit.v3.rls_pb2_grpc, kubernetes_validate' 2>/dev/null
-}
-if ! py_ok && ! { command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; }; then
-    need_apt+=(python3 python3-venv)
 fi
 if ((${#need_apt[@]})); then
     [[ $(id -u) -eq 0 ]] || die "missing packages ${need_apt[*]}; run as root to install them"

@@ -195,6 +195,31 @@ mod tests {
         assert!(prescan("f", &big).unwrap_err().message.contains("bytes"));
     }
 
+    /// Each figure README.md states is the edge: accepted at it, refused one past it.
+    #[test]
+    fn every_prescan_and_name_bound_holds_at_its_figure() {
+        let file = |n: usize| "#".repeat(n - 1) + "\n";
+        prescan("f", &file(MAX_FILE_BYTES)).unwrap();
+        assert!(prescan("f", &file(MAX_FILE_BYTES + 1)).is_err());
+        let indented = |n: usize| format!("a:\n{}b: 1\n", " ".repeat(n));
+        prescan("f", &indented(MAX_INDENT)).unwrap();
+        let e = prescan("f", &indented(MAX_INDENT + 1)).unwrap_err();
+        assert!(e.message.contains("129 columns deep"), "{e}");
+        prescan("f", &"[".repeat(MAX_FLOW_DEPTH)).unwrap();
+        assert!(prescan("f", &"[".repeat(MAX_FLOW_DEPTH + 1)).is_err());
+        assert!(name_problem(&"a".repeat(MAX_NAME_BYTES)).is_none());
+        assert!(
+            name_problem(&"a".repeat(MAX_NAME_BYTES + 1))
+                .unwrap()
+                .contains("257 bytes")
+        );
+        assert_eq!(
+            (MAX_FILE_BYTES, MAX_INDENT, MAX_FLOW_DEPTH, MAX_NAME_BYTES),
+            (1024 * 1024, 128, 32, 256),
+            "README.md states these figures"
+        );
+    }
+
     #[test]
     fn names_and_limits() {
         assert!(name_problem("gateway").is_none());

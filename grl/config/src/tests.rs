@@ -490,6 +490,29 @@ fn too_many_buckets_in_a_service_are_refused() {
 }
 
 #[test]
+fn a_snapshot_of_2000_files_is_read_and_one_more_is_refused() {
+    let list = |n: usize| -> Vec<(String, String)> {
+        (0..n)
+            .map(|s| {
+                let text = format!(
+                    "service: s{s}\nbuckets:\n  - {{ name: b, match: {{ caller: c }}, scope: zone, mode: deny, policy: {{ kind: fixed, rps: 5 }} }}\n"
+                );
+                (format!("services/s{s}.yaml"), text)
+            })
+            .collect()
+    };
+    assert_eq!(bounds::MAX_FILES, 2_000);
+    let snap = from_files("v", list(2_000)).unwrap();
+    assert_eq!(snap.services.len(), 2_000);
+    let errs = from_files("v", list(2_001)).expect_err("too many files");
+    assert!(
+        errs.to_string()
+            .contains("2001 config files, more than the 2000 allowed"),
+        "{errs}"
+    );
+}
+
+#[test]
 fn too_many_buckets_in_a_snapshot_are_refused() {
     let per = bounds::MAX_BUCKETS_PER_SERVICE;
     let services = bounds::MAX_BUCKETS / per + 1;

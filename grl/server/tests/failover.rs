@@ -2,12 +2,14 @@
 //! processes campaign for one key; an aggregator (in this process) lists the standby first
 //! and is redirected to the leader; the leader is killed with SIGKILL during a 15x surge.
 //! Clients keep the last ratios until their expiry, then fail open, and the new leader
-//! enforces again after its lease wait and one interval of learning, never dropping more
-//! than the limit requires. Prints what it measured (`--nocapture`); RELIABILITY.md quotes
-//! the line.
+//! enforces again after its lease wait and one interval of learning; no second of the
+//! surge drops more than the limit requires. Prints what it measured (`--nocapture`);
+//! RELIABILITY.md quotes the line.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::binary::{Proc, spawn, wait_port};
@@ -23,6 +25,11 @@ const IV: Duration = Duration::from_millis(200);
 const LIMIT: f64 = 300.0;
 const OFFERED: f64 = 4500.0;
 const REQUIRED: f64 = 1.0 - LIMIT / OFFERED;
+/// The least share of its due admissions a second may admit: 270 of the 300 due at 4,500
+/// offered (at most 94 % dropped where 93.3 % are required). The clients settle their
+/// allowance every 50 ms window: enforced seconds admitted 0.997-1.007x their due share in
+/// the runs measured, on a loaded machine.
+const LEAST_SHARE: f64 = 0.9;
 /// The lease a dead leader keeps (`--election-ttl`).
 const TTL_SECS: u64 = 3;
 
@@ -100,21 +107,74 @@ async fn wait_until_leads(c: &Candidate, deadline: Duration) -> bool {
     false
 }
 
-/// The surge window's counts over `w`, asserting it never drops more than the limit
-/// requires: what it admitted is at most 5 binomial standard deviations (+ 2) under the
-/// required share of what it offered. A fixed margin of 4 points failed once in a 100 ms
-/// window (12 admitted where 30 were due, 3.4 deviations) while every window around it was
-/// right; over-dropping for real (a ratio of 1, an allowance lost) still fails at once.
+/// The surge's counts over the next `w` (both clients).
 async fn surge_window(clients: &[Client], w: Duration) -> [u64; 4] {
-    let s = sum(&window(clients, "gateway-pay", w).await);
-    let (offered, admit) = (s[0] as f64, 1.0 - REQUIRED);
-    let due = offered * admit;
-    let least = due - 5.0 * (offered * admit * REQUIRED).sqrt() - 2.0;
-    assert!(
-        s[1] as f64 >= least,
-        "over-dropping: {s:?}, at least {least:.0} were due"
-    );
-    s
+    sum(&window(clients, "gateway-pay", w).await)
+}
+
+/// Every second of the surge, judged against what the limit requires: a thread samples
+/// both clients' cumulative counts every 50 ms from the surge's start, and [`Seconds::judge`]
+/// cuts the samples into consecutive spans of at least one second.
+struct Seconds {
+    samples: Arc<Mutex<Vec<(std::time::Instant, [u64; 4])>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Seconds {
+    fn start(clients: &[Client]) -> Self {
+        let samples: Arc<Mutex<Vec<_>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, halt, clients) = (Arc::clone(&samples), Arc::clone(&stop), clients.to_vec());
+        std::thread::spawn(move || {
+            while !halt.load(Ordering::Relaxed) {
+                let c = clients
+                    .iter()
+                    .map(|c| counts(c, "gateway-pay"))
+                    .collect::<Vec<_>>();
+                let at = std::time::Instant::now();
+                s.lock().unwrap().push((at, sum(&c)));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Self { samples, stop }
+    }
+
+    /// Asserts that no second drops more than the limit requires: each admits at least
+    /// [`LEAST_SHARE`] of its due share of what it offered ([`REQUIRED`] dropped). Returns
+    /// (seconds judged, the lowest admitted / due).
+    fn judge(&self) -> (usize, f64) {
+        let samples = self.samples.lock().unwrap().clone();
+        let (mut judged, mut lowest, mut from) = (0, f64::INFINITY, 0);
+        for to in 1..samples.len() {
+            let (t0, a) = samples[from];
+            let (t1, b) = samples[to];
+            if t1 - t0 < Duration::from_secs(1) {
+                continue;
+            }
+            let (offered, admitted) = ((b[0] - a[0]) as f64, (b[1] - a[1]) as f64);
+            let due = offered * (1.0 - REQUIRED);
+            let least = due * LEAST_SHARE;
+            assert!(
+                admitted >= least,
+                "over-dropping in the second {:.1}-{:.1} s of the surge: admitted {admitted} \
+                 of {offered} offered, at least {least:.0} were due ({LEAST_SHARE} of {due:.0})",
+                (t0 - samples[0].0).as_secs_f64(),
+                (t1 - samples[0].0).as_secs_f64(),
+            );
+            if due > 0.0 {
+                lowest = lowest.min(admitted / due);
+            }
+            judged += 1;
+            from = to;
+        }
+        (judged, lowest)
+    }
+}
+
+impl Drop for Seconds {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Offers surge windows of 400 ms until one drops what the limit requires (±3 points);
@@ -174,6 +234,7 @@ async fn killed_leader_is_replaced_by_the_standby_which_enforces_again() {
             .map(|c| (c.clone(), "gateway".to_string(), OFFERED / 2.0))
             .collect(),
     );
+    let seconds = Seconds::start(&clients);
     assert!(
         enforced_within(&clients, Duration::from_secs(15)).await,
         "the leader never enforced the limit"
@@ -253,13 +314,16 @@ async fn killed_leader_is_replaced_by_the_standby_which_enforces_again() {
             "not held after takeover: {w:?}"
         );
     }
+    let (judged, lowest) = seconds.judge();
     println!(
         "failover: leader killed (SIGKILL) during a 15x surge, interval {} ms, lease {TTL_SECS} s: \
          clients kept the last ratios {:.1} s (expiry 5 intervals), then failed open; the \
-         standby enforced again {:.1} s after the kill",
+         standby enforced again {:.1} s after the kill; no second of {judged} dropped more than \
+         the limit requires (the lowest admitted {:.2}x its due share)",
         IV.as_millis(),
         failed_open.as_secs_f64(),
-        back.as_secs_f64()
+        back.as_secs_f64(),
+        lowest
     );
     // The lease outlives the leader by at most TTL_SECS; then one interval of learning,
     // one of reconnecting, and a loaded machine's slack.

@@ -3,7 +3,8 @@
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
 //! ecosystems: [`sidecar`], [`rls`], [`rlqs`]), bad input ([`bad_input`]), and TLS with authorised
 //! admin calls ([`security`]), and active/standby controllers elected through etcd
-//! ([`failover`]), and enforcement that follows the load up and down ([`follow`]).
+//! ([`failover`]), and enforcement that follows the load up and down ([`follow`]), and the
+//! config and message size bounds at their figures ([`size_bounds`]).
 
 mod bad_input;
 mod binary;
@@ -18,4 +19,5 @@ mod rls;
 mod security;
 mod shapes;
 mod sidecar;
+mod size_bounds;
 mod support;

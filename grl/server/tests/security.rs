@@ -1,8 +1,9 @@
 //! TLS on every link and authorised admin calls, with the `grl` binary as real processes
 //! and certificates made here with rcgen: mutual TLS from a client through an aggregator to
 //! a controller; a plaintext client refused by a TLS port; a rotated certificate served to
-//! new connections; admin calls (raw `ApplyConfig`, `grl override`) refused without or
-//! with wrong credentials, counted, and logged with the peer but never the token.
+//! new connections, a half-written one not; admin calls (raw `ApplyConfig`, `grl override`)
+//! refused without or with wrong credentials, counted, and logged with the peer but never
+//! the token.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -482,6 +483,84 @@ async fn a_rotated_certificate_is_served_to_new_connections() {
     );
     let reloads = wait_metric(m, "grl_tier_tls_events_total{event=\"reloaded\"}", 1.0).await;
     assert!(reloads >= 1.0, "reload not counted");
+}
+
+/// The pair is replaced one file at a time, as a copy that is not atomic leaves it: the new
+/// key beside the old certificate, then the new certificate cut short. Each change that does
+/// not load is counted once and the previous pair stays served; the whole pair is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_written_certificate_pair_keeps_the_previous_one_and_counts_reload_failed() {
+    let s = Setup::new();
+    let ctl_addr = free_addr();
+    let ctl = s.controller(ctl_addr, true, &[]);
+    wait_port(ctl_addr).await;
+    let m = metrics_addr(&ctl).await;
+    let (admin_cert, admin_key) = s.ca.leaf("admin", "admin");
+    let list = |ca: &Path| {
+        let tls = ["--tls-ca", p(ca), "--tls-cert", p(&admin_cert)];
+        override_cmd(
+            ctl_addr,
+            &["list"],
+            &[&tls[..], &["--tls-key", p(&admin_key)]].concat(),
+        )
+    };
+    let served_by = |ca: &Path| list(ca).status.success();
+    assert!(
+        served_by(&s.ca.cert_path()),
+        "{:?}",
+        list(&s.ca.cert_path())
+    );
+    let (failed, reloaded) = (
+        "grl_tier_tls_events_total{event=\"reload_failed\"}",
+        "grl_tier_tls_events_total{event=\"reloaded\"}",
+    );
+
+    let new_ca = Ca::new(s.dir.path(), "ca2");
+    let (c2, k2) = new_ca.leaf("controller", "ca2-controller");
+    let (cert, key) = (s.path("controller.crt"), s.path("controller.key"));
+    write_atomically(&key, &std::fs::read_to_string(&k2).unwrap());
+    assert!(
+        served_by(&s.ca.cert_path()),
+        "the previous pair is not served beside a new key:\n{}",
+        ctl.log()
+    );
+    assert_eq!(wait_metric(m, failed, 1.0).await, 1.0, "the new key alone");
+
+    let pem = std::fs::read_to_string(&c2).unwrap();
+    write_atomically(&cert, &pem[..pem.len() / 2]);
+    assert!(
+        served_by(&s.ca.cert_path()),
+        "the previous pair is not served beside a cut certificate:\n{}",
+        ctl.log()
+    );
+    assert!(
+        !served_by(&new_ca.cert_path()),
+        "a half-written pair served"
+    );
+    assert_eq!(
+        wait_metric(m, failed, 2.0).await,
+        2.0,
+        "the cut certificate"
+    );
+    assert_eq!(metric(&scrape(m).await, reloaded), 0.0);
+
+    write_atomically(&cert, &pem);
+    let took = until(LONG, || served_by(&new_ca.cert_path())).await;
+    assert!(
+        took.is_some(),
+        "the whole new pair never served:\n{}",
+        ctl.log()
+    );
+    let after = scrape(m).await;
+    assert_eq!(
+        (metric(&after, failed), metric(&after, reloaded)),
+        (2.0, 1.0)
+    );
+    assert!(
+        ctl.log().contains("TLS files changed but do not load"),
+        "{}",
+        ctl.log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

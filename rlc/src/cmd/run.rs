@@ -87,7 +87,8 @@ pub(crate) struct RunArgs {
         requires = "controllers"
     )]
     pub token_file: Option<PathBuf>,
-    /// Where the local clone of the config repo is kept.
+    /// Where the local clone of the config repo is kept; the default is relative to the
+    /// directory `rlc` runs in (a lock file `<workdir>.lock` sits beside it).
     #[arg(long, default_value = ".rlc/checkout")]
     pub workdir: PathBuf,
     /// PromQL template of the offered rate (see the README for `istio_requests_total`).

@@ -60,8 +60,9 @@ pub(crate) struct Args {
 /// Flags of active/standby controllers.
 #[derive(Debug, clap::Args)]
 struct ElectionArgs {
-    /// Run active/standby: leadership comes from this engine (`etcd=http://HOST:PORT`).
-    /// Only the leader serves children; the others refuse them with the leader's address.
+    /// Run active/standby: leadership comes from this engine (`etcd=http://HOST:PORT`, or
+    /// `kubernetes=NAMESPACE[@API-URL]` for a Lease). Only the leader serves children; the
+    /// others refuse them with the leader's address.
     #[arg(long, value_name = "BACKEND", requires = "election_key")]
     election: Option<Election>,
     /// The election's key, the same on every controller of the region (e.g.

@@ -64,6 +64,10 @@ def main():
             "ignored": 0,
             "rebuilt": 0,
             "allowed_after": 0,
+            # Once --until-bucket is met: rebuilds since, and the tokens the bucket could
+            # spend beyond its refill (what it held then plus a full bucket per rebuild).
+            "rebuilt_after": 0,
+            "headroom_after": None,
             "last": None,
             "ttl_ms": None,
             "allowed": 0,
@@ -114,6 +118,9 @@ def main():
                         if kind == "TOKEN_BUCKET" and (s["assigned"] is None or s["assigned"][3] != ident):
                             s["tokens"] = cap  # a new token bucket starts full
                             s["rebuilt"] += 1
+                            if s["headroom_after"] is not None:
+                                s["rebuilt_after"] += 1
+                                s["headroom_after"] += cap
                         s["assigned"] = e
                         s["strategies"][kind] = s["strategies"].get(kind, 0) + 1
                         s["last"] = {"kind": kind, "rate": rate, "max_tokens": cap}
@@ -188,6 +195,8 @@ def main():
                         for i in args.until_bucket)
             ):
                 until_met = now
+                for st in state:
+                    st["headroom_after"] = st["tokens"]
         for r in out:
             outgoing.put(r)
         elapsed = now - start
@@ -212,7 +221,7 @@ def main():
                 k: s[k]
                 for k in (
                     "strategies", "ignored", "rebuilt", "last", "ttl_ms", "allowed", "denied",
-                    "allowed_after",
+                    "allowed_after", "rebuilt_after", "headroom_after",
                 )
             }
             for s in state
