@@ -3,17 +3,22 @@
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
 //! ecosystems: [`sidecar`], [`rls`], [`rlqs`]), bad input ([`bad_input`]), and TLS with authorised
 //! admin calls ([`security`]), and active/standby controllers elected through etcd
-//! ([`failover`]), and enforcement that follows the load up and down ([`follow`]), and the
-//! config and message size bounds at their figures ([`size_bounds`]).
+//! ([`failover`]; an etcd outage: [`election`]) or a Kubernetes Lease ([`kube_lease`],
+//! against a stand-in API server: [`kube_api`]), enforcement that follows the load up
+//! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]), and the config
+//! and message size bounds at their figures ([`size_bounds`]).
 
 mod bad_input;
 mod binary;
 mod config;
+mod election;
 mod enforce;
 mod failover;
 mod fault_proxy;
 mod faults;
 mod follow;
+mod kube_api;
+mod kube_lease;
 mod rlqs;
 mod rls;
 mod security;

@@ -102,5 +102,6 @@ pub(crate) fn counters(n: &Node, sec: &super::Security) -> Counters {
         }),
         child_refused: sec.children.refused.snapshot(),
         admin_refused: sec.admin.refused.snapshot(),
+        election: Vec::new(),
     }
 }

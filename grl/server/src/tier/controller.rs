@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use super::config_follow::{self, Apply, FollowError, GitFollower, Refused};
+use super::election::ElectionStats;
 use super::metrics::{self, Counters};
 use super::node::{Node, NodeConfig};
 use super::overrides::Overrides;
@@ -65,6 +66,7 @@ pub struct Controller {
     apply_invalid: AtomicU64,
     config_refused: AtomicU64,
     security: super::Security,
+    election: Option<Arc<ElectionStats>>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -166,6 +168,11 @@ impl Controller {
             apply_ok: Some(self.apply_ok.load(Ordering::Relaxed)),
             apply_invalid: self.apply_invalid.load(Ordering::Relaxed),
             config_refused: self.config_refused.load(Ordering::Relaxed),
+            election: self
+                .election
+                .as_ref()
+                .map(|e| e.snapshot())
+                .unwrap_or_default(),
             ..super::aggregator::counters(&self.node, &self.security)
         }
     }
@@ -228,6 +235,7 @@ pub async fn start(
         apply_invalid: AtomicU64::new(0),
         config_refused: AtomicU64::new(0),
         security: opts.security.clone(),
+        election: opts.election.as_ref().map(|_| Arc::default()),
     });
     if ctl.admin().is_open() {
         tracing::warn!(
@@ -275,7 +283,8 @@ pub async fn start(
         )));
     }
     if let Some(e) = opts.election.clone() {
-        tasks.extend(super::election::spawn(e, node.clone(), rx.clone())?);
+        let stats = ctl.election.clone().unwrap_or_default();
+        tasks.extend(super::election::spawn(e, node.clone(), rx.clone(), stats)?);
     }
     let expirer = ctl.clone();
     tasks.push(tokio::spawn(async move {

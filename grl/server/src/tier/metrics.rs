@@ -65,6 +65,14 @@ pub const TICKS: &str = "grl_tier_ticks";
 /// [`TICKS`], a tick's mean duration. Exposed as `grl_tier_tick_seconds_total`.
 pub const TICK_SECONDS: &str = "grl_tier_tick_seconds";
 
+/// What a controller's leader election did, by `{event}`: `elected`, `stepped_down`,
+/// `backend_error` (a call to etcd or the API server failed or was cut short),
+/// `stale_lease_revoked` (etcd: the lease of a term that ended while etcd was away,
+/// revoked once it answered again), `token_changed` (Kubernetes: a new service-account
+/// token read from its file). Exposed as `grl_controller_election_events_total`; absent
+/// without `--election`.
+pub const ELECTION_EVENTS: &str = "grl_controller_election_events";
+
 /// TLS events on the gRPC port by `{event}`: `handshake_failed` (plaintext clients, unknown
 /// CA, missing client certificate, timeout), `reloaded` (changed certificate files put in
 /// use), `reload_failed` (changed files that do not load; the previous ones stay).
@@ -99,6 +107,8 @@ pub struct Counters {
     pub child_refused: Vec<(&'static str, u64)>,
     /// Refused admin calls by reason (rendered on controllers only).
     pub admin_refused: Vec<(&'static str, u64)>,
+    /// Election events by kind (controllers with an election; empty otherwise).
+    pub election: Vec<(&'static str, u64)>,
 }
 
 fn by_label(reg: &mut Registry, name: &str, help: &str, label: &str, v: &[(&str, u64)]) {
@@ -263,6 +273,15 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
                 ("reloaded", reloaded),
                 ("reload_failed", reload_failed),
             ],
+        );
+    }
+    if !c.election.is_empty() {
+        by_label(
+            &mut reg,
+            ELECTION_EVENTS,
+            "What the leader election did",
+            "event",
+            &c.election,
         );
     }
     if let Some(ok) = c.apply_ok {

@@ -2,9 +2,16 @@
 //! spoken as JSON over etcd's HTTP gateway (`/v3/...`) so that no protobuf compiler is
 //! needed to build. One term: grant a lease, campaign under the key with the lease (the
 //! call returns once every earlier candidate's key is gone, i.e. this one leads), keep the
-//! lease alive; leadership ends when a renewal fails for longer than the lease allows or
-//! the lease is gone. While campaigning the current leader's address is polled so that
-//! followers can redirect children to it.
+//! lease alive; leadership ends two thirds of the lease after the last renewal that
+//! succeeded was *sent* (etcd refreshed it later, so it outlives that instant by a third),
+//! on this process's clock: a renewal that hangs is cut short then. While campaigning the
+//! current leader's address is polled so that followers can redirect children to it.
+//!
+//! A term that ends while etcd is away leaves its lease, and so its key in the election,
+//! in etcd, which restores leases with a fresh TTL when it restarts: its key would name a
+//! leader that no longer leads (every candidate's campaign waiting behind it) for a whole
+//! lease after etcd's return. Such leases are revoked before anything else as soon as etcd
+//! answers again; while it is away a candidate retries every third of the lease at most.
 
 use std::time::Duration;
 
@@ -20,7 +27,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{ElectionError, Role};
+use std::sync::Arc;
+
+use super::{ElectionError, ElectionStats, Event, Role};
 
 /// An etcd endpoint's HTTP gateway.
 #[derive(Debug, Clone)]
@@ -34,6 +43,8 @@ pub struct Etcd {
 struct Lease {
     id: i64,
     ttl: Duration,
+    /// When the grant was sent: etcd's expiry is at least a TTL after this.
+    asked: Instant,
 }
 
 impl Etcd {
@@ -101,6 +112,7 @@ impl Etcd {
     }
 
     async fn grant(&self, ttl: Duration) -> Result<Lease, ElectionError> {
+        let asked = Instant::now();
         let v = self
             .call(
                 "/v3/lease/grant",
@@ -113,6 +125,7 @@ impl Etcd {
         Ok(Lease {
             id,
             ttl: Duration::from_secs(ttl.max(1) as u64),
+            asked,
         })
     }
 
@@ -130,17 +143,40 @@ impl Etcd {
             .is_some_and(|t| t > 0))
     }
 
-    async fn revoke(&self, lease: Lease) {
-        let r = self
+    /// Revokes `lease`: `Ok(true)` when etcd held it, `Ok(false)` when it was gone.
+    async fn revoke(&self, lease: Lease) -> Result<bool, ElectionError> {
+        match self
             .call(
                 "/v3/lease/revoke",
                 &json!({ "ID": lease.id.to_string() }),
                 Some(Duration::from_secs(1)),
             )
-            .await;
-        if let Err(e) = r {
-            debug!(error = %e, "lease not revoked (it expires by itself)");
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(ElectionError::Backend(e)) if e.contains("lease not found") => Ok(false),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Revokes the leases of ended terms that etcd may still hold, oldest first; stops at
+    /// the first that cannot be (etcd still away), keeping it and the rest for later.
+    async fn revoke_stale(
+        &self,
+        stale: &mut Vec<Lease>,
+        stats: &ElectionStats,
+    ) -> Result<(), ElectionError> {
+        while let Some(&lease) = stale.first() {
+            if self.revoke(lease).await? {
+                stats.count(Event::StaleLeaseRevoked);
+                info!(
+                    lease = lease.id,
+                    "revoked the lease of a term that ended while etcd was away"
+                );
+            }
+            stale.remove(0);
+        }
+        Ok(())
     }
 
     /// Returns once this candidate leads `key`.
@@ -182,8 +218,9 @@ impl Etcd {
     }
 
     /// Campaigns for `key` with `advertise` as this candidate's address, term after term,
-    /// publishing every change of role on `role`, until `shutdown` turns true (then the
-    /// lease is revoked, so that a standby takes over at once).
+    /// publishing every change of role on `role` and counting events in `stats`, until
+    /// `shutdown` turns true (then the lease is revoked, so that a standby takes over at
+    /// once).
     pub async fn run(
         self,
         key: String,
@@ -191,11 +228,16 @@ impl Etcd {
         advertise: String,
         role: watch::Sender<Role>,
         mut shutdown: watch::Receiver<bool>,
+        stats: Arc<ElectionStats>,
     ) {
         let mut failures = 0u32;
+        let mut stale: Vec<Lease> = Vec::new();
         loop {
             let lease = tokio::select! {
-                l = self.grant(ttl) => l,
+                l = async {
+                    self.revoke_stale(&mut stale, &stats).await?;
+                    self.grant(ttl).await
+                } => l,
                 _ = shutdown.wait_for(|s| *s) => return,
             };
             let lease = match lease {
@@ -205,9 +247,10 @@ impl Etcd {
                 }
                 Err(e) => {
                     failures += 1;
+                    stats.count(Event::BackendError);
                     warn!(error = %e, "etcd unreachable: following, no leadership");
                     role.send_if_modified(|r| r.set_following(None));
-                    let wait = ttl.min(Duration::from_millis(250) * failures);
+                    let wait = (ttl / 3).min(Duration::from_millis(250) * failures);
                     tokio::select! {
                         () = tokio::time::sleep(wait) => continue,
                         _ = shutdown.wait_for(|s| *s) => return,
@@ -215,12 +258,15 @@ impl Etcd {
                 }
             };
             let stopped = tokio::select! {
-                () = self.term(&key, lease, &advertise, &role) => false,
+                () = self.term(&key, lease, &advertise, &role, &stats) => false,
                 _ = shutdown.wait_for(|s| *s) => true,
             };
             role.send_if_modified(|r| r.set_following(None));
+            stale.push(lease);
             if stopped {
-                self.revoke(lease).await;
+                if let Err(e) = self.revoke_stale(&mut stale, &stats).await {
+                    debug!(error = %e, "lease not revoked (it expires by itself)");
+                }
                 return;
             }
         }
@@ -228,8 +274,15 @@ impl Etcd {
 
     /// One lease's life: campaign (following the current leader meanwhile), then lead
     /// until the lease can no longer be kept. Returns when the lease is lost.
-    async fn term(&self, key: &str, lease: Lease, advertise: &str, role: &watch::Sender<Role>) {
-        let kept = self.keep(lease);
+    async fn term(
+        &self,
+        key: &str,
+        lease: Lease,
+        advertise: &str,
+        role: &watch::Sender<Role>,
+        stats: &ElectionStats,
+    ) {
+        let kept = self.keep(lease, stats);
         tokio::pin!(kept);
         let campaign = async {
             let follow = async {
@@ -255,6 +308,7 @@ impl Etcd {
                     role.send_if_modified(|r| r.set_leading(advertise));
                 }
                 Err(e) => {
+                    stats.count(Event::BackendError);
                     warn!(error = %e, "campaign failed");
                     return;
                 }
@@ -268,22 +322,32 @@ impl Etcd {
         warn!(key, "lease lost: no longer leader");
     }
 
-    /// Renews `lease` every third of its TTL; returns when it is gone, or when no renewal
-    /// succeeded for two thirds of the TTL (etcd may drop it before this process would
-    /// notice otherwise, and a second leader must never overlap this one).
-    async fn keep(&self, lease: Lease) {
-        let mut renewed = Instant::now();
+    /// Renews `lease` every third of its TTL; returns when it is gone, or two thirds of
+    /// the TTL after the last successful renewal (or the grant) was sent, on the clock,
+    /// even while a renewal hangs (etcd may drop the lease before this process would notice
+    /// otherwise, and a second leader must never overlap this one).
+    async fn keep(&self, lease: Lease, stats: &ElectionStats) {
         let give_up = lease.ttl.mul_f64(2.0 / 3.0);
+        let mut renewed = lease.asked;
         loop {
-            tokio::time::sleep(lease.ttl / 3).await;
-            match self.keep_alive(lease).await {
-                Ok(true) => renewed = Instant::now(),
-                Ok(false) => return,
-                Err(e) => {
+            let until = renewed + give_up;
+            tokio::time::sleep_until((Instant::now() + lease.ttl / 3).min(until)).await;
+            let sent = Instant::now();
+            if sent >= until {
+                warn!("no lease renewal for two thirds of the lease");
+                return;
+            }
+            match tokio::time::timeout_at(until, self.keep_alive(lease)).await {
+                Ok(Ok(true)) => renewed = sent,
+                Ok(Ok(false)) => return,
+                Ok(Err(e)) => {
+                    stats.count(Event::BackendError);
                     warn!(error = %e, "lease renewal failed");
-                    if renewed.elapsed() >= give_up {
-                        return;
-                    }
+                }
+                Err(_) => {
+                    stats.count(Event::BackendError);
+                    warn!("lease renewal cut short: two thirds of the lease passed");
+                    return;
                 }
             }
         }

@@ -4,9 +4,19 @@
 //! every third of the lease; every write carries the `resourceVersion` it read, so two
 //! candidates never both win (the API server answers `409 Conflict` to the second). A
 //! candidate takes an expired lease only after it saw the same record unchanged for a whole
-//! lease duration on its own clock (no trust in other nodes' clocks). A leader that cannot
-//! renew for two thirds of the lease steps down.
+//! lease duration on its own clock, counted from when the read that first showed it
+//! returned (no trust in other nodes' clocks).
+//!
+//! A leader leads until two thirds of the lease after it *sent* its last successful write:
+//! the API server stored that write later, and a standby read it later still, so nobody can
+//! take the lease within a whole lease of the send. Every round run while leading, and the
+//! wait between rounds, is cut short at that instant, so an API server that hangs cannot
+//! keep a leader leading (a round is a GET and a PUT, each of which could otherwise take
+//! the HTTP timeout). The bearer token is read from its file before every round: the
+//! kubelet rotates a projected service-account token in place.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
@@ -16,7 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{ElectionError, Role};
+use super::{ElectionError, ElectionStats, Event, Role};
 
 const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -25,8 +35,60 @@ const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 pub struct KubeLease {
     /// `…/apis/coordination.k8s.io/v1/namespaces/NS/leases`.
     leases_url: String,
-    token: Option<String>,
+    token: Option<Token>,
     http: reqwest::Client,
+}
+
+/// A bearer token and the file it is read from.
+#[derive(Clone)]
+struct Token {
+    path: PathBuf,
+    value: String,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Token {
+    fn load(path: &Path) -> Result<Self, ElectionError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| ElectionError::Config(format!("{}: {e}", path.display())))?;
+        let value = String::from_utf8_lossy(&bytes).trim().to_string();
+        if value.is_empty() {
+            return Err(ElectionError::Config(format!(
+                "{}: the token file is empty",
+                path.display()
+            )));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            value,
+        })
+    }
+
+    /// Reads the file again; true when the token changed. An unreadable or empty file
+    /// leaves the last token in use.
+    async fn refresh(&mut self) -> bool {
+        match tokio::fs::read(&self.path).await {
+            Ok(bytes) => {
+                let value = String::from_utf8_lossy(&bytes).trim().to_string();
+                if value.is_empty() || value == self.value {
+                    return false;
+                }
+                self.value = value;
+                true
+            }
+            Err(e) => {
+                warn!(file = %self.path.display(), error = %e, "token file unreadable: the last token stays");
+                false
+            }
+        }
+    }
 }
 
 /// What this candidate last saw of the lease: the record, and when it last changed.
@@ -36,14 +98,20 @@ struct Observed {
     changed_at: Option<Instant>,
 }
 
+/// What one round found: the role, and when the write that won it was sent.
+struct Outcome {
+    role: Role,
+    sent: Option<Instant>,
+}
+
 impl KubeLease {
     /// A client of the API server at `api` (e.g. `https://10.0.0.1:443`, or `http://…` for
-    /// a test stand-in) for leases in `namespace`, with a bearer `token` and the API
-    /// server's CA (PEM) if given.
+    /// a test stand-in) for leases in `namespace`, with a bearer token read from
+    /// `token_file` (again before every round) and the API server's CA (PEM) if given.
     pub fn new(
         api: &str,
         namespace: &str,
-        token: Option<String>,
+        token_file: Option<&Path>,
         ca_pem: Option<&[u8]>,
     ) -> Result<Self, ElectionError> {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -63,7 +131,7 @@ impl KubeLease {
                 "{}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
                 api.trim_end_matches('/')
             ),
-            token,
+            token: token_file.map(Token::load).transpose()?,
             http,
         })
     }
@@ -79,11 +147,8 @@ impl KubeLease {
             env("KUBERNETES_SERVICE_HOST")?,
             env("KUBERNETES_SERVICE_PORT")?,
         );
-        let read = |f: &str| {
-            std::fs::read(format!("{SERVICE_ACCOUNT}/{f}"))
-                .map_err(|e| ElectionError::Config(format!("{SERVICE_ACCOUNT}/{f}: {e}")))
-        };
-        let token = String::from_utf8_lossy(&read("token")?).trim().to_string();
+        let ca = format!("{SERVICE_ACCOUNT}/ca.crt");
+        let ca = std::fs::read(&ca).map_err(|e| ElectionError::Config(format!("{ca}: {e}")))?;
         let host = if host.contains(':') {
             format!("[{host}]")
         } else {
@@ -92,15 +157,15 @@ impl KubeLease {
         Self::new(
             &format!("https://{host}:{port}"),
             namespace,
-            Some(token),
-            Some(&read("ca.crt")?),
+            Some(Path::new(&format!("{SERVICE_ACCOUNT}/token"))),
+            Some(&ca),
         )
     }
 
     fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
         let r = self.http.request(method, url);
         match &self.token {
-            Some(t) => r.bearer_auth(t),
+            Some(t) => r.bearer_auth(&t.value),
             None => r,
         }
     }
@@ -153,16 +218,16 @@ impl KubeLease {
     }
 
     /// One round of the election: read the lease; renew it if this candidate holds it, take
-    /// it if it is free or expired, else follow its holder. Returns the resulting role.
+    /// it if it is free or expired, else follow its holder.
     async fn round(
         &self,
         name: &str,
         me: &str,
         ttl: Duration,
         seen: &mut Observed,
-        now: Instant,
-    ) -> Result<Role, ElectionError> {
+    ) -> Result<Outcome, ElectionError> {
         let current = self.get(name).await?;
+        let read_at = Instant::now();
         let spec_of = |v: &Value| v.get("spec").cloned().unwrap_or_default();
         let holder = current
             .as_ref()
@@ -171,7 +236,7 @@ impl KubeLease {
             .map(str::to_string);
         if current.as_ref().map(spec_of) != seen.record.as_ref().map(spec_of) {
             seen.record.clone_from(&current);
-            seen.changed_at = Some(now);
+            seen.changed_at = Some(read_at);
         }
         let stamp = Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true);
         let duration = ttl.as_secs().max(1);
@@ -184,6 +249,12 @@ impl KubeLease {
                 "leaseTransitions": transitions,
             })
         };
+        let transitions = |v: &Value| {
+            v.pointer("/spec/leaseTransitions")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        let sent = Instant::now();
         let won = match (&current, holder.as_deref()) {
             (None, _) => self.write(name, None, new_spec(0, &stamp)).await?,
             (Some(v), Some(h)) if h == me => {
@@ -192,83 +263,114 @@ impl KubeLease {
                     .and_then(Value::as_str)
                     .unwrap_or(&stamp)
                     .to_string();
-                let transitions = v
-                    .pointer("/spec/leaseTransitions")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                self.write(name, Some(v), new_spec(transitions, &acquired))
+                self.write(name, Some(v), new_spec(transitions(v), &acquired))
                     .await?
             }
             (Some(v), h) => {
-                let expired =
-                    h.is_none_or(str::is_empty) || seen.changed_at.is_some_and(|t| now - t >= ttl);
+                let expired = h.is_none_or(str::is_empty)
+                    || seen.changed_at.is_some_and(|t| read_at - t >= ttl);
                 if !expired {
-                    return Ok(Role {
-                        leading: false,
-                        leader: holder,
+                    return Ok(Outcome {
+                        role: Role {
+                            leading: false,
+                            leader: holder,
+                        },
+                        sent: None,
                     });
                 }
-                let transitions = v
-                    .pointer("/spec/leaseTransitions")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                self.write(name, Some(v), new_spec(transitions + 1, &stamp))
+                self.write(name, Some(v), new_spec(transitions(v) + 1, &stamp))
                     .await?
             }
         };
         Ok(if won {
-            Role {
-                leading: true,
-                leader: Some(me.to_string()),
+            Outcome {
+                role: Role {
+                    leading: true,
+                    leader: Some(me.to_string()),
+                },
+                sent: Some(sent),
             }
         } else {
-            Role {
-                leading: false,
-                leader: holder.filter(|h| h != me),
+            Outcome {
+                role: Role {
+                    leading: false,
+                    leader: holder.filter(|h| h != me),
+                },
+                sent: None,
             }
         })
     }
 
     /// Campaigns for the lease `name` with `advertise` as holder identity every third of
-    /// `ttl`, publishing every change of role on `role`, until `shutdown` turns true (then a
-    /// held lease is released by writing an empty holder, so a standby takes over at once).
+    /// `ttl`, publishing every change of role on `role` and counting events in `stats`,
+    /// until `shutdown` turns true (then a held lease is released by writing an empty
+    /// holder, so a standby takes over at once).
     pub async fn run(
-        self,
+        mut self,
         name: String,
         ttl: Duration,
         advertise: String,
         role: watch::Sender<Role>,
         mut shutdown: watch::Receiver<bool>,
+        stats: Arc<ElectionStats>,
     ) {
         let mut seen = Observed::default();
-        let mut renewed: Option<Instant> = None;
         let give_up = ttl.mul_f64(2.0 / 3.0);
+        // While leading: the instant leadership ends unless a renewal is sent before it.
+        let mut until: Option<Instant> = None;
+        let lapse = |until: &mut Option<Instant>| {
+            if until.is_some_and(|u| Instant::now() >= u) {
+                *until = None;
+                role.send_if_modified(|cur| cur.set_following(None));
+                warn!(lease = %name, "no renewal for two thirds of the lease: stepped down");
+            }
+        };
         loop {
-            let now = Instant::now();
-            match self.round(&name, &advertise, ttl, &mut seen, now).await {
-                Ok(r) => {
-                    renewed = r.leading.then_some(now);
+            let started = Instant::now();
+            if let Some(t) = &mut self.token
+                && t.refresh().await
+            {
+                stats.count(Event::TokenChanged);
+                info!(file = %t.path.display(), "service-account token changed: using the new one");
+            }
+            let round = self.round(&name, &advertise, ttl, &mut seen);
+            let result = match until {
+                Some(u) => tokio::time::timeout_at(u, round).await.unwrap_or_else(|_| {
+                    Err(ElectionError::Backend(
+                        "lease round cut short: two thirds of the lease passed".into(),
+                    ))
+                }),
+                None => round.await,
+            };
+            match result {
+                Ok(o) => {
+                    until = o.sent.map(|s| s + give_up);
+                    let leading = o.role.leading && until.is_some_and(|u| Instant::now() < u);
                     if role.send_if_modified(|cur| {
-                        if r.leading {
+                        if leading {
                             cur.set_leading(&advertise)
                         } else {
-                            cur.set_following(r.leader.clone())
+                            cur.set_following(o.role.leader.clone().filter(|_| !o.role.leading))
                         }
                     }) {
-                        info!(lease = %name, leading = r.leading, leader = ?r.leader, "lease role");
+                        info!(lease = %name, leading, leader = ?o.role.leader, "lease role");
                     }
                 }
                 Err(e) => {
+                    stats.count(Event::BackendError);
                     warn!(lease = %name, error = %e, "lease round failed");
-                    if renewed.is_none_or(|t| now - t >= give_up) {
+                    if until.is_none() {
                         role.send_if_modified(|cur| cur.set_following(None));
                     }
                 }
             }
+            lapse(&mut until);
             tokio::select! {
-                () = tokio::time::sleep(ttl / 3) => {}
+                () = tokio::time::sleep_until(started + ttl / 3) => {}
+                () = at(until) => {}
                 _ = shutdown.wait_for(|s| *s) => break,
             }
+            lapse(&mut until);
         }
         if role.borrow().leading {
             role.send_if_modified(|cur| cur.set_following(None));
@@ -283,191 +385,14 @@ impl KubeLease {
     }
 }
 
-fn backend(call: &str, e: &reqwest::Error) -> ElectionError {
-    ElectionError::Backend(format!("lease {call}: {e}"))
+/// Sleeps until `t`; forever when `None`.
+async fn at(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    //! Against a stand-in of the API server's Lease endpoints (no cluster can run here):
-    //! get, create, and replace with `resourceVersion` checks (`409 Conflict`), as the API
-    //! server does.
-
-    use std::sync::{Arc, Mutex};
-
-    use axum::Json;
-    use axum::extract::{Path, State};
-    use axum::http::StatusCode as Code;
-    use axum::routing::{get, post};
-
-    use super::*;
-
-    #[derive(Default)]
-    struct Leases {
-        lease: Option<Value>,
-        version: u64,
-        writes: u64,
-    }
-
-    type Shared = Arc<Mutex<Leases>>;
-
-    async fn standin() -> (String, Shared) {
-        let shared = Shared::default();
-        let base = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases";
-        let app = axum::Router::new()
-            .route(base, post(create))
-            .route(&format!("{base}/{{name}}"), get(read).put(replace))
-            .with_state(shared.clone());
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", l.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(l, app).await });
-        (url, shared)
-    }
-
-    fn stored(s: &mut Leases, mut body: Value) -> Value {
-        s.version += 1;
-        s.writes += 1;
-        body["metadata"]["resourceVersion"] = json!(s.version.to_string());
-        s.lease = Some(body.clone());
-        body
-    }
-
-    async fn read(
-        State(s): State<Shared>,
-        Path((_ns, _name)): Path<(String, String)>,
-    ) -> (Code, Json<Value>) {
-        match &s.lock().unwrap().lease {
-            Some(l) => (Code::OK, Json(l.clone())),
-            None => (
-                Code::NOT_FOUND,
-                Json(json!({"kind": "Status", "code": 404})),
-            ),
-        }
-    }
-
-    async fn create(
-        State(s): State<Shared>,
-        Path(_ns): Path<String>,
-        Json(body): Json<Value>,
-    ) -> (Code, Json<Value>) {
-        let mut s = s.lock().unwrap();
-        assert_eq!(body["kind"], "Lease");
-        if s.lease.is_some() {
-            return (Code::CONFLICT, Json(json!({"kind": "Status", "code": 409})));
-        }
-        (Code::CREATED, Json(stored(&mut s, body)))
-    }
-
-    async fn replace(
-        State(s): State<Shared>,
-        Path((_ns, _name)): Path<(String, String)>,
-        Json(body): Json<Value>,
-    ) -> (Code, Json<Value>) {
-        let mut s = s.lock().unwrap();
-        let current = s
-            .lease
-            .as_ref()
-            .map(|l| l["metadata"]["resourceVersion"].clone());
-        if current.as_ref() != Some(&body["metadata"]["resourceVersion"]) {
-            return (Code::CONFLICT, Json(json!({"kind": "Status", "code": 409})));
-        }
-        (Code::OK, Json(stored(&mut s, body)))
-    }
-
-    fn holder(s: &Shared) -> Option<String> {
-        s.lock().unwrap().lease.as_ref().and_then(|l| {
-            l.pointer("/spec/holderIdentity")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-    }
-
-    struct Candidate {
-        role: watch::Receiver<Role>,
-        stop: watch::Sender<bool>,
-        task: tokio::task::JoinHandle<()>,
-    }
-
-    fn candidate(api: &str, me: &str) -> Candidate {
-        let (tx, role) = watch::channel(Role {
-            leading: false,
-            leader: None,
-        });
-        let (stop, rx) = watch::channel(false);
-        let lease = KubeLease::new(api, "grl", None, None).unwrap();
-        let task =
-            tokio::spawn(lease.run("region-1".into(), Duration::from_secs(2), me.into(), tx, rx));
-        Candidate { role, stop, task }
-    }
-
-    /// Polls until `f` holds for the candidates' roles, asserting meanwhile that no two
-    /// lead at once.
-    async fn until(cs: &[&Candidate], secs: u64, f: impl Fn(&[Role]) -> bool) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(secs) {
-            let roles: Vec<Role> = cs.iter().map(|c| c.role.borrow().clone()).collect();
-            assert!(
-                roles.iter().filter(|r| r.leading).count() <= 1,
-                "two leaders: {roles:?}"
-            );
-            if f(&roles) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
-    }
-
-    #[tokio::test]
-    async fn one_candidate_leads_the_other_follows_and_takes_over_when_it_dies() {
-        let (api, shared) = standin().await;
-        let a = candidate(&api, "10.0.0.1:7300");
-        assert!(
-            until(&[&a], 5, |r| r[0].leading).await,
-            "the first candidate never took the free lease"
-        );
-        let b = candidate(&api, "10.0.0.2:7300");
-        assert!(
-            until(&[&a, &b], 5, |r| r[1].leader.as_deref()
-                == Some("10.0.0.1:7300"))
-            .await,
-            "the second candidate does not follow the holder"
-        );
-        let writes = shared.lock().unwrap().writes;
-        assert!(
-            until(&[&a, &b], 5, |_| shared.lock().unwrap().writes
-                >= writes + 2)
-            .await,
-            "the leader does not renew"
-        );
-        assert!(!b.role.borrow().leading);
-
-        // Killed: no more renewals, no release.
-        a.task.abort();
-        let killed = Instant::now();
-        assert!(
-            until(&[&b], 10, |r| r[0].leading).await,
-            "the follower never took over the expired lease"
-        );
-        let took = killed.elapsed();
-        assert!(
-            took >= Duration::from_millis(1500),
-            "took over a live lease after {took:?}"
-        );
-        assert_eq!(holder(&shared).as_deref(), Some("10.0.0.2:7300"));
-        assert_eq!(
-            shared.lock().unwrap().lease.as_ref().unwrap()["spec"]["leaseTransitions"],
-            1
-        );
-
-        // A graceful stop releases the lease: the next candidate takes it at once.
-        b.stop.send_replace(true);
-        let released = until(&[&b], 5, |_| holder(&shared).as_deref() == Some("")).await;
-        assert!(released, "the lease was not released on shutdown");
-        let c = candidate(&api, "10.0.0.3:7300");
-        assert!(
-            until(&[&b, &c], 2, |r| r[1].leading).await,
-            "a released lease was not taken at once"
-        );
-    }
+fn backend(call: &str, e: &reqwest::Error) -> ElectionError {
+    ElectionError::Backend(format!("lease {call}: {e}"))
 }

@@ -9,6 +9,7 @@ pub mod etcd;
 pub mod kube;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -132,16 +133,81 @@ pub struct ElectionOptions {
     pub advertise: String,
 }
 
+/// What the election did, counted for `/metrics`
+/// (`grl_controller_election_events_total{event}`).
+#[derive(Debug, Default)]
+pub struct ElectionStats {
+    elected: AtomicU64,
+    stepped_down: AtomicU64,
+    backend_errors: AtomicU64,
+    stale_leases_revoked: AtomicU64,
+    token_changes: AtomicU64,
+}
+
+/// One kind of [`ElectionStats`] event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// This controller became the leader.
+    Elected,
+    /// It stopped leading (lease lost, expired on its clock, or taken).
+    SteppedDown,
+    /// A call to the engine failed or was cut short.
+    BackendError,
+    /// The lease of an ended term, which the engine still held, was revoked once the
+    /// engine answered again (etcd).
+    StaleLeaseRevoked,
+    /// The bearer token file's content changed and the new token is in use (Kubernetes).
+    TokenChanged,
+}
+
+impl ElectionStats {
+    /// Counts one `event`.
+    pub fn count(&self, event: Event) {
+        self.counter(event).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many `event`s were counted.
+    pub fn get(&self, event: Event) -> u64 {
+        self.counter(event).load(Ordering::Relaxed)
+    }
+
+    fn counter(&self, event: Event) -> &AtomicU64 {
+        match event {
+            Event::Elected => &self.elected,
+            Event::SteppedDown => &self.stepped_down,
+            Event::BackendError => &self.backend_errors,
+            Event::StaleLeaseRevoked => &self.stale_leases_revoked,
+            Event::TokenChanged => &self.token_changes,
+        }
+    }
+
+    /// Every event's label and count.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("elected", Event::Elected),
+            ("stepped_down", Event::SteppedDown),
+            ("backend_error", Event::BackendError),
+            ("stale_lease_revoked", Event::StaleLeaseRevoked),
+            ("token_changed", Event::TokenChanged),
+        ]
+        .into_iter()
+        .map(|(l, e)| (l, self.get(e)))
+        .collect()
+    }
+}
+
 /// The default lease: a dead leader is replaced within about 3 s, and a leader cut off
 /// from etcd steps down after 2 s without renewal.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3);
 
 /// Starts campaigning: `node` follows (refusing children) until elected, then leads, and
-/// follows again whenever leadership is lost. Ends when `shutdown` turns true.
+/// follows again whenever leadership is lost; events are counted in `stats`. Ends when
+/// `shutdown` turns true.
 pub fn spawn(
     opts: ElectionOptions,
     node: Arc<Node>,
     shutdown: watch::Receiver<bool>,
+    stats: Arc<ElectionStats>,
 ) -> Result<Vec<JoinHandle<()>>, ElectionError> {
     let (tx, mut rx) = watch::channel(Role {
         leading: false,
@@ -151,19 +217,42 @@ pub fn spawn(
     let campaign = match &opts.backend {
         Backend::Etcd(url) => {
             let etcd = etcd::Etcd::new(url)?;
-            tokio::spawn(etcd.run(opts.key, opts.ttl, opts.advertise, tx, shutdown))
+            tokio::spawn(etcd.run(
+                opts.key,
+                opts.ttl,
+                opts.advertise,
+                tx,
+                shutdown,
+                stats.clone(),
+            ))
         }
         Backend::KubeLease { namespace, api } => {
             let lease = match api {
                 Some(api) => kube::KubeLease::new(api, namespace, None, None)?,
                 None => kube::KubeLease::in_cluster(namespace)?,
             };
-            tokio::spawn(lease.run(opts.key, opts.ttl, opts.advertise, tx, shutdown))
+            tokio::spawn(lease.run(
+                opts.key,
+                opts.ttl,
+                opts.advertise,
+                tx,
+                shutdown,
+                stats.clone(),
+            ))
         }
     };
     let apply = tokio::spawn(async move {
+        let mut leading = false;
         while rx.changed().await.is_ok() {
             let role = rx.borrow_and_update().clone();
+            if role.leading != leading {
+                leading = role.leading;
+                stats.count(if leading {
+                    Event::Elected
+                } else {
+                    Event::SteppedDown
+                });
+            }
             node.set_role(role, Instant::now());
         }
     });
