@@ -1,5 +1,5 @@
 //! The sidecar's own counters (upstream failures, rate limit service answers, rate limit
-//! quota reports and assignments) and the
+//! quota reports and assignments, and the proxy port's: [`super::port_metrics`]) and the
 //! `/metrics` exposition that puts them after the client's (`grl_requests_total` and the
 //! client gauges).
 
@@ -60,6 +60,8 @@ pub struct SidecarMetrics {
     rls: [AtomicU64; 3],
     rlqs_assignments: [AtomicU64; 3],
     rlqs_reports: [AtomicU64; 2],
+    /// The proxy port's counters.
+    pub port: super::port_metrics::PortMetrics,
 }
 
 impl SidecarMetrics {
@@ -127,6 +129,7 @@ impl SidecarMetrics {
             &["ok", "invalid_argument"],
             &self.rlqs_reports,
         );
+        self.port.render(&mut out, &service);
         out
     }
 }
