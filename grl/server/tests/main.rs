@@ -1,7 +1,9 @@
 //! Integration tests of the tiers: aggregators, controllers and real clients on 127.0.0.1
 //! in one process ([`enforce`], [`config`], and faults on their links: [`faults`]), and the
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
-//! ecosystems: [`sidecar`], [`rls`], [`rlqs`]), bad input ([`bad_input`]), and TLS with authorised
+//! ecosystems: [`sidecar`], [`rls`], [`rlqs`]; its proxy port under hostile connections
+//! and callers, [`sidecar_port`] and [`sidecar_callers`], with raw clients from
+//! [`raw_http`]), bad input ([`bad_input`]), and TLS with authorised
 //! admin calls ([`security`]), and active/standby controllers elected through etcd
 //! ([`failover`]; an etcd outage: [`election`]) or a Kubernetes Lease ([`kube_lease`],
 //! against a stand-in API server: [`kube_api`]), enforcement that follows the load up
@@ -19,10 +21,13 @@ mod faults;
 mod follow;
 mod kube_api;
 mod kube_lease;
+mod raw_http;
 mod rlqs;
 mod rls;
 mod security;
 mod shapes;
 mod sidecar;
+mod sidecar_callers;
+mod sidecar_port;
 mod size_bounds;
 mod support;

@@ -72,6 +72,29 @@ impl Ca {
         write_atomically(&k, &key.serialize_pem());
         (c, k)
     }
+
+    /// A client certificate with exactly `sans` (and CN `cn`), written to `<file>.crt` and
+    /// `<file>.key`.
+    pub(crate) fn client_leaf(
+        &self,
+        cn: &str,
+        sans: Vec<rcgen::SanType>,
+        file: &str,
+    ) -> (PathBuf, PathBuf) {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.subject_alt_names = sans;
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{file}.crt")),
+            self.dir.join(format!("{file}.key")),
+        );
+        write_atomically(&c, &cert.pem());
+        write_atomically(&k, &key.serialize_pem());
+        (c, k)
+    }
 }
 
 /// Replaces a file in one rename, as a secret mounter does.

@@ -122,11 +122,13 @@ type TestBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A real upstream on 127.0.0.1 (HTTP/1.1 and h2c): gRPC requests go to [`AlwaysOk`];
 /// `/hang` never answers; `/slow` sends `first\n`, waits 1 s, sends `last\n`; anything else
-/// echoes its body back, streamed, with what it saw in `x-upstream-*` headers.
+/// echoes its body back, streamed, with what it saw in `x-upstream-*` headers. It records
+/// the paths of HTTP requests.
 pub(crate) struct Upstream {
     /// Its address.
     pub addr: SocketAddr,
     http: Arc<AtomicU64>,
+    paths: Arc<std::sync::Mutex<Vec<String>>>,
     grpc: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -147,6 +149,8 @@ impl Upstream {
         let grpc = rls.calls.clone();
         let server = RateLimitServiceServer::new(rls);
         let count = http.clone();
+        let paths = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = paths.clone();
         let task = tokio::spawn(async move {
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             loop {
@@ -154,9 +158,10 @@ impl Upstream {
                     continue;
                 };
                 let (server, count, builder) = (server.clone(), count.clone(), builder.clone());
+                let seen = seen.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
-                        upstream_handle(req, server.clone(), count.clone())
+                        upstream_handle(req, server.clone(), count.clone(), seen.clone())
                     });
                     let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
                 });
@@ -165,6 +170,7 @@ impl Upstream {
         Self {
             addr,
             http,
+            paths,
             grpc,
             task,
         }
@@ -180,6 +186,11 @@ impl Upstream {
         self.http.load(Ordering::Relaxed)
     }
 
+    /// The paths (with query) of the HTTP requests received so far, in order.
+    pub(crate) fn paths(&self) -> Vec<String> {
+        self.paths.lock().unwrap().clone()
+    }
+
     /// gRPC calls answered so far.
     pub(crate) fn grpc_calls(&self) -> u64 {
         self.grpc.load(Ordering::Relaxed)
@@ -190,6 +201,7 @@ async fn upstream_handle(
     req: Request<Incoming>,
     mut grpc: RateLimitServiceServer<AlwaysOk>,
     count: Arc<AtomicU64>,
+    paths: Arc<std::sync::Mutex<Vec<String>>>,
 ) -> Result<Response<TestBody>, Infallible> {
     let is_grpc = req
         .headers()
@@ -200,6 +212,8 @@ async fn upstream_handle(
         return Ok(res.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()));
     }
     count.fetch_add(1, Ordering::Relaxed);
+    let pq = req.uri().path_and_query().map_or("", |p| p.as_str());
+    paths.lock().unwrap().push(pq.to_string());
     match req.uri().path() {
         "/hang" => {
             tokio::time::sleep(Duration::from_secs(120)).await;
@@ -318,6 +332,11 @@ impl Sidecar {
         sc
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its `/metrics`.
     pub(crate) async fn scrape(&self) -> BTreeMap<String, f64> {
         support::scrape(self.metrics).await
@@ -409,7 +428,7 @@ pub(crate) fn n(v: &serde_json::Value, key: &str) -> u64 {
 }
 
 /// Runs curl with `args` (plus `-sS`) and returns its stdout.
-fn curl(args: &[&str]) -> String {
+pub(crate) fn curl(args: &[&str]) -> String {
     let out = Command::new("curl")
         .arg("-sS")
         .args(args)

@@ -7,7 +7,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use grl::sidecar::proxy::{ProxyOptions, UpstreamProtocol};
+use grl::sidecar::proxy::caller::CallerFrom;
+use grl::sidecar::proxy::conn::Timeouts;
+use grl::sidecar::proxy::listen::{
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
+use grl::sidecar::proxy::{PortOptions, ProxyOptions, UpstreamProtocol};
 use grl::sidecar::{self, Listeners, SidecarOptions};
 use grl::tier::tls::{ServerTls, ServerTlsFiles};
 use grl_client::{Client, ClientConfig};
@@ -34,9 +39,37 @@ pub(crate) struct Args {
     /// This instance's region.
     #[arg(long)]
     region: String,
-    /// The request header naming the caller (absent: caller "").
+    /// The request header naming the caller (absent: caller ""). Given twice, or not
+    /// UTF-8: the request is refused with 400.
     #[arg(long, default_value = grl_client::layer::DEFAULT_CALLER_HEADER)]
     caller_header: String,
+    /// Where the caller comes from: the caller header (anyone reaching the port can name any
+    /// caller), or the client certificate (`peer-cert`: its first URI SAN, e.g. a SPIFFE ID,
+    /// else its first DNS SAN; needs `--proxy-tls-client-ca`; the header is then ignored and
+    /// removed before forwarding).
+    #[arg(long, value_enum, default_value_t = CallerFrom::Header)]
+    caller_from: CallerFrom,
+    /// Certificate chain (PEM) served on `--listen`: the proxy then speaks TLS only
+    /// (HTTP/1.1 and HTTP/2 by ALPN). Re-read when it changes.
+    #[arg(long, value_name = "FILE", requires = "proxy_tls_key")]
+    proxy_tls_cert: Option<PathBuf>,
+    /// The private key of `--proxy-tls-cert` (PEM).
+    #[arg(long, value_name = "FILE", requires = "proxy_tls_cert")]
+    proxy_tls_key: Option<PathBuf>,
+    /// CA (PEM) that callers' client certificates must chain to: mutual TLS on `--listen`.
+    #[arg(long, value_name = "FILE", requires = "proxy_tls_cert")]
+    proxy_tls_client_ca: Option<PathBuf>,
+    /// Longest wait for a whole request head, in milliseconds: the first one counted from
+    /// the connection's opening (TLS handshake included), a later one from its first byte.
+    #[arg(long, default_value_t = DEFAULT_HEADER_TIMEOUT.as_millis() as u64, value_parser = super::validate::timeout_ms)]
+    header_timeout_ms: u64,
+    /// How long a connection may stay without a request in flight, in milliseconds.
+    #[arg(long, default_value_t = DEFAULT_IDLE_TIMEOUT.as_millis() as u64, value_parser = super::validate::timeout_ms)]
+    idle_timeout_ms: u64,
+    /// Most connections open on `--listen` at once; one more is closed at once (each holds
+    /// a file descriptor, two while forwarding: keep `ulimit -n` above twice this).
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
     /// Address for `/metrics`.
     #[arg(long)]
     metrics_listen: Option<String>,
@@ -90,6 +123,14 @@ pub(crate) struct Args {
 
 /// Runs until SIGTERM or Ctrl-C.
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
+    if a.caller_from == CallerFrom::PeerCert && a.proxy_tls_client_ca.is_none() {
+        return Err(super::validate::Usage(
+            "--caller-from peer-cert needs --proxy-tls-cert, --proxy-tls-key and \
+             --proxy-tls-client-ca (callers then prove who they are with a client certificate)"
+                .into(),
+        )
+        .into());
+    }
     let mut cfg = ClientConfig::new(a.service, a.aggregator.clone());
     cfg.tls = a.tls.tls();
     cfg.zone = a.zone;
@@ -115,8 +156,27 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         proxy: ProxyOptions {
             upstream: a.upstream,
             caller_header: a.caller_header,
+            caller_from: a.caller_from,
             timeout: Duration::from_millis(a.upstream_timeout_ms),
             protocol: a.upstream_protocol,
+            port: PortOptions {
+                timeouts: Timeouts {
+                    header: Duration::from_millis(a.header_timeout_ms),
+                    idle: Duration::from_millis(a.idle_timeout_ms),
+                },
+                max_connections: a.max_connections as usize,
+                tls: match (a.proxy_tls_cert, a.proxy_tls_key) {
+                    (Some(cert), Some(key)) => Some(Arc::new(
+                        ServerTls::load(ServerTlsFiles {
+                            cert,
+                            key,
+                            client_ca: a.proxy_tls_client_ca,
+                        })
+                        .context("--proxy-tls-cert/--proxy-tls-key/--proxy-tls-client-ca")?,
+                    )),
+                    _ => None,
+                },
+            },
         },
         rls_caller_key: a.rls_caller_key,
         rls_procedure_key: a.rls_procedure_key,

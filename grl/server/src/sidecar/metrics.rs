@@ -1,5 +1,6 @@
 //! The sidecar's own counters (upstream failures, rate limit service answers, rate limit
-//! quota reports, assignments and streams, long names bounded) and the
+//! quota reports, assignments and streams, long names bounded, and the proxy port's:
+//! [`super::port_metrics`]) and the
 //! `/metrics` exposition that puts them after the client's (`grl_requests_total` and the
 //! client gauges).
 
@@ -71,6 +72,8 @@ pub struct SidecarMetrics {
     rlqs_streams: [AtomicU64; 2],
     rlqs_open: AtomicU64,
     long_names: [AtomicU64; 2],
+    /// The proxy port's counters.
+    pub port: super::port_metrics::PortMetrics,
 }
 
 /// Which Envoy service met a long name.
@@ -181,6 +184,7 @@ impl SidecarMetrics {
             out,
             "# HELP {RLQS_STREAMS_OPEN} Rate limit quota streams open.\n# TYPE {RLQS_STREAMS_OPEN} gauge\n{RLQS_STREAMS_OPEN}{{service=\"{service}\"}} {open}"
         );
+        self.port.render(&mut out, &service);
         out
     }
 }

@@ -2,18 +2,21 @@
 //! service holds a [`grl_client::Client`] (the same local decisions, control stream and
 //! metrics as a Rust service linking the client) and offers it two ways:
 //!
-//! * [`proxy`]: a reverse proxy (HTTP/1.1 and h2c, so gRPC) in front of the service;
+//! * [`proxy`]: a reverse proxy (HTTP/1.1 and h2c, so gRPC, or either over TLS) in front
+//!   of the service;
 //! * [`rls`]: Envoy's rate limit service v3, for an Envoy or Istio proxy in the same pod;
 //! * [`rlqs`]: Envoy's rate limit quota service v3 on the same port, for Envoy's
 //!   `rate_limit_quota` filter, which then enforces by itself with this client's share.
 //!
 //! [`start`] binds nothing itself: it serves on listeners the caller made (port 0 in tests)
 //! and returns a [`RunningSidecar`]. [`metrics`] renders `/metrics`; [`envoy`] is the
-//! generated API; [`names`] bounds the callers and procedures Envoy hands over.
+//! generated API; [`names`] bounds the callers and procedures Envoy hands over;
+//! [`port_metrics`] counts what the proxy's port refuses.
 
 pub mod envoy;
 pub mod metrics;
 pub mod names;
+pub mod port_metrics;
 pub mod proxy;
 pub mod rlqs;
 pub mod rls;
