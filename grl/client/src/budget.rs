@@ -75,7 +75,13 @@ impl Budget {
     /// than first come first served, and a budget holding part of one request admits with
     /// that probability: clients that send at the same instants (a cron, a retry storm, a
     /// load generator in step) then drift apart instead of spending in the same window.
-    pub(crate) fn ratio(&self, allowed: f64, window_secs: f64, expected: f64, at_least: f64) -> f64 {
+    pub(crate) fn ratio(
+        &self,
+        allowed: f64,
+        window_secs: f64,
+        expected: f64,
+        at_least: f64,
+    ) -> f64 {
         let available = self.tokens + allowed * window_secs;
         if available <= 0.0 {
             return 1.0;
@@ -144,11 +150,17 @@ mod tests {
         // 2 rps (one request every ten windows) against 0.5 rps: 42 s, 40 measured.
         let offered: Vec<u64> = (0..840).map(|i| u64::from(i % 10 == 0)).collect();
         let got = run(0.5, &offered, 0.45);
-        assert!((19..=21).contains(&got), "admitted {got} of 80 where 20 were due");
+        assert!(
+            (19..=21).contains(&got),
+            "admitted {got} of 80 where 20 were due"
+        );
         // Half a request a second against 0.125: 82 s, 80 measured.
         let offered: Vec<u64> = (0..1640).map(|i| u64::from(i % 40 == 0)).collect();
         let got = run(0.125, &offered, 1.95);
-        assert!((9..=11).contains(&got), "admitted {got} of 40 where 10 were due");
+        assert!(
+            (9..=11).contains(&got),
+            "admitted {got} of 40 where 10 were due"
+        );
     }
 
     #[test]
@@ -169,7 +181,9 @@ mod tests {
     #[test]
     fn a_batch_is_paid_back_in_full() {
         // One call of 5,000 hits a second against 2,000 rps: 12 s, 10 measured.
-        let offered: Vec<u64> = (0..240).map(|i| if i % 20 == 0 { 5000 } else { 0 }).collect();
+        let offered: Vec<u64> = (0..240)
+            .map(|i| if i % 20 == 0 { 5000 } else { 0 })
+            .collect();
         let got = run(2000.0, &offered, 0.95);
         assert!(
             (15_000..=25_000).contains(&got),

@@ -408,7 +408,6 @@ pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<super::buckets::BucketCell>]
         .store(cell.shadow.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -459,7 +458,10 @@ mod tests {
     }
 
     fn totals_of(c: &crate::Client) -> BucketTotals {
-        c.bucket_totals().into_iter().find(|b| b.bucket == "b").unwrap()
+        c.bucket_totals()
+            .into_iter()
+            .find(|b| b.bucket == "b")
+            .unwrap()
     }
 
     #[test]

@@ -189,7 +189,11 @@ impl Shape {
     fn runs_in_segment(&self) -> usize {
         let mut prev_empty = true;
         let mut runs = 0;
-        for s in self.ring.iter().skip(self.ring.len() - self.segment.min(self.ring.len())) {
+        for s in self
+            .ring
+            .iter()
+            .skip(self.ring.len() - self.segment.min(self.ring.len()))
+        {
             if s.offered > 0 && prev_empty {
                 runs += 1;
             }
@@ -211,7 +215,12 @@ impl Shape {
     /// The largest window of the ring, leaving out the newest `skip`.
     fn max_offered(&self, skip: usize) -> u32 {
         let n = self.ring.len().saturating_sub(skip);
-        self.ring.iter().take(n).map(|s| s.offered).max().unwrap_or(0)
+        self.ring
+            .iter()
+            .take(n)
+            .map(|s| s.offered)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Requests offered in the newest `k` windows after leaving out the newest `skip`.
@@ -257,7 +266,11 @@ impl Shape {
 
     /// The empty windows at the end of the ring.
     fn current_gap(&self) -> usize {
-        self.ring.iter().rev().take_while(|s| s.offered == 0).count()
+        self.ring
+            .iter()
+            .rev()
+            .take_while(|s| s.offered == 0)
+            .count()
     }
 
     /// (offered, admitted) per second for a report: over the last interval
@@ -325,11 +338,21 @@ impl Shape {
     /// that sends in bursts.
     pub(crate) fn typical_window(&self) -> f64 {
         let (mut sum, mut n) = (0u64, 0u64);
-        for s in self.ring.iter().rev().take(self.segment).filter(|s| s.offered > 0) {
+        for s in self
+            .ring
+            .iter()
+            .rev()
+            .take(self.segment)
+            .filter(|s| s.offered > 0)
+        {
             sum += u64::from(s.offered);
             n += 1;
         }
-        if n == 0 { 1.0 } else { (sum as f64 / n as f64).max(1.0) }
+        if n == 0 {
+            1.0
+        } else {
+            (sum as f64 / n as f64).max(1.0)
+        }
     }
 
     /// Requests admitted over the whole ring.
@@ -389,7 +412,11 @@ mod tests {
     #[test]
     fn a_steady_rate_reports_itself_and_a_step_is_a_change_within_two_windows() {
         let (mut s, ch) = fed(std::iter::repeat_n(5, 60));
-        assert_eq!(changes_of(&ch, Change::Rise), 1, "the start is a rise from nothing");
+        assert_eq!(
+            changes_of(&ch, Change::Rise),
+            1,
+            "the start is a rise from nothing"
+        );
         assert_eq!(changes_of(&ch, Change::Fall), 0);
         assert!(s.dense(20));
         let (o, _) = s.report_rates(20);
@@ -401,7 +428,11 @@ mod tests {
         for _ in 0..20 {
             assert_eq!(s.push(75, 75, W), Change::None);
         }
-        assert_eq!(s.push(5, 5, W), Change::Fall, "a fall under a quarter, at once");
+        assert_eq!(
+            s.push(5, 5, W),
+            Change::Fall,
+            "a fall under a quarter, at once"
+        );
         assert!((s.report_rates(20).0 - 100.0).abs() < 1e-6);
         for _ in 0..20 {
             s.push(5, 5, W);
@@ -510,7 +541,10 @@ mod tests {
             s.push(10, 4, W);
         }
         let (o, a) = s.report_rates(20);
-        assert!((o - 200.0).abs() < 1e-6 && (a - 80.0).abs() < 1e-6, "{o} {a}");
+        assert!(
+            (o - 200.0).abs() < 1e-6 && (a - 80.0).abs() < 1e-6,
+            "{o} {a}"
+        );
         assert_eq!(s.admitted_in_ring(), 160);
     }
 }

@@ -68,11 +68,8 @@ impl Inner {
             if let (Some(a), Some(_)) = (b.allowed, b.expires) {
                 let share = b.local_share(a);
                 if !std::mem::take(&mut b.unsettled) {
-                    let floor = Budget::floor(
-                        share,
-                        interval.as_secs_f64(),
-                        b.shape.admitted_in_ring(),
-                    );
+                    let floor =
+                        Budget::floor(share, interval.as_secs_f64(), b.shape.admitted_in_ring());
                     let cap = Budget::cap(share, w, b.shape.longest_gap_secs());
                     b.budget.settle(share, secs, admitted, floor, cap);
                 }

@@ -293,7 +293,10 @@ async fn ratios_drop_their_share_and_shadow_only_counts() {
         }
     }
     assert_eq!(shadow_total, 1000);
-    assert!(with_rate >= 1, "no report carried the shadow drops as a rate");
+    assert!(
+        with_rate >= 1,
+        "no report carried the shadow drops as a rate"
+    );
     task.abort();
 }
 

@@ -670,11 +670,15 @@ async fn claimed_clients_do_not_make_a_fake_rate_plausible() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(summed, "the controller never summed the real clients' 600 rps");
+    assert!(
+        summed,
+        "the controller never summed the real clients' 600 rps"
+    );
 
     let stubs = python_grl_stubs();
     let stubs_dir = stubs.path().display().to_string();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/fake_child.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/fake_child.py");
     let hostile = |target: String, id: &'static str, level: &'static str| {
         let (script, stubs_dir) = (script.clone(), stubs_dir.clone());
         std::thread::spawn(move || {
@@ -717,7 +721,10 @@ async fn claimed_clients_do_not_make_a_fake_rate_plausible() {
         refused(&a, "implausible") >= 1.0,
         "the aggregator took a client's row claiming 2,000 clients: {a:#?}"
     );
-    assert!(refused(&a, "level") >= 1.0, "the aggregator took a zone-level report: {a:#?}");
+    assert!(
+        refused(&a, "level") >= 1.0,
+        "the aggregator took a zone-level report: {a:#?}"
+    );
     assert!(
         refused(&c, "implausible") >= 1.0,
         "the controller took a zone row of 1e9 claiming 2,000 clients: {c:#?}"

@@ -132,7 +132,11 @@ impl Region {
             .dir
             .path()
             .join(format!("profile-{}-{}.csv", agg.zone, free_port()));
-        std::fs::write(&profile, format!("second,caller,procedure,rps,shape\n{rows}")).unwrap();
+        std::fs::write(
+            &profile,
+            format!("second,caller,procedure,rps,shape\n{rows}"),
+        )
+        .unwrap();
         let mut child: Child = Command::new(BIN)
             .args(["loadgen", "--aggregator"])
             .arg(format!("127.0.0.1:{}", agg.port))
@@ -199,7 +203,12 @@ pub(crate) fn scrape(port: u16) -> BTreeMap<String, f64> {
 }
 
 /// The counts of `bucket` summed over the seconds `from..=to` of every loadgen's lines.
-pub(crate) fn total(runs: &[BTreeMap<(u64, String), Counts>], bucket: &str, from: u64, to: u64) -> Counts {
+pub(crate) fn total(
+    runs: &[BTreeMap<(u64, String), Counts>],
+    bucket: &str,
+    from: u64,
+    to: u64,
+) -> Counts {
     let mut sum = [0.0; 4];
     for run in runs {
         for t in from..=to {
@@ -218,7 +227,10 @@ pub(crate) fn table(runs: &[BTreeMap<(u64, String), Counts>], bucket: &str, to: 
     (1..=to)
         .map(|t| {
             let c = total(runs, bucket, t, t);
-            format!("t={t}: offered {:.0} admitted {:.0} dropped {:.0} shadow {:.0}\n", c[0], c[1], c[2], c[3])
+            format!(
+                "t={t}: offered {:.0} admitted {:.0} dropped {:.0} shadow {:.0}\n",
+                c[0], c[1], c[2], c[3]
+            )
         })
         .collect()
 }
@@ -251,7 +263,10 @@ const MEASURE: u64 = 20;
 /// bucket of `limit`; asserts the admitted rate over 20 s after a 5 s warm-up is the
 /// limit within `tolerance`.
 fn low_rate(clients: usize, per_client: f64, limit: f64, tolerance: f64, shape: &str) {
-    let region = Region::start(&service(&[bucket("b", "gateway", "", "deny", limit)]), &["a"]);
+    let region = Region::start(
+        &service(&[bucket("b", "gateway", "", "deny", limit)]),
+        &["a"],
+    );
     let total_rps = clients as f64 * per_client;
     let run = region
         .loadgen(
@@ -294,16 +309,28 @@ fn a_hundred_clients_at_2_rps_are_held_to_100_rps() {
 /// 24, 36 (worst +44 %); every second from the 5th is held to ±25 % and the mean to ±5 %.
 #[test]
 fn twenty_clients_at_5_rps_admit_a_steady_25_every_second() {
-    let region = Region::start(&service(&[bucket("b", "gateway", "", "deny", 25.0)]), &["a"]);
+    let region = Region::start(
+        &service(&[bucket("b", "gateway", "", "deny", 25.0)]),
+        &["a"],
+    );
     let runs = [region
-        .loadgen(0, 20, "0,gateway,Pay/Card,100,even\n", WARM + MEASURE, Region::start_in(2))
+        .loadgen(
+            0,
+            20,
+            "0,gateway,Pay/Card,100,even\n",
+            WARM + MEASURE,
+            Region::start_in(2),
+        )
         .join()
         .unwrap()];
     let report = table(&runs, "b", WARM + MEASURE);
     eprintln!("{report}");
     for t in WARM..=WARM + MEASURE {
         let a = total(&runs, "b", t, t)[1];
-        assert!((a - 25.0).abs() <= 0.25 * 25.0, "second {t} admitted {a}\n{report}");
+        assert!(
+            (a - 25.0).abs() <= 0.25 * 25.0,
+            "second {t} admitted {a}\n{report}"
+        );
     }
     let mean = total(&runs, "b", WARM, WARM + MEASURE)[1] / (MEASURE + 1) as f64;
     assert!((mean - 25.0).abs() <= 0.05 * 25.0, "mean {mean}\n{report}");
@@ -317,7 +344,12 @@ fn many_procedures(clients: usize, procedures: usize, per_pair: f64) {
         &["a"],
     );
     let rows: String = (0..procedures)
-        .map(|p| format!("0,gateway,Orders/Get{p},{},even\n", per_pair * clients as f64))
+        .map(|p| {
+            format!(
+                "0,gateway,Orders/Get{p},{},even\n",
+                per_pair * clients as f64
+            )
+        })
         .collect();
     let runs = [region
         .loadgen(0, clients, &rows, WARM + MEASURE, Region::start_in(2))
@@ -354,14 +386,19 @@ fn shadow_beside_deny(clients: usize, per_client: f64, limit: f64) {
         &["a"],
     );
     let rps = clients as f64 * per_client;
-    let rows = format!("0,deny-caller,Pay/Card,{rps},spread\n0,shadow-caller,Pay/Card,{rps},spread\n");
+    let rows =
+        format!("0,deny-caller,Pay/Card,{rps},spread\n0,shadow-caller,Pay/Card,{rps},spread\n");
     let runs = [region
         .loadgen(0, clients, &rows, WARM + MEASURE, Region::start_in(2))
         .join()
         .unwrap()];
     let d = total(&runs, "d", WARM + 1, WARM + MEASURE);
     let s = total(&runs, "s", WARM + 1, WARM + MEASURE);
-    let report = format!("deny:\n{}shadow:\n{}", table(&runs, "d", WARM + MEASURE), table(&runs, "s", WARM + MEASURE));
+    let report = format!(
+        "deny:\n{}shadow:\n{}",
+        table(&runs, "d", WARM + MEASURE),
+        table(&runs, "s", WARM + MEASURE)
+    );
     eprintln!("{report}");
     assert_eq!(s[2], 0.0, "a shadow bucket dropped\n{report}");
     assert!(d[2] > 0.0, "the deny bucket dropped nothing\n{report}");
@@ -389,7 +426,10 @@ fn shadow_counts_what_deny_drops_at_5_and_100_rps_per_client() {
 /// from the 3rd second the controller's offered rate is the true average ±10 %, and the
 /// admitted total over 10 s is within +5 % of the limit (and not far under it).
 fn bursts(loadgens: usize, per_burst: f64, period_ms: u64) {
-    let region = Region::start(&service(&[bucket("b", "gateway", "", "deny", 2000.0)]), &["a"]);
+    let region = Region::start(
+        &service(&[bucket("b", "gateway", "", "deny", 2000.0)]),
+        &["a"],
+    );
     let rps = per_burst * 1000.0 / period_ms as f64;
     let start = Region::start_in(2);
     let duration = 14;
@@ -450,7 +490,10 @@ fn bursts_every_100_ms_are_seen_and_held() {
 /// `signal` and started again after `down`: no second admits more than 1.2x the limit,
 /// and from 2 s after the restart every second is the limit again (±10 %).
 fn aggregator_restart(signal: &str, down: Duration) {
-    let mut region = Region::start(&service(&[bucket("b", "gateway", "", "deny", 500.0)]), &["a"]);
+    let mut region = Region::start(
+        &service(&[bucket("b", "gateway", "", "deny", 500.0)]),
+        &["a"],
+    );
     let start = Region::start_in(2);
     let duration = 24;
     let run = region.loadgen(0, 10, "0,gateway,Pay/Card,1500,spread\n", duration, start);
@@ -466,7 +509,10 @@ fn aggregator_restart(signal: &str, down: Duration) {
     eprintln!("stopped at {stopped_at:.1} s, back at {back_at:.1} s\n{report}");
     for t in 5..=duration {
         let a = total(&runs, "b", t, t)[1];
-        assert!(a <= 1.2 * 500.0, "second {t} admitted {a:.0} > 1.2x the limit\n{report}");
+        assert!(
+            a <= 1.2 * 500.0,
+            "second {t} admitted {a:.0} > 1.2x the limit\n{report}"
+        );
         if t as f64 >= back_at + 3.0 {
             assert!(
                 (a - 500.0).abs() <= 0.1 * 500.0,
@@ -493,7 +539,10 @@ fn an_aggregator_restarted_at_once_lets_no_surge_through() {
 /// offered rate ±10 % from the 3rd second on, and over the last 10 calls-worth of seconds
 /// the share of hits answered `OVER_LIMIT` is what the limit requires ±10 %.
 fn rls_batches(hits: u64, every: f64) {
-    let region = Region::start(&service(&[bucket("b", "envoy", "", "deny", 2000.0)]), &["a"]);
+    let region = Region::start(
+        &service(&[bucket("b", "envoy", "", "deny", 2000.0)]),
+        &["a"],
+    );
     let (p, r, m) = (free_port(), free_port(), free_port());
     let rls = format!("127.0.0.1:{r}");
     let _sidecar = spawn(&[
@@ -557,7 +606,10 @@ fn rls_batches(hits: u64, every: f64) {
     let over = last.iter().filter(|c| **c == "OVER_LIMIT").count() as f64;
     let share = over / last.len() as f64;
     let want = 1.0 - 2000.0 / truth;
-    eprintln!("{hits} hits every {every} s: controller saw {seen:.0?}; over the last 10 s {over} of {} calls OVER_LIMIT", last.len());
+    eprintln!(
+        "{hits} hits every {every} s: controller saw {seen:.0?}; over the last 10 s {over} of {} calls OVER_LIMIT",
+        last.len()
+    );
     for o in &seen {
         assert!(
             (o - truth).abs() <= 0.1 * truth,

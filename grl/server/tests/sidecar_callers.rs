@@ -261,7 +261,7 @@ async fn callers_and_paths_of_30_kb_are_cut_to_256_bytes_and_metrics_stay_small(
         "{n} pairs of 30 KB names: /metrics {} KB, sidecar RSS {rss_before:.1} → {rss_after:.1} MiB",
         text.len() / 1024
     );
-    assert!(text.len() < 2 << 20, "/metrics is {} bytes", text.len());
+    assert!(text.len() < 3 << 20, "/metrics is {} bytes", text.len());
     let m = sc.scrape().await;
     let cut = |name| sum(&m, "grl_sidecar_names_cut_total", &[("name", name)]) as u64;
     assert_eq!((cut("caller"), cut("procedure")), (n, n));

@@ -152,11 +152,17 @@ async fn idle_connections_are_closed_after_the_idle_timeout_even_while_pinging()
             _ => {}
         }
     };
+    println!("idle connections closed after {idle:?} (HTTP/1.1) and {goaway:?} (HTTP/2, GOAWAY)");
     assert!(
         goaway >= Duration::from_millis(2900),
         "GOAWAY after {goaway:?}: pings must not count as requests, nor close sooner"
     );
-    assert!(closed_by_peer(&mut h2.stream).await.is_some());
+    // Frames may follow the GOAWAY (ping acknowledgements), then the connection ends.
+    let end = tokio::time::timeout(Duration::from_secs(30), async {
+        while h2.next(Duration::from_secs(60)).await.is_some() {}
+    })
+    .await;
+    assert!(end.is_ok(), "the connection stayed open after GOAWAY");
     assert_eq!(closed(&sc, "idle_timeout").await, 2);
 }
 
@@ -238,7 +244,11 @@ async fn http2_rapid_reset_is_cut_off_with_goaway_and_others_are_served() {
         raw_http::goaway_code(&goaway),
         last.div_ceil(2)
     );
-    assert!(last.div_ceil(2) <= 1_000, "{last}");
+    assert!(
+        last.div_ceil(2) <= 200,
+        "GOAWAY only after {} streams",
+        last.div_ceil(2)
+    );
     let mut other = H2::connect(&sc.addr).await;
     let frames = other.get(1, "/pay.Pay/Card").await;
     assert!(
@@ -256,8 +266,9 @@ async fn smuggling_is_refused_or_normalised_and_the_upstream_sees_what_was_count
     let cases: [(&str, &[u16], &[&str]); 6] = [
         (
             "POST /cl-te HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-            &[200, 200],
-            &["/cl-te", "/smuggled"],
+            // Read as chunked, then the connection is closed: the rest is never a request.
+            &[200],
+            &["/cl-te"],
         ),
         (
             "POST /two-cl HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 40\r\n\r\nhello",

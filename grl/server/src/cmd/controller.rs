@@ -152,7 +152,10 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         .context("controller refused to start")?;
     running
         .node
-        .set_report_limits(super::validate::report_limits(a.max_client_rps, Some(a.max_child_rps)));
+        .set_report_limits(super::validate::report_limits(
+            a.max_client_rps,
+            Some(a.max_child_rps),
+        ));
     info!(addr = %running.addr, metrics = ?running.metrics_addr, version = %ctl.snapshot().version, "controller serving");
     tokio::select! {
         () = running.wait() => {}

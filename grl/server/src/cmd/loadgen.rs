@@ -115,7 +115,10 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
         }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         if !(4..=5).contains(&f.len()) {
-            bail!("profile line {}: want second,caller,procedure,rps[,shape]", i + 1);
+            bail!(
+                "profile line {}: want second,caller,procedure,rps[,shape]",
+                i + 1
+            );
         }
         let shape: Shape = f
             .get(4)
@@ -152,13 +155,7 @@ fn rates_at(profile: &[Step], t: u64) -> BTreeMap<(String, String), (f64, Shape)
 
 /// How many requests one client offers in 10 ms tick `tick` of a pair at `per_tick`
 /// requests a tick with `shape`; `acc` carries the fraction between ticks.
-fn due_in_tick(
-    shape: Shape,
-    per_tick: f64,
-    tick: u64,
-    acc: &mut f64,
-    rng: &mut SplitMix,
-) -> u64 {
+fn due_in_tick(shape: Shape, per_tick: f64, tick: u64, acc: &mut f64, rng: &mut SplitMix) -> u64 {
     match shape {
         Shape::Even | Shape::Spread => {
             *acc += per_tick;
@@ -411,15 +408,20 @@ mod tests {
 
     #[test]
     fn shapes_parse_and_offer_their_rate() {
-        let p = parse_profile("0,gw,A,10,burst:1000\n0,gw,B,10,poisson\n0,gw,C,1,spread\n")
-            .unwrap();
+        let p =
+            parse_profile("0,gw,A,10,burst:1000\n0,gw,B,10,poisson\n0,gw,C,1,spread\n").unwrap();
         assert_eq!(p[0].shape, Shape::Burst(1000));
         assert_eq!(p[1].shape, Shape::Poisson);
         assert_eq!(p[2].shape, Shape::Spread);
         assert!(parse_profile("0,gw,A,10,burst:15\n").is_err());
         assert!(parse_profile("0,gw,A,10,square\n").is_err());
         let mut rng = SplitMix(7);
-        for shape in [Shape::Even, Shape::Poisson, Shape::Burst(1000), Shape::Burst(100)] {
+        for shape in [
+            Shape::Even,
+            Shape::Poisson,
+            Shape::Burst(1000),
+            Shape::Burst(100),
+        ] {
             let (mut acc, mut total, mut ticks_with) = (0.0, 0u64, 0u64);
             for tick in 0..10_000 {
                 let n = due_in_tick(shape, 0.4, tick, &mut acc, &mut rng);

@@ -116,9 +116,7 @@ pub(crate) fn max_client_rps(s: &str) -> Result<f64, String> {
 
 /// `--max-child-rps`: finite, above 0, at most 1e12.
 pub(crate) fn max_child_rps(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number"))?;
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     if v.is_finite() && v > 0.0 && v <= 1e12 {
         Ok(v)
     } else {

@@ -228,8 +228,7 @@ pub fn check_row(
     } else {
         limits.max_client_rps
     };
-    if clients_counted(row, tier) as usize > limits.max_children
-        || rates.iter().any(|v| *v > bound)
+    if clients_counted(row, tier) as usize > limits.max_children || rates.iter().any(|v| *v > bound)
     {
         return Err(Reason::Implausible);
     }

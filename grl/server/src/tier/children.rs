@@ -327,13 +327,9 @@ impl<L: Liveness> Children<L> {
     /// tier (an aggregator) keeps its last rates until they go stale or it reports again,
     /// because its clients keep enforcing their last ratios while it restarts.
     pub fn disconnected(&mut self, id: &str, conn: u64) {
-        if self
-            .map
-            .get(id)
-            .is_some_and(|c| {
-                c.conn == conn && matches!(c.level, proto::Level::Client | proto::Level::Unspecified)
-            })
-        {
+        if self.map.get(id).is_some_and(|c| {
+            c.conn == conn && matches!(c.level, proto::Level::Client | proto::Level::Unspecified)
+        }) {
             self.remove(id);
         }
     }

@@ -177,8 +177,9 @@ async fn handshake_then_serve(
         .1
         .peer_certificates()
         .and_then(|c| c.first())
-        .map(|leaf| caller::of_certificate(leaf).map(Arc::<str>::from))
-        .unwrap_or(Err(CallerError::NoIdentity));
+        .map_or(Err(CallerError::NoIdentity), |leaf| {
+            caller::of_certificate(leaf).map(Arc::<str>::from)
+        });
     conn::serve(tls, peer, Some(identity), serving, activity).await;
 }
 
