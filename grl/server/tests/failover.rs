@@ -112,17 +112,20 @@ async fn surge_window(clients: &[Client], w: Duration) -> [u64; 4] {
     sum(&window(clients, "gateway-pay", w).await)
 }
 
+/// Both clients' cumulative counts of `gateway-pay`, with the time they were read.
+type Sample = (std::time::Instant, [u64; 4]);
+
 /// Every second of the surge, judged against what the limit requires: a thread samples
 /// both clients' cumulative counts every 50 ms from the surge's start, and [`Seconds::judge`]
 /// cuts the samples into consecutive spans of at least one second.
 struct Seconds {
-    samples: Arc<Mutex<Vec<(std::time::Instant, [u64; 4])>>>,
+    samples: Arc<Mutex<Vec<Sample>>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Seconds {
     fn start(clients: &[Client]) -> Self {
-        let samples: Arc<Mutex<Vec<_>>> = Arc::default();
+        let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (s, halt, clients) = (Arc::clone(&samples), Arc::clone(&stop), clients.to_vec());
         std::thread::spawn(move || {
