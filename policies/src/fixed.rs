@@ -22,7 +22,7 @@ impl FromSpec for Fixed {
         if rps <= 0.0 {
             return Err(SpecError::new(
                 "rps",
-                format!("must be greater than 0, got {rps}"),
+                "must be greater than 0",
             ));
         }
         Ok(Fixed { rps })

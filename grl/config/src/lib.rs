@@ -16,6 +16,7 @@
 //! ```
 
 pub mod bounds;
+mod dir;
 mod error;
 mod load;
 pub mod raw;
@@ -26,7 +27,8 @@ pub use grl_core::config::{
     Bucket, LimitSource, MatchRule, Matcher, Mode, PolicyConfig, ProcedurePattern, Scope,
     ServiceConfig, Snapshot,
 };
-pub use load::{content_version, from_files, load_dir, read_config_files};
+pub use dir::read_config_files;
+pub use load::{content_version, from_files, load_dir};
 
 #[cfg(test)]
 mod tests;

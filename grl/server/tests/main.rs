@@ -2,12 +2,14 @@
 //! in one process ([`enforce`], [`config`], and faults on their links: [`faults`]), and the
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
 //! ecosystems: [`sidecar`], [`rls`], [`rlqs`]), bad input ([`bad_input`]), and TLS with authorised
-//! admin calls ([`security`]), and active/standby controllers elected through etcd
+//! admin calls ([`security`]), credential files and config files that are links out of their
+//! directory ([`creds`]), the caps of a TLS port ([`tls_caps`]), and active/standby controllers elected through etcd
 //! ([`failover`]), and enforcement that follows the load up and down ([`follow`]).
 
 mod bad_input;
 mod binary;
 mod config;
+mod creds;
 mod enforce;
 mod failover;
 mod fault_proxy;
@@ -18,3 +20,4 @@ mod rls;
 mod security;
 mod sidecar;
 mod support;
+mod tls_caps;

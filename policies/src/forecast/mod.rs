@@ -91,7 +91,7 @@ impl FromSpec for Forecast {
         if level <= 0.0 || level >= 1.0 {
             return Err(SpecError::new(
                 "level",
-                format!("must be strictly between 0 and 1, got {level}"),
+                "must be strictly between 0 and 1",
             ));
         }
         Ok(Forecast {
