@@ -113,7 +113,10 @@ mod tests {
             err.to_string().starts_with("kind: unknown policy kind"),
             "{err}"
         );
-        assert!(!err.to_string().contains("magic"), "the value is not echoed: {err}");
+        assert!(
+            !err.to_string().contains("magic"),
+            "the value is not echoed: {err}"
+        );
     }
 
     #[test]

@@ -29,8 +29,8 @@ fn rlc(args: &[&str], work: &std::path::Path) -> (Option<i32>, String) {
         .arg(work)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code(), text)
 }
 
@@ -43,15 +43,26 @@ fn rlc_promote_refuses_a_service_file_that_is_a_symlink() -> Result<()> {
     let before = remote.log("main");
     let (code, out) = rlc(
         &[
-            "promote", "payments", "gateway-pay", "--config-repo", &remote.url(), "--mode",
+            "promote",
+            "payments",
+            "gateway-pay",
+            "--config-repo",
+            &remote.url(),
+            "--mode",
             "direct",
         ],
         &dir.path().join("work"),
     );
-    assert!(code.is_some_and(|c| c != 0), "promoted through the link:\n{out}");
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "promoted through the link:\n{out}"
+    );
     assert!(out.contains("services/payments.yaml"), "{out}");
     assert!(out.contains("symbolic link"), "{out}");
-    assert!(!out.contains(PLANTED), "the target's content was printed:\n{out}");
+    assert!(
+        !out.contains(PLANTED),
+        "the target's content was printed:\n{out}"
+    );
     assert!(!out.contains(&target.display().to_string()), "{out}");
     assert_eq!(remote.log("main"), before, "a commit was pushed");
     Ok(())
@@ -68,12 +79,24 @@ fn rlc_run_refuses_a_config_repo_with_a_symlink() -> Result<()> {
     let db = format!("sqlite://{}", dir.path().join("history.db").display());
     let (code, out) = rlc(
         &[
-            "run", "--once", "--config-repo", &remote.url(), "--prometheus", &down, "--mode",
-            "direct", "--db", &db,
+            "run",
+            "--once",
+            "--config-repo",
+            &remote.url(),
+            "--prometheus",
+            &down,
+            "--mode",
+            "direct",
+            "--db",
+            &db,
         ],
         &dir.path().join("work"),
     );
-    assert_eq!(code, Some(4), "a config repo problem is a git failure (exit 4):\n{out}");
+    assert_eq!(
+        code,
+        Some(4),
+        "a config repo problem is a git failure (exit 4):\n{out}"
+    );
     assert!(out.contains("services/orders.yaml"), "{out}");
     assert!(out.contains("symbolic link"), "{out}");
     assert!(!out.contains(PLANTED), "{out}");

@@ -122,7 +122,7 @@ fn unknown_scope_is_refused() {
         "services/payments.yaml",
         10,
         "buckets[1].scope",
-        "unknown variant, expected one of",
+        "unknown variant, expected",
     );
 }
 
@@ -135,7 +135,7 @@ fn unknown_mode_is_refused() {
         "services/payments.yaml",
         11,
         "buckets[1].mode",
-        "unknown variant, expected one of",
+        "unknown variant, expected",
     );
 }
 
@@ -269,7 +269,7 @@ fn computed_limit_must_be_finite_and_positive() {
             "limits/payments.yaml",
             3,
             "limits.gateway-pay.rps",
-            "is not a finite number between",
+            "must be a finite number between",
         );
     }
 }
@@ -331,7 +331,8 @@ fn unknown_field_is_refused() {
     );
     let e = refused(&[("services/payments.yaml", &text)]);
     assert_eq!(e.line, Some(6), "{e}");
-    assert!(e.message.contains("unknown field `colour`"), "{e}");
+    assert!(e.message.starts_with("unknown field, expected"), "{e}");
+    assert!(!e.message.contains("colour"), "{e}");
 }
 
 #[test]
@@ -541,26 +542,57 @@ const PLANTED: &str = "planted-secret-9c41e7";
 #[test]
 fn no_refusal_quotes_a_value_of_the_file() {
     let values = [
-        "payments", "gateway-pay", "gateway", "\"Pay/*\"", "global", "deny",
-        "historical-peak", "28d", "0.25", "partner-acme", "region", "shadow", "fixed", "500",
-        "refunds", "Refund", "zone", "1250", "1000",
+        "payments",
+        "gateway-pay",
+        "gateway",
+        "\"Pay/*\"",
+        "global",
+        "deny",
+        "historical-peak",
+        "28d",
+        "0.25",
+        "partner-acme",
+        "region",
+        "shadow",
+        "fixed",
+        "500",
+        "refunds",
+        "Refund",
+        "zone",
+        "1250",
+        "1000",
     ];
     let mut tried = 0;
-    for (file, text) in [("services/payments.yaml", PAYMENTS), ("limits/payments.yaml", LIMITS)] {
+    for (file, text) in [
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", LIMITS),
+    ] {
         for v in values {
-            for (at, _) in text.match_indices(v) {
+            // Whole values only; keys are fields, and an unknown one is named as the field
+            // path names it.
+            let word =
+                |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "-_:".contains(c));
+            for (at, _) in text.match_indices(v).filter(|(at, _)| {
+                !word(text[..*at].chars().next_back()) && !word(text[at + v.len()..].chars().next())
+            }) {
                 let planted = format!("{}{PLANTED}{}", &text[..at], &text[at + v.len()..]);
-                let mut list = vec![("services/payments.yaml", PAYMENTS), ("limits/payments.yaml", LIMITS)];
+                let mut list = vec![
+                    ("services/payments.yaml", PAYMENTS),
+                    ("limits/payments.yaml", LIMITS),
+                ];
                 list.retain(|(f, _)| *f != file);
                 list.push((file, &planted));
                 if let Err(errs) = from_files("v", files(&list)) {
                     tried += 1;
-                    assert!(!errs.to_string().contains(PLANTED), "{file}, {v} at {at}: {errs}");
+                    assert!(
+                        !errs.to_string().contains(PLANTED),
+                        "{file}, {v} at {at}: {errs}"
+                    );
                 }
             }
         }
     }
-    assert!(tried > 20, "only {tried} planted values were refused");
+    assert!(tried >= 12, "only {tried} planted values were refused");
     for whole in [
         PLANTED.to_string(),
         format!("root:{PLANTED}:19000:0:99999:7:::\n"),
@@ -573,9 +605,7 @@ fn no_refusal_quotes_a_value_of_the_file() {
             .expect_err("not a service file");
         let shown = errs.to_string();
         assert!(shown.contains("services/payments.yaml:"), "{shown}");
-        if !whole.starts_with(PLANTED) {
-            assert!(!shown.contains(PLANTED), "{shown}");
-        }
+        assert!(!shown.contains(PLANTED), "{shown}");
     }
 }
 
@@ -600,9 +630,17 @@ fn a_symlink_out_of_the_config_dir_is_refused_unread() {
     std::os::unix::fs::symlink(&secret, root.join("services/evil.yaml")).unwrap();
     let errs = load_dir(&root, None).expect_err("a link out is refused");
     assert_eq!(errs.0[0].file, "services/evil.yaml", "{errs}");
-    assert!(errs.0[0].message.contains("leads out of the config directory"), "{errs}");
+    assert!(
+        errs.0[0]
+            .message
+            .contains("leads out of the config directory"),
+        "{errs}"
+    );
     assert!(!errs.to_string().contains(PLANTED), "{errs}");
-    assert!(!errs.to_string().contains("shadow"), "the target is not named: {errs}");
+    assert!(
+        !errs.to_string().contains("shadow"),
+        "the target is not named: {errs}"
+    );
 
     // A relative link out, and `services/` itself linking out, are refused the same way.
     std::fs::remove_file(root.join("services/evil.yaml")).unwrap();
@@ -642,7 +680,11 @@ fn symlinks_inside_the_config_dir_are_followed() {
     std::fs::write(root.join("limits/real.data"), LIMITS).unwrap();
     std::os::unix::fs::symlink("real.data", root.join("limits/payments.yaml")).unwrap();
     let s = load_dir(&link, None).unwrap();
-    let b = s.service("payments").unwrap().find("gateway", "Pay/x").unwrap();
+    let b = s
+        .service("payments")
+        .unwrap()
+        .find("gateway", "Pay/x")
+        .unwrap();
     assert_eq!(b.limit, Some(1250.0));
 }
 

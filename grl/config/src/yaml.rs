@@ -56,11 +56,20 @@ fn without_value(message: &str) -> String {
             return format!("{prefix}{}{}", kind_of(&rest[..i]), &rest[i..]);
         }
     }
-    if let Some(rest) = message.strip_prefix("unknown variant ") {
-        return match rest.rfind(", expected ").or_else(|| rest.rfind(", there are no")) {
-            Some(i) => format!("unknown variant{}", &rest[i..]),
-            None => "unknown variant".into(),
-        };
+    // An unknown key is not repeated either: a line of a password file parses as one.
+    for prefix in ["unknown variant", "unknown field"] {
+        if let Some(rest) = message
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix(' '))
+        {
+            return match rest
+                .rfind(", expected ")
+                .or_else(|| rest.rfind(", there are no"))
+            {
+                Some(i) => format!("{prefix}{}", &rest[i..]),
+                None => prefix.into(),
+            };
+        }
     }
     if message.starts_with("duplicate entry ") {
         return "duplicate entry in a YAML map".into();
@@ -262,8 +271,15 @@ mod tests {
                 "duplicate entry with key \"hunter2\"",
                 "duplicate entry in a YAML map",
             ),
-            ("invalid type: map, expected f64", "invalid type: a map, expected f64"),
+            (
+                "invalid type: map, expected f64",
+                "invalid type: a map, expected f64",
+            ),
             ("missing field `service`", "missing field `service`"),
+            (
+                "unknown field `root:hunter2:19000::`, expected `service`",
+                "unknown field, expected `service`",
+            ),
         ] {
             assert_eq!(without_value(given), want);
         }

@@ -94,11 +94,23 @@ fn a_symlink_out_of_the_config_dir_stops_start_up_and_leaks_nothing() {
     let d = Dir::new();
     let config = d.path("config");
     std::os::unix::fs::symlink(d.path("shadow"), d.path("config/services/evil.yaml")).unwrap();
-    let (code, out) = run_to_exit(&["controller", "--listen", "127.0.0.1:0", "--config", p(&config)]);
-    assert!(code.is_some_and(|c| c != 0), "started anyway ({code:?}):\n{out}");
+    let (code, out) = run_to_exit(&[
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        p(&config),
+    ]);
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "started anyway ({code:?}):\n{out}"
+    );
     assert!(out.contains("services/evil.yaml"), "{out}");
     assert!(out.contains("leads out of the config directory"), "{out}");
-    assert!(!out.contains(PLANTED), "the link's target was printed:\n{out}");
+    assert!(
+        !out.contains(PLANTED),
+        "the link's target was printed:\n{out}"
+    );
 
     // The same with a link to the controller's own TLS key.
     let ca = Ca::new(d.0.path(), "ca");
@@ -106,12 +118,25 @@ fn a_symlink_out_of_the_config_dir_stops_start_up_and_leaks_nothing() {
     std::fs::remove_file(d.path("config/services/evil.yaml")).unwrap();
     std::os::unix::fs::symlink(&key, d.path("config/services/evil.yaml")).unwrap();
     let (code, out) = run_to_exit(&[
-        "controller", "--listen", "127.0.0.1:0", "--config", p(&config), "--tls-cert", p(&cert),
-        "--tls-key", p(&key),
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        p(&config),
+        "--tls-cert",
+        p(&cert),
+        "--tls-key",
+        p(&key),
     ]);
-    assert!(code.is_some_and(|c| c != 0), "started anyway ({code:?}):\n{out}");
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "started anyway ({code:?}):\n{out}"
+    );
     assert!(out.contains("services/evil.yaml"), "{out}");
-    assert!(!out.contains(&pem_body(&key)), "the TLS key was printed:\n{out}");
+    assert!(
+        !out.contains(&pem_body(&key)),
+        "the TLS key was printed:\n{out}"
+    );
 }
 
 #[cfg(unix)]
@@ -122,8 +147,15 @@ async fn a_symlink_added_to_a_followed_config_dir_is_refused_and_not_logged() {
     let config = d.path("config");
     let ctl = Proc::spawn(
         &[
-            "controller", "--listen", &addr.to_string(), "--config", p(&config), "--poll-ms",
-            "100", "--metrics-listen", "127.0.0.1:0",
+            "controller",
+            "--listen",
+            &addr.to_string(),
+            "--config",
+            p(&config),
+            "--poll-ms",
+            "100",
+            "--metrics-listen",
+            "127.0.0.1:0",
         ],
         d.path("controller.log"),
     );
@@ -134,9 +166,16 @@ async fn a_symlink_added_to_a_followed_config_dir_is_refused_and_not_logged() {
     assert!(refused >= 1.0, "the link was not refused:\n{}", ctl.log());
     let log = ctl.log();
     assert!(log.contains("services/evil.yaml"), "{log}");
-    assert!(!log.contains(PLANTED), "the link's target was logged:\n{log}");
+    assert!(
+        !log.contains(PLANTED),
+        "the link's target was logged:\n{log}"
+    );
     let limit = "grl_tier_limit_rps{service=\"payments\",bucket=\"gateway-pay\"}";
-    assert_eq!(metric(&scrape(m).await, limit), 500.0, "the config in force changed");
+    assert_eq!(
+        metric(&scrape(m).await, limit),
+        500.0,
+        "the config in force changed"
+    );
 }
 
 #[test]
@@ -144,14 +183,26 @@ fn a_config_repo_with_a_symlink_is_refused_without_echo() {
     let d = Dir::new();
     let remote = BareRemote::with_files(&[("services/payments.yaml", SERVICE)]).unwrap();
     let target = d.path("shadow").display().to_string();
-    remote.commit_symlink("services/evil.yaml", &target).unwrap();
+    remote
+        .commit_symlink("services/evil.yaml", &target)
+        .unwrap();
     let (code, out) = run_to_exit(&[
-        "controller", "--listen", "127.0.0.1:0", "--config-git", &remote.url(),
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--config-git",
+        &remote.url(),
     ]);
-    assert!(code.is_some_and(|c| c != 0), "started anyway ({code:?}):\n{out}");
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "started anyway ({code:?}):\n{out}"
+    );
     assert!(out.contains("services/evil.yaml"), "{out}");
     assert!(out.contains("is a symbolic link"), "{out}");
-    assert!(!out.contains(&target), "the link's target was printed:\n{out}");
+    assert!(
+        !out.contains(&target),
+        "the link's target was printed:\n{out}"
+    );
     assert!(!out.contains(PLANTED), "{out}");
 }
 
@@ -160,20 +211,40 @@ fn a_bad_scalar_is_named_by_file_line_and_field_not_echoed() {
     let bad = SERVICE.replace("mode: deny", &format!("mode: {PLANTED}"));
     let remote = BareRemote::with_files(&[("services/payments.yaml", bad.as_str())]).unwrap();
     let (code, out) = run_to_exit(&[
-        "controller", "--listen", "127.0.0.1:0", "--config-git", &remote.url(),
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--config-git",
+        &remote.url(),
     ]);
-    assert!(code.is_some_and(|c| c != 0), "started anyway ({code:?}):\n{out}");
-    assert!(out.contains("services/payments.yaml:6: buckets[0].mode"), "{out}");
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "started anyway ({code:?}):\n{out}"
+    );
+    assert!(
+        out.contains("services/payments.yaml:6: buckets[0].mode"),
+        "{out}"
+    );
     assert!(!out.contains(PLANTED), "the value was echoed:\n{out}");
 
     let d = Dir::new();
     let bad = SERVICE.replace("rps: 500", &format!("rps: \"{PLANTED}\""));
     std::fs::write(d.path("config/services/payments.yaml"), bad).unwrap();
     let (code, out) = run_to_exit(&[
-        "controller", "--listen", "127.0.0.1:0", "--config", p(&d.path("config")),
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        p(&d.path("config")),
     ]);
-    assert!(code.is_some_and(|c| c != 0), "started anyway ({code:?}):\n{out}");
-    assert!(out.contains("services/payments.yaml:7: buckets[0].policy.rps"), "{out}");
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "started anyway ({code:?}):\n{out}"
+    );
+    assert!(
+        out.contains("services/payments.yaml:7: buckets[0].policy.rps"),
+        "{out}"
+    );
     assert!(!out.contains(PLANTED), "the value was echoed:\n{out}");
 }
 
@@ -191,12 +262,20 @@ async fn an_admin_token_on_a_public_port_without_tls_needs_insecure_admin() {
     let d = Dir::new();
     let (config, token) = (d.path("config"), token_file(&d, "token", TOKEN));
     let (code, out) = run_to_exit(&[
-        "controller", "--listen", "0.0.0.0:0", "--config", p(&config), "--admin-token-file",
+        "controller",
+        "--listen",
+        "0.0.0.0:0",
+        "--config",
+        p(&config),
+        "--admin-token-file",
         p(&token),
     ]);
     assert_eq!(code, Some(2), "a start-up mistake is exit 2:\n{out}");
     assert!(out.contains("in the clear"), "{out}");
-    assert!(out.contains("--tls-cert") && out.contains("--insecure-admin"), "{out}");
+    assert!(
+        out.contains("--tls-cert") && out.contains("--insecure-admin"),
+        "{out}"
+    );
 
     // With TLS on the port it starts.
     let ca = Ca::new(d.0.path(), "ca");
@@ -205,8 +284,17 @@ async fn an_admin_token_on_a_public_port_without_tls_needs_insecure_admin() {
     let listen = format!("0.0.0.0:{}", tls_addr.port());
     let _tls = Proc::spawn(
         &[
-            "controller", "--listen", &listen, "--config", p(&config), "--admin-token-file",
-            p(&token), "--tls-cert", p(&cert), "--tls-key", p(&key),
+            "controller",
+            "--listen",
+            &listen,
+            "--config",
+            p(&config),
+            "--admin-token-file",
+            p(&token),
+            "--tls-cert",
+            p(&cert),
+            "--tls-key",
+            p(&key),
         ],
         d.path("tls.log"),
     );
@@ -218,8 +306,16 @@ async fn an_admin_token_on_a_public_port_without_tls_needs_insecure_admin() {
     let listen = format!("0.0.0.0:{}", addr.port());
     let ctl = Proc::spawn(
         &[
-            "controller", "--listen", &listen, "--config", p(&config), "--admin-token-file",
-            p(&token), "--insecure-admin", "--metrics-listen", "127.0.0.1:0",
+            "controller",
+            "--listen",
+            &listen,
+            "--config",
+            p(&config),
+            "--admin-token-file",
+            p(&token),
+            "--insecure-admin",
+            "--metrics-listen",
+            "127.0.0.1:0",
         ],
         d.path("controller.log"),
     );
@@ -258,11 +354,19 @@ async fn a_token_file_others_may_write_is_refused_and_a_readable_key_warned_abou
     let token = token_file(&d, "token", TOKEN);
     chmod(&token, 0o666);
     let (code, out) = run_to_exit(&[
-        "controller", "--listen", "127.0.0.1:0", "--config", p(&config), "--admin-token-file",
+        "controller",
+        "--listen",
+        "127.0.0.1:0",
+        "--config",
+        p(&config),
+        "--admin-token-file",
         p(&token),
     ]);
     assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains(p(&token)) && out.contains("chmod go-w"), "{out}");
+    assert!(
+        out.contains(p(&token)) && out.contains("chmod go-w"),
+        "{out}"
+    );
     assert!(!out.contains(TOKEN), "{out}");
     // The client side too: `grl override` refuses to send it.
     let out = override_cmd(
@@ -271,7 +375,10 @@ async fn a_token_file_others_may_write_is_refused_and_a_readable_key_warned_abou
         &["--token-file", p(&token)],
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod go-w"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("chmod go-w"),
+        "{out:?}"
+    );
     chmod(&token, 0o600);
 
     // A key others may read: served, with a warning and a count; a 0600 key: no warning.
@@ -284,16 +391,31 @@ async fn a_token_file_others_may_write_is_refused_and_a_readable_key_warned_abou
         let addr = free_addr();
         let ctl = Proc::spawn(
             &[
-                "controller", "--listen", &addr.to_string(), "--config", p(&config),
-                "--tls-cert", p(&cert), "--tls-key", p(&key), "--admin-token-file", p(&token),
-                "--metrics-listen", "127.0.0.1:0",
+                "controller",
+                "--listen",
+                &addr.to_string(),
+                "--config",
+                p(&config),
+                "--tls-cert",
+                p(&cert),
+                "--tls-key",
+                p(&key),
+                "--admin-token-file",
+                p(&token),
+                "--metrics-listen",
+                "127.0.0.1:0",
             ],
             d.path(&format!("controller-{mode:o}.log")),
         );
         wait_port(addr).await;
         let m = metrics_addr(&ctl).await;
         assert_eq!(metric(&scrape(m).await, event), warned, "mode {mode:o}");
-        assert_eq!(ctl.log().contains(warning), warned > 0.0, "mode {mode:o}:\n{}", ctl.log());
+        assert_eq!(
+            ctl.log().contains(warning),
+            warned > 0.0,
+            "mode {mode:o}:\n{}",
+            ctl.log()
+        );
     }
 }
 
@@ -371,8 +493,17 @@ async fn rotations_keeping_mtime_and_length_are_seen() {
     let addr = free_addr();
     let ctl = Proc::spawn(
         &[
-            "controller", "--listen", &addr.to_string(), "--config", p(&config), "--tls-cert",
-            p(&cert), "--tls-key", p(&key), "--admin-token-file", p(&token),
+            "controller",
+            "--listen",
+            &addr.to_string(),
+            "--config",
+            p(&config),
+            "--tls-cert",
+            p(&cert),
+            "--tls-key",
+            p(&key),
+            "--admin-token-file",
+            p(&token),
         ],
         d.path("controller.log"),
     );
@@ -399,8 +530,14 @@ async fn rotations_keeping_mtime_and_length_are_seen() {
             tok,
         )
     };
-    assert!(raw.clear_override(clear(other)).await.is_ok(), "the rewritten token is not in use");
-    assert!(raw.clear_override(clear(TOKEN)).await.is_err(), "the old token still works");
+    assert!(
+        raw.clear_override(clear(other)).await.is_ok(),
+        "the rewritten token is not in use"
+    );
+    assert!(
+        raw.clear_override(clear(TOKEN)).await.is_err(),
+        "the old token still works"
+    );
 
     // `cp -p` of a certificate and key of the same lengths and modification times.
     let ca2 = Ca::new(d.0.path(), "ca2");
@@ -412,7 +549,11 @@ async fn rotations_keeping_mtime_and_length_are_seen() {
     cp_p(&k2, &key);
     cp_p(&c2, &cert);
     let took = until_served(addr, &ca2.cert_path()).await;
-    assert!(took.is_some(), "the copied certificate was never served:\n{}", ctl.log());
+    assert!(
+        took.is_some(),
+        "the copied certificate was never served:\n{}",
+        ctl.log()
+    );
     eprintln!("measured: certificate rotated by cp -p served after {took:?}");
 }
 
@@ -440,8 +581,15 @@ async fn a_kubernetes_data_swap_is_served_within_a_second() {
     let addr = free_addr();
     let ctl = Proc::spawn(
         &[
-            "controller", "--listen", &addr.to_string(), "--config", p(&d.path("config")),
-            "--tls-cert", p(&secret.join("tls.crt")), "--tls-key", p(&secret.join("tls.key")),
+            "controller",
+            "--listen",
+            &addr.to_string(),
+            "--config",
+            p(&d.path("config")),
+            "--tls-cert",
+            p(&secret.join("tls.crt")),
+            "--tls-key",
+            p(&secret.join("tls.key")),
         ],
         d.path("controller.log"),
     );
@@ -469,17 +617,42 @@ async fn an_override_set_with_an_admin_certificate_records_its_identity() {
     let addr = free_addr();
     let ctl = Proc::spawn(
         &[
-            "controller", "--listen", &addr.to_string(), "--config", p(&d.path("config")),
-            "--tls-cert", p(&cert), "--tls-key", p(&key), "--tls-client-ca", p(&ca.cert_path()),
-            "--admin-allow", "oncall-admin",
+            "controller",
+            "--listen",
+            &addr.to_string(),
+            "--config",
+            p(&d.path("config")),
+            "--tls-cert",
+            p(&cert),
+            "--tls-key",
+            p(&key),
+            "--tls-client-ca",
+            p(&ca.cert_path()),
+            "--admin-allow",
+            "oncall-admin",
         ],
         d.path("controller.log"),
     );
     wait_port(addr).await;
     let (ac, ak) = ca.leaf("oncall-admin", "oncall-admin");
-    let tls = ["--tls-ca", p(&ca.cert_path()), "--tls-cert", p(&ac), "--tls-key", p(&ak)];
+    let tls = [
+        "--tls-ca",
+        p(&ca.cert_path()),
+        "--tls-cert",
+        p(&ac),
+        "--tls-key",
+        p(&ak),
+    ];
     let set = [
-        "set", "--service", "payments", "--caller", "gateway", "--rps", "5", "--ttl", "10m",
+        "set",
+        "--service",
+        "payments",
+        "--caller",
+        "gateway",
+        "--rps",
+        "5",
+        "--ttl",
+        "10m",
     ];
     let out = Command::new(BIN)
         .arg("override")

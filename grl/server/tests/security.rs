@@ -216,7 +216,10 @@ fn tls(s: &Setup, identity: Option<&str>) -> ClientTls {
 }
 
 /// A raw `Control` client (no token) over TLS with an optional client certificate.
-pub(crate) async fn control(addr: SocketAddr, t: &ClientTls) -> ControlClient<tonic::transport::Channel> {
+pub(crate) async fn control(
+    addr: SocketAddr,
+    t: &ClientTls,
+) -> ControlClient<tonic::transport::Channel> {
     let ch = grl_core::tls::endpoint(&addr.to_string(), Some(t))
         .unwrap()
         .connect()

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use grl_core::proto;
 use grl_core::tls::ClientTls;
+use test_support::ports::free_addr;
 use tokio::io::AsyncReadExt as _;
 use tokio::net::TcpStream;
-use test_support::ports::free_addr;
 
 use super::security::{Ca, LONG, Proc, SERVICE, metric, metrics_addr, p, wait_metric, wait_port};
 use super::support::scrape;
@@ -62,10 +62,23 @@ async fn connections_and_handshakes_beyond_the_caps_are_closed_and_counted() {
     let config = d.path().join("config");
     let ctl = Proc::spawn(
         &[
-            "controller", "--listen", &addr.to_string(), "--config", p(&config),
-            "--tls-cert", p(&cert), "--tls-key", p(&key), "--metrics-listen", "127.0.0.1:0",
-            "--tls-max-connections", "4", "--tls-max-handshakes", "2",
-            "--tls-handshake-timeout-ms", "1500",
+            "controller",
+            "--listen",
+            &addr.to_string(),
+            "--config",
+            p(&config),
+            "--tls-cert",
+            p(&cert),
+            "--tls-key",
+            p(&key),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--tls-max-connections",
+            "4",
+            "--tls-max-handshakes",
+            "2",
+            "--tls-handshake-timeout-ms",
+            "1500",
         ],
         d.path().join("controller.log"),
     );
@@ -81,9 +94,17 @@ async fn connections_and_handshakes_beyond_the_caps_are_closed_and_counted() {
     for _ in 0..2 {
         silent.push(TcpStream::connect(addr).await.unwrap());
     }
-    assert_eq!(wait_gauge(m, &state("handshaking"), 2.0).await, 2.0, "{}", ctl.log());
+    assert_eq!(
+        wait_gauge(m, &state("handshaking"), 2.0).await,
+        2.0,
+        "{}",
+        ctl.log()
+    );
     let mut third = TcpStream::connect(addr).await.unwrap();
-    assert!(closed_by_server(&mut third).await, "a third handshake was let in");
+    assert!(
+        closed_by_server(&mut third).await,
+        "a third handshake was let in"
+    );
     assert_eq!(metric(&scrape(m).await, &event("over_handshake_cap")), 1.0);
 
     // The deadline cuts the silent ones and gives their slots back.
@@ -91,7 +112,10 @@ async fn connections_and_handshakes_beyond_the_caps_are_closed_and_counted() {
     for s in &mut silent {
         let mut b = [0u8; 1];
         let r = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b)).await;
-        assert!(matches!(r, Ok(Ok(0) | Err(_))), "a silent client was not cut: {r:?}");
+        assert!(
+            matches!(r, Ok(Ok(0) | Err(_))),
+            "a silent client was not cut: {r:?}"
+        );
     }
     assert_eq!(wait_gauge(m, &state("handshaking"), 0.0).await, 0.0);
     let failed = wait_metric(m, &event("handshake_failed"), failed_before + 2.0).await;
@@ -105,13 +129,23 @@ async fn connections_and_handshakes_beyond_the_caps_are_closed_and_counted() {
     let mut open = Vec::new();
     for i in 0..4 {
         let ch = connected(addr, &t).await;
-        assert!(ch.is_some(), "connection {i} refused under the cap:\n{}", ctl.log());
+        assert!(
+            ch.is_some(),
+            "connection {i} refused under the cap:\n{}",
+            ctl.log()
+        );
         open.push(ch);
     }
     assert_eq!(wait_gauge(m, &state("open"), 4.0).await, 4.0);
     let mut fifth = TcpStream::connect(addr).await.unwrap();
-    assert!(closed_by_server(&mut fifth).await, "a fifth connection was let in");
-    assert!(connected(addr, &t).await.is_none(), "a fifth TLS client was served");
+    assert!(
+        closed_by_server(&mut fifth).await,
+        "a fifth connection was let in"
+    );
+    assert!(
+        connected(addr, &t).await.is_none(),
+        "a fifth TLS client was served"
+    );
     let over = metric(&scrape(m).await, &event("over_connection_cap"));
     assert!(over >= 2.0, "connections over the cap not counted: {over}");
     assert!(ctl.log().contains("TLS port at its cap"), "{}", ctl.log());
@@ -119,5 +153,8 @@ async fn connections_and_handshakes_beyond_the_caps_are_closed_and_counted() {
     // One closed: its slot is used again.
     open.pop();
     assert_eq!(wait_gauge(m, &state("open"), 3.0).await, 3.0);
-    assert!(connected(addr, &t).await.is_some(), "a freed slot was not used again");
+    assert!(
+        connected(addr, &t).await.is_some(),
+        "a freed slot was not used again"
+    );
 }

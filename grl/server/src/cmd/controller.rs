@@ -124,7 +124,9 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let listener = super::bind(&a.listen).await?;
     let server_tls = a.tls.server_tls()?;
     let security = grl::tier::Security {
-        admin: a.admin.admin(&listener.local_addr()?, server_tls.is_some())?,
+        admin: a
+            .admin
+            .admin(&listener.local_addr()?, server_tls.is_some())?,
         server_tls,
         uplink_tls: a.uplink_tls.client(&a.tls),
         children: a.tls.children(),

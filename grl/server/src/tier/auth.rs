@@ -444,7 +444,10 @@ mod tests {
             a.check("x", &req(Some("Bearer planted-by-someone-else")))
                 .is_err()
         );
-        assert!(a.check("x", &req(Some("Bearer s3cret-s3cret-s3cret"))).is_ok());
+        assert!(
+            a.check("x", &req(Some("Bearer s3cret-s3cret-s3cret")))
+                .is_ok()
+        );
     }
 
     /// Issue 24 (8): a token rewritten with the same length and modification time (`cp -p`)
@@ -454,7 +457,10 @@ mod tests {
         let (d, a) = with_token("first-token-0123456789");
         let p = d.path().join("token");
         let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
-        assert!(a.check("x", &req(Some("Bearer first-token-0123456789"))).is_ok());
+        assert!(
+            a.check("x", &req(Some("Bearer first-token-0123456789")))
+                .is_ok()
+        );
         std::fs::write(&p, "other-token-9876543210\n").unwrap();
         std::fs::File::options()
             .write(true)
@@ -462,8 +468,14 @@ mod tests {
             .unwrap()
             .set_modified(mtime)
             .unwrap();
-        assert!(a.check("x", &req(Some("Bearer other-token-9876543210"))).is_ok());
-        assert!(a.check("x", &req(Some("Bearer first-token-0123456789"))).is_err());
+        assert!(
+            a.check("x", &req(Some("Bearer other-token-9876543210")))
+                .is_ok()
+        );
+        assert!(
+            a.check("x", &req(Some("Bearer first-token-0123456789")))
+                .is_err()
+        );
     }
 
     #[test]

@@ -169,7 +169,8 @@ impl GitFollower {
             let odb = self.repo.odb()?;
             for e in &sub {
                 let Ok(name) = e.name() else { continue };
-                if e.filemode() == LINK_MODE && (name.ends_with(".yaml") || name.ends_with(".yml")) {
+                if e.filemode() == LINK_MODE && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                {
                     // Its blob is the link's target, a path: refused whole, never read.
                     return Err(FollowError::Invalid(ConfigErrors(vec![
                         config::ConfigError::new(format!("{dir}/{name}"), None, "", LINK_REFUSED),

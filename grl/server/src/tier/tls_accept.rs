@@ -101,11 +101,21 @@ pub fn incoming(
             };
             let slots = &tls.slots;
             let Ok(slot) = slots.connections.clone().try_acquire_owned() else {
-                over_cap(&tls.counters.over_connection_cap, peer, "connections", &mut last_warning);
+                over_cap(
+                    &tls.counters.over_connection_cap,
+                    peer,
+                    "connections",
+                    &mut last_warning,
+                );
                 continue;
             };
             let Ok(shaking) = slots.handshakes.clone().try_acquire_owned() else {
-                over_cap(&tls.counters.over_handshake_cap, peer, "handshakes", &mut last_warning);
+                over_cap(
+                    &tls.counters.over_handshake_cap,
+                    peer,
+                    "handshakes",
+                    &mut last_warning,
+                );
                 continue;
             };
             let _ = tcp.set_nodelay(true);
