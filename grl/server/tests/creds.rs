@@ -511,7 +511,7 @@ async fn rotations_keeping_mtime_and_length_are_seen() {
     assert!(served_by(addr, &ca.cert_path()).await, "{}", ctl.log());
 
     // `cp -p` of a token of the same length with the same modification time.
-    let other = "other-admin-token-00c0ffee42";
+    let other = "other-admin-token-00c0ffee4242";
     assert_eq!(other.len(), TOKEN.len());
     let new_token = token_file(&d, "token.new", other);
     same_mtime(&new_token, &token);
@@ -635,9 +635,10 @@ async fn an_override_set_with_an_admin_certificate_records_its_identity() {
     );
     wait_port(addr).await;
     let (ac, ak) = ca.leaf("oncall-admin", "oncall-admin");
+    let ca_path = ca.cert_path();
     let tls = [
         "--tls-ca",
-        p(&ca.cert_path()),
+        p(&ca_path),
         "--tls-cert",
         p(&ac),
         "--tls-key",
