@@ -27,6 +27,7 @@ pub mod service;
 pub mod status;
 pub mod tls;
 pub mod tls_accept;
+mod token;
 pub mod uplink;
 
 use std::net::SocketAddr;
