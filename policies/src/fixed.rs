@@ -20,10 +20,7 @@ impl FromSpec for Fixed {
     fn from_params(params: &Params<'_>) -> Result<Self, SpecError> {
         let rps = params.f64("rps")?;
         if rps <= 0.0 {
-            return Err(SpecError::new(
-                "rps",
-                format!("must be greater than 0, got {rps}"),
-            ));
+            return Err(SpecError::new("rps", "must be greater than 0"));
         }
         Ok(Fixed { rps })
     }

@@ -86,7 +86,7 @@ impl GuardSettings {
         {
             return Err(GuardSpecError {
                 field: "floor".into(),
-                message: format!("floor {f} is above cap {c}"),
+                message: "floor is above cap".into(),
             });
         }
         Ok(s)

@@ -54,7 +54,7 @@ impl<'a> Params<'a> {
             None => Ok(None),
             Some(v) => match v.as_f64() {
                 Some(x) if x.is_finite() => Ok(Some(x)),
-                _ => Err(SpecError::new(name, format!("expected a number, got {v}"))),
+                _ => Err(SpecError::new(name, "expected a finite number")),
             },
         }
     }
@@ -73,10 +73,9 @@ impl<'a> Params<'a> {
     /// An optional number in `[lo, hi]`.
     pub fn opt_f64_in(&self, name: &str, lo: f64, hi: f64) -> Result<Option<f64>, SpecError> {
         match self.opt_f64(name)? {
-            Some(x) if !(lo..=hi).contains(&x) => Err(SpecError::new(
-                name,
-                format!("must be in [{lo}, {hi}], got {x}"),
-            )),
+            Some(x) if !(lo..=hi).contains(&x) => {
+                Err(SpecError::new(name, format!("must be in [{lo}, {hi}]")))
+            }
             x => Ok(x),
         }
     }
@@ -88,17 +87,14 @@ impl<'a> Params<'a> {
             None => {
                 crate::duration::parse(default).map_err(|e| SpecError::new(name, e.to_string()))?
             }
-            Some(Value::String(s)) => {
-                crate::duration::parse(s).map_err(|e| SpecError::new(name, e.to_string()))?
-            }
+            Some(Value::String(s)) => crate::duration::parse(s).map_err(|_| {
+                SpecError::new(name, "expected a duration such as \"28d\" or \"90m\"")
+            })?,
             Some(Value::Number(n)) if n.as_u64().is_some() => {
                 Duration::from_secs(n.as_u64().unwrap_or_default())
             }
-            Some(v) => {
-                return Err(SpecError::new(
-                    name,
-                    format!("expected a duration such as \"28d\", got {v}"),
-                ));
+            Some(_) => {
+                return Err(SpecError::new(name, "expected a duration such as \"28d\""));
             }
         };
         if d.is_zero() {

@@ -8,6 +8,7 @@ mod exit_codes;
 mod pull_request;
 mod push_auth;
 mod reliability;
+mod repo_links;
 mod run;
 mod schedule;
 mod standin;

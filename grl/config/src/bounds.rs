@@ -149,9 +149,10 @@ pub fn limit_in_range(rps: f64) -> bool {
     (MIN_LIMIT_RPS..=MAX_LIMIT_RPS).contains(&rps)
 }
 
-/// The refusal text for a limit outside the range.
-pub fn limit_problem(rps: f64) -> String {
-    format!("limit {rps} is not a finite number between {MIN_LIMIT_RPS} and {MAX_LIMIT_RPS} rps")
+/// The refusal text for a limit outside the range. It does not repeat the value: errors
+/// name file, line and field, never what the file holds.
+pub fn limit_problem(_rps: f64) -> String {
+    format!("the limit must be a finite number between {MIN_LIMIT_RPS} and {MAX_LIMIT_RPS} rps")
 }
 
 #[cfg(test)]

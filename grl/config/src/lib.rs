@@ -16,17 +16,19 @@
 //! ```
 
 pub mod bounds;
+mod dir;
 mod error;
 mod load;
 pub mod raw;
 pub mod yaml;
 
+pub use dir::read_config_files;
 pub use error::{ConfigError, ConfigErrors};
 pub use grl_core::config::{
     Bucket, LimitSource, MatchRule, Matcher, Mode, PolicyConfig, ProcedurePattern, Scope,
     ServiceConfig, Snapshot,
 };
-pub use load::{content_version, from_files, load_dir, read_config_files};
+pub use load::{content_version, from_files, load_dir};
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ use std::path::Path;
 use policies::guard_settings::GuardSettings;
 
 use crate::bounds;
+use crate::dir::read_config_files;
 use crate::raw::{LimitsFile, ServiceFile};
 use crate::yaml::{self, LineIndex};
 use crate::{
@@ -22,73 +23,7 @@ pub fn load_dir(root: &Path, version: Option<&str>) -> Result<Snapshot, ConfigEr
     from_files(&version, files)
 }
 
-/// The config files below `root` as `(relative path, content)`, sorted by path.
-///
-/// `root` must be a directory. Only regular files are read: anything else named `*.yaml`
-/// (a FIFO, a device, a directory) is refused without being opened, so it cannot block the
-/// reader; so is a file larger than [`bounds::MAX_FILE_BYTES`] or a directory with more
-/// than [`bounds::MAX_FILES`] config files. Every refusal names the file.
-pub fn read_config_files(root: &Path) -> Result<Vec<(String, String)>, ConfigError> {
-    let at = |file: &str, message: String| ConfigError::new(file, None, "", message);
-    let shown = root.display().to_string();
-    match std::fs::metadata(root) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(at(&shown, "is not a directory".into())),
-        Err(e) => return Err(at(&shown, e.to_string())),
-    }
-    let mut files = Vec::new();
-    for dir in ["services", "limits"] {
-        let d = root.join(dir);
-        if !d.is_dir() {
-            continue;
-        }
-        let entries = std::fs::read_dir(&d).map_err(|e| at(dir, e.to_string()))?;
-        for entry in entries {
-            let path = entry.map_err(|e| at(dir, e.to_string()))?.path();
-            if !is_yaml(&path) {
-                continue;
-            }
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            let rel = format!("{dir}/{name}");
-            if files.len() >= bounds::MAX_FILES {
-                return Err(at(
-                    dir,
-                    format!("more than {} config files", bounds::MAX_FILES),
-                ));
-            }
-            files.push((rel.clone(), read_regular(&path).map_err(|m| at(&rel, m))?));
-        }
-    }
-    files.sort();
-    Ok(files)
-}
-
-/// Reads one config file if it is a regular file of at most [`bounds::MAX_FILE_BYTES`].
-fn read_regular(path: &Path) -> Result<String, String> {
-    use std::io::Read as _;
-    // Checked before opening: opening a FIFO for reading blocks until a writer appears.
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("is not a regular file".into());
-    }
-    let limit = bounds::MAX_FILE_BYTES as u64;
-    if meta.len() > limit {
-        return Err(format!(
-            "file is {} bytes, more than the {limit} allowed",
-            meta.len()
-        ));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(limit + 1).read_to_string(&mut text))
-        .map_err(|e| e.to_string())?;
-    if text.len() as u64 > limit {
-        return Err(format!("file grew beyond the {limit} bytes allowed"));
-    }
-    Ok(text)
-}
-
-fn is_yaml(path: &Path) -> bool {
+pub(crate) fn is_yaml(path: &Path) -> bool {
     matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
@@ -233,8 +168,7 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
         errors.push(err(
             "service".into(),
             format!(
-                "`{}` is not a valid service name (letters, digits, - _ . :, at most {} bytes)",
-                shorten(&raw.service),
+                "is not a valid service name (letters, digits, - _ . :, at most {} bytes)",
                 bounds::MAX_NAME_BYTES
             ),
         ));
@@ -242,8 +176,8 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
         errors.push(err(
             "service".into(),
             format!(
-                "service `{}` must live in services/{}.yaml",
-                raw.service, raw.service
+                "must be `{stem}`, the name of its file ({path})",
+                stem = file_stem(path)
             ),
         ));
     }
@@ -266,8 +200,7 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             errors.push(err(
                 at("name"),
                 format!(
-                    "`{}` is not a valid bucket name (letters, digits, - _ . :, at most {} bytes)",
-                    shorten(&b.name),
+                    "is not a valid bucket name (letters, digits, - _ . :, at most {} bytes)",
                     bounds::MAX_NAME_BYTES
                 ),
             ));
@@ -276,8 +209,7 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             errors.push(err(
                 at("name"),
                 format!(
-                    "duplicate bucket name `{}` (first declared at line {})",
-                    b.name,
+                    "duplicate bucket name (first declared at line {})",
                     first_line.map_or("?".into(), |l| l.to_string())
                 ),
             ));
@@ -314,13 +246,13 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             },
         };
         if let Some(first) = rules.insert(rule.clone(), i) {
-            let first_name = names
-                .iter()
-                .find(|(_, j)| **j == first)
-                .map_or(String::new(), |(n, _)| n.clone());
+            let first_line = index.line(&format!("buckets[{first}].match"));
             errors.push(err(
                 at("match"),
-                format!("same match ({rule}) as bucket `{first_name}`"),
+                format!(
+                    "same match as the bucket at line {}",
+                    first_line.map_or("?".into(), |l| l.to_string())
+                ),
             ));
         }
         let params: serde_json::Map<_, _> = b
@@ -395,8 +327,8 @@ fn apply_limits(
         return Err(vec![err(
             "service".into(),
             format!(
-                "service `{}` must live in limits/{}.yaml",
-                raw.service, raw.service
+                "must be `{stem}`, the name of its file ({path})",
+                stem = file_stem(path)
             ),
         )]);
     }
@@ -446,23 +378,4 @@ fn apply_limits(
         }
     }
     Ok(())
-}
-
-/// A name cut to 64 characters for an error message (a 10 KB name is not echoed whole).
-fn shorten(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .take(64)
-        .map(|c| {
-            if bounds::is_forbidden_char(c) {
-                '\u{FFFD}'
-            } else {
-                c
-            }
-        })
-        .collect();
-    if s.chars().count() > 64 {
-        out.push('…');
-    }
-    out
 }

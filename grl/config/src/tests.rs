@@ -122,7 +122,7 @@ fn unknown_scope_is_refused() {
         "services/payments.yaml",
         10,
         "buckets[1].scope",
-        "unknown variant `planet`",
+        "unknown variant, expected",
     );
 }
 
@@ -135,7 +135,7 @@ fn unknown_mode_is_refused() {
         "services/payments.yaml",
         11,
         "buckets[1].mode",
-        "unknown variant `maybe`",
+        "unknown variant, expected",
     );
 }
 
@@ -148,7 +148,7 @@ fn unknown_policy_kind_is_refused() {
         "services/payments.yaml",
         17,
         "buckets[2].policy.kind",
-        "unknown policy \"magic\"",
+        "unknown policy kind",
     );
 }
 
@@ -223,7 +223,7 @@ fn duplicate_bucket_name_is_refused() {
         "services/payments.yaml",
         13,
         "buckets[2].name",
-        "duplicate bucket name `gateway-pay` (first declared at line 3)",
+        "duplicate bucket name (first declared at line 3)",
     );
 }
 
@@ -239,9 +239,8 @@ fn two_buckets_with_the_same_match_are_refused() {
         "services/payments.yaml",
         14,
         "buckets[2].match",
-        "same match",
+        "same match as the bucket at line 9",
     );
-    assert!(e.message.contains("partner-acme"), "{e}");
 }
 
 #[test]
@@ -270,7 +269,7 @@ fn computed_limit_must_be_finite_and_positive() {
             "limits/payments.yaml",
             3,
             "limits.gateway-pay.rps",
-            "is not a finite number between",
+            "must be a finite number between",
         );
     }
 }
@@ -332,7 +331,8 @@ fn unknown_field_is_refused() {
     );
     let e = refused(&[("services/payments.yaml", &text)]);
     assert_eq!(e.line, Some(6), "{e}");
-    assert!(e.message.contains("unknown field `colour`"), "{e}");
+    assert!(e.message.starts_with("unknown field, expected"), "{e}");
+    assert!(!e.message.contains("colour"), "{e}");
 }
 
 #[test]
@@ -350,7 +350,7 @@ fn service_name_must_match_file() {
         "services/billing.yaml",
         1,
         "service",
-        "must live in services/payments.yaml",
+        "must be `billing`, the name of its file",
     );
 }
 
@@ -555,6 +555,160 @@ fn a_fifo_named_yaml_is_refused_without_blocking() {
         .expect_err("a FIFO is refused");
     assert_eq!(errs.0[0].file, "services/zz.yaml", "{errs}");
     assert!(errs.0[0].message.contains("not a regular file"), "{errs}");
+}
+
+/// A string planted where a value goes; no refusal may repeat it.
+const PLANTED: &str = "planted-secret-9c41e7";
+
+/// Issue 24 (7): errors quoted the values they refused (`invalid type: string "…"`), so a
+/// file that is not config at all (a key, a password file) was printed by the refusal.
+#[test]
+fn no_refusal_quotes_a_value_of_the_file() {
+    let values = [
+        "payments",
+        "gateway-pay",
+        "gateway",
+        "\"Pay/*\"",
+        "global",
+        "deny",
+        "historical-peak",
+        "28d",
+        "0.25",
+        "partner-acme",
+        "region",
+        "shadow",
+        "fixed",
+        "500",
+        "refunds",
+        "Refund",
+        "zone",
+        "1250",
+        "1000",
+    ];
+    let mut tried = 0;
+    for (file, text) in [
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", LIMITS),
+    ] {
+        for v in values {
+            // Whole values only; keys are fields, and an unknown one is named as the field
+            // path names it.
+            let word =
+                |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "-_:".contains(c));
+            for (at, _) in text.match_indices(v).filter(|(at, _)| {
+                !word(text[..*at].chars().next_back()) && !word(text[at + v.len()..].chars().next())
+            }) {
+                let planted = format!("{}{PLANTED}{}", &text[..at], &text[at + v.len()..]);
+                let mut list = vec![
+                    ("services/payments.yaml", PAYMENTS),
+                    ("limits/payments.yaml", LIMITS),
+                ];
+                list.retain(|(f, _)| *f != file);
+                list.push((file, &planted));
+                if let Err(errs) = from_files("v", files(&list)) {
+                    tried += 1;
+                    assert!(
+                        !errs.to_string().contains(PLANTED),
+                        "{file}, {v} at {at}: {errs}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(tried >= 12, "only {tried} planted values were refused");
+    for whole in [
+        PLANTED.to_string(),
+        format!("root:{PLANTED}:19000:0:99999:7:::\n"),
+        format!("-----BEGIN PRIVATE KEY-----\n{PLANTED}\n-----END PRIVATE KEY-----\n"),
+        format!("{PLANTED}: 1\n"),
+        format!("service: payments\nbuckets: {PLANTED}\n"),
+        format!("service: payments\nservice: {PLANTED}\n"),
+    ] {
+        let errs = from_files("v", files(&[("services/payments.yaml", &whole)]))
+            .expect_err("not a service file");
+        let shown = errs.to_string();
+        assert!(shown.contains("services/payments.yaml:"), "{shown}");
+        assert!(!shown.contains(PLANTED), "{shown}");
+    }
+}
+
+/// A config dir with `services/payments.yaml` and a secret file next to it (outside).
+#[cfg(unix)]
+fn dir_with_secret_outside() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let top = tempfile::tempdir().unwrap();
+    let root = top.path().join("config");
+    std::fs::create_dir_all(root.join("services")).unwrap();
+    std::fs::write(root.join("services/payments.yaml"), PAYMENTS).unwrap();
+    let secret = top.path().join("shadow");
+    std::fs::write(&secret, format!("{PLANTED}\n")).unwrap();
+    (top, root, secret)
+}
+
+/// Issue 24 (7): `services/evil.yaml -> /etc/shadow` was followed, and its content printed
+/// in the refusal.
+#[cfg(unix)]
+#[test]
+fn a_symlink_out_of_the_config_dir_is_refused_unread() {
+    let (_top, root, secret) = dir_with_secret_outside();
+    std::os::unix::fs::symlink(&secret, root.join("services/evil.yaml")).unwrap();
+    let errs = load_dir(&root, None).expect_err("a link out is refused");
+    assert_eq!(errs.0[0].file, "services/evil.yaml", "{errs}");
+    assert!(
+        errs.0[0]
+            .message
+            .contains("leads out of the config directory"),
+        "{errs}"
+    );
+    assert!(!errs.to_string().contains(PLANTED), "{errs}");
+    assert!(
+        !errs.to_string().contains("shadow"),
+        "the target is not named: {errs}"
+    );
+
+    // A relative link out, and `services/` itself linking out, are refused the same way.
+    std::fs::remove_file(root.join("services/evil.yaml")).unwrap();
+    std::os::unix::fs::symlink("../../shadow", root.join("services/evil.yaml")).unwrap();
+    let errs = load_dir(&root, None).expect_err("a relative link out is refused");
+    assert!(!errs.to_string().contains(PLANTED), "{errs}");
+    assert_eq!(errs.0[0].file, "services/evil.yaml", "{errs}");
+    let other = root.parent().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(&secret, other.join("x.yaml")).unwrap();
+    std::fs::create_dir_all(root.join("limits")).ok();
+    std::fs::remove_dir(root.join("limits")).unwrap();
+    std::os::unix::fs::symlink(&other, root.join("limits")).unwrap();
+    std::fs::remove_file(root.join("services/evil.yaml")).unwrap();
+    let errs = load_dir(&root, None).expect_err("limits/ linking out is refused");
+    assert_eq!(errs.0[0].file, "limits", "{errs}");
+    assert!(!errs.to_string().contains(PLANTED), "{errs}");
+}
+
+/// Links that stay inside the directory (a Kubernetes `..data` projection) are followed.
+#[cfg(unix)]
+#[test]
+fn symlinks_inside_the_config_dir_are_followed() {
+    let top = tempfile::tempdir().unwrap();
+    let root = top.path().join("config");
+    let data = root.join("..2026_12_01/services");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("payments.yaml"), PAYMENTS).unwrap();
+    std::os::unix::fs::symlink("..2026_12_01", root.join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/services", root.join("services")).unwrap();
+    let s = load_dir(&root, None).unwrap();
+    assert!(s.service("payments").is_some());
+    // The root itself may be a link (git-sync), and a file may link to a sibling.
+    let link = top.path().join("current");
+    std::os::unix::fs::symlink(&root, &link).unwrap();
+    std::fs::create_dir_all(root.join("limits")).unwrap();
+    std::fs::write(root.join("limits/real.data"), LIMITS).unwrap();
+    std::os::unix::fs::symlink("real.data", root.join("limits/payments.yaml")).unwrap();
+    let s = load_dir(&link, None).unwrap();
+    let b = s
+        .service("payments")
+        .unwrap()
+        .find("gateway", "Pay/x")
+        .unwrap();
+    assert_eq!(b.limit, Some(1250.0));
 }
 
 #[test]

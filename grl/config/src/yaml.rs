@@ -42,7 +42,62 @@ fn located(file: &str, e: &serde_yaml::Error) -> ConfigError {
         Some((field, message)) if looks_like_path(field) => (field.to_string(), message),
         _ => (String::new(), without_location),
     };
-    ConfigError::new(file, line, field, message)
+    ConfigError::new(file, line, field, without_value(message))
+}
+
+/// A serde message without the value it quotes: `invalid type: string "hunter2", expected
+/// f64` becomes `invalid type: a string, expected f64`, so an error names file, line and
+/// field but never repeats what the file holds (it may not be a config file at all).
+fn without_value(message: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(prefix)
+            && let Some(i) = rest.rfind(", expected ")
+        {
+            return format!("{prefix}{}{}", kind_of(&rest[..i]), &rest[i..]);
+        }
+    }
+    // An unknown key is not repeated either: a line of a password file parses as one.
+    for prefix in ["unknown variant", "unknown field"] {
+        if let Some(rest) = message
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix(' '))
+        {
+            return match rest
+                .rfind(", expected ")
+                .or_else(|| rest.rfind(", there are no"))
+            {
+                Some(i) => format!("{prefix}{}", &rest[i..]),
+                None => prefix.into(),
+            };
+        }
+    }
+    if message.starts_with("duplicate entry ") {
+        return "duplicate entry in a YAML map".into();
+    }
+    message.to_string()
+}
+
+/// What serde's description of an unexpected value says about its type, without the value.
+fn kind_of(unexpected: &str) -> &'static str {
+    const KINDS: [(&str, &str); 6] = [
+        ("string ", "a string"),
+        ("integer ", "an integer"),
+        ("floating point ", "a number"),
+        ("boolean ", "a boolean"),
+        ("character ", "a character"),
+        ("byte array", "a byte array"),
+    ];
+    for (prefix, kind) in KINDS {
+        if unexpected.starts_with(prefix) {
+            return kind;
+        }
+    }
+    match unexpected {
+        "sequence" => "a sequence",
+        "map" => "a map",
+        "unit value" => "null",
+        _ => "a value",
+    }
 }
 
 fn looks_like_path(s: &str) -> bool {
@@ -194,5 +249,39 @@ mod tests {
         assert_eq!(e.file, "f.yaml");
         assert_eq!(e.line, Some(2));
         assert_eq!(e.field, "a");
+        assert_eq!(e.message, "invalid type: a string, expected u32");
+    }
+
+    #[test]
+    fn serde_messages_lose_the_values_they_quote() {
+        for (given, want) in [
+            (
+                "invalid type: string \"hunter2, expected x\", expected f64",
+                "invalid type: a string, expected f64",
+            ),
+            (
+                "invalid value: integer `123456`, expected a port",
+                "invalid value: an integer, expected a port",
+            ),
+            (
+                "unknown variant `hunter2`, expected one of `global`, `zone`",
+                "unknown variant, expected one of `global`, `zone`",
+            ),
+            (
+                "duplicate entry with key \"hunter2\"",
+                "duplicate entry in a YAML map",
+            ),
+            (
+                "invalid type: map, expected f64",
+                "invalid type: a map, expected f64",
+            ),
+            ("missing field `service`", "missing field `service`"),
+            (
+                "unknown field `root:hunter2:19000::`, expected `service`",
+                "unknown field, expected `service`",
+            ),
+        ] {
+            assert_eq!(without_value(given), want);
+        }
     }
 }

@@ -3,8 +3,9 @@
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
 //! ecosystems: [`sidecar`], [`rls`], [`rlqs`]; its proxy port under hostile connections
 //! and callers, [`sidecar_port`] and [`sidecar_callers`], with raw clients from
-//! [`raw_http`]), bad input ([`bad_input`]), and TLS with authorised
-//! admin calls ([`security`]), and active/standby controllers elected through etcd
+//! [`raw_http`]), bad input ([`bad_input`]), TLS with authorised admin calls
+//! ([`security`]), credential files ([`creds`]), config files that are links out of their
+//! directory ([`config_links`]), the caps of a TLS port ([`tls_caps`]), and active/standby controllers elected through etcd
 //! ([`failover`]; an etcd outage: [`election`]) or a Kubernetes Lease ([`kube_lease`],
 //! against a stand-in API server: [`kube_api`]), enforcement that follows the load up
 //! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]), and the config
@@ -13,6 +14,8 @@
 mod bad_input;
 mod binary;
 mod config;
+mod config_links;
+mod creds;
 mod election;
 mod enforce;
 mod failover;
@@ -31,3 +34,4 @@ mod sidecar_callers;
 mod sidecar_port;
 mod size_bounds;
 mod support;
+mod tls_caps;

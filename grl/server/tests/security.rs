@@ -23,8 +23,8 @@ use super::support::{scrape, until};
 use test_support::ports::free_addr;
 
 const BIN: &str = env!("CARGO_BIN_EXE_grl");
-const TOKEN: &str = "planted-admin-token-7f3a9c2e51";
-const LONG: Duration = Duration::from_secs(30);
+pub(crate) const TOKEN: &str = "planted-admin-token-7f3a9c2e51";
+pub(crate) const LONG: Duration = Duration::from_secs(30);
 
 /// A test CA that writes its certificate and signs leaf certificates into a directory.
 pub(crate) struct Ca {
@@ -98,20 +98,20 @@ impl Ca {
 }
 
 /// Replaces a file in one rename, as a secret mounter does.
-fn write_atomically(path: &Path, content: &str) {
+pub(crate) fn write_atomically(path: &Path, content: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, content).unwrap();
     std::fs::rename(&tmp, path).unwrap();
 }
 
 /// A `grl` process whose stderr goes to a file, killed on drop.
-struct Proc {
+pub(crate) struct Proc {
     child: Child,
     log: PathBuf,
 }
 
 impl Proc {
-    fn spawn(args: &[&str], log: PathBuf) -> Self {
+    pub(crate) fn spawn(args: &[&str], log: PathBuf) -> Self {
         let child = Command::new(BIN)
             .args(args)
             .env("RUST_LOG", "info")
@@ -124,7 +124,7 @@ impl Proc {
     }
 
     /// Its stderr so far, without terminal colour codes.
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         let raw = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut out = String::with_capacity(raw.len());
         let mut chars = raw.chars();
@@ -151,16 +151,16 @@ impl Drop for Proc {
     }
 }
 
-async fn wait_port(addr: SocketAddr) {
+pub(crate) async fn wait_port(addr: SocketAddr) {
     let ok = until(LONG, || std::net::TcpStream::connect(addr).is_ok()).await;
     assert!(ok.is_some(), "{addr} never opened");
 }
 
-fn p(path: &Path) -> &str {
+pub(crate) fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-const SERVICE: &str = "service: payments\nbuckets:\n  - name: gateway-pay\n    match: { caller: gateway }\n    scope: global\n    mode: deny\n    policy: { kind: fixed, rps: 500 }\n";
+pub(crate) const SERVICE: &str = "service: payments\nbuckets:\n  - name: gateway-pay\n    match: { caller: gateway }\n    scope: global\n    mode: deny\n    policy: { kind: fixed, rps: 500 }\n";
 
 /// Certificates, a config dir and a token file in one temp dir.
 struct Setup {
@@ -219,7 +219,7 @@ impl Setup {
 }
 
 /// The metrics address a tier logged at start-up.
-async fn metrics_addr(proc_: &Proc) -> SocketAddr {
+pub(crate) async fn metrics_addr(proc_: &Proc) -> SocketAddr {
     let mut found = None;
     until(LONG, || {
         found = proc_.log().lines().find_map(|l| {
@@ -240,7 +240,10 @@ fn tls(s: &Setup, identity: Option<&str>) -> ClientTls {
 }
 
 /// A raw `Control` client (no token) over TLS with an optional client certificate.
-async fn control(addr: SocketAddr, t: &ClientTls) -> ControlClient<tonic::transport::Channel> {
+pub(crate) async fn control(
+    addr: SocketAddr,
+    t: &ClientTls,
+) -> ControlClient<tonic::transport::Channel> {
     let ch = grl_core::tls::endpoint(&addr.to_string(), Some(t))
         .unwrap()
         .connect()
@@ -256,18 +259,18 @@ fn empty_apply() -> tonic::Request<proto::ApplyConfigRequest> {
     })
 }
 
-fn bearer<T>(mut r: tonic::Request<T>, token: &str) -> tonic::Request<T> {
+pub(crate) fn bearer<T>(mut r: tonic::Request<T>, token: &str) -> tonic::Request<T> {
     r.metadata_mut()
         .insert("authorization", format!("Bearer {token}").parse().unwrap());
     r
 }
 
-fn metric(m: &std::collections::BTreeMap<String, f64>, key: &str) -> f64 {
+pub(crate) fn metric(m: &std::collections::BTreeMap<String, f64>, key: &str) -> f64 {
     m.get(key).copied().unwrap_or(0.0)
 }
 
 /// Polls `/metrics` at `addr` until `key` reaches `min` (at most [`LONG`]); its last value.
-async fn wait_metric(addr: SocketAddr, key: &str, min: f64) -> f64 {
+pub(crate) async fn wait_metric(addr: SocketAddr, key: &str, min: f64) -> f64 {
     let start = tokio::time::Instant::now();
     loop {
         let v = metric(&scrape(addr).await, key);
@@ -446,7 +449,7 @@ async fn plaintext_client_cannot_use_a_tls_port() {
 }
 
 /// Runs `grl override ...` against `addr` with `extra` flags.
-fn override_cmd(addr: SocketAddr, action: &[&str], extra: &[&str]) -> Output {
+pub(crate) fn override_cmd(addr: SocketAddr, action: &[&str], extra: &[&str]) -> Output {
     Command::new(BIN)
         .arg("override")
         .args(action)

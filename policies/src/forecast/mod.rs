@@ -89,10 +89,7 @@ impl FromSpec for Forecast {
         }
         let level = params.f64_in("level", 0.99, 0.0, 1.0)?;
         if level <= 0.0 || level >= 1.0 {
-            return Err(SpecError::new(
-                "level",
-                format!("must be strictly between 0 and 1, got {level}"),
-            ));
+            return Err(SpecError::new("level", "must be strictly between 0 and 1"));
         }
         Ok(Forecast {
             window,

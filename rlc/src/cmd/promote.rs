@@ -36,8 +36,9 @@ pub(crate) async fn execute(cmd: PromoteCmd) -> anyhow::Result<()> {
         };
         let path = format!("services/{}.yaml", cmd.service);
         let outcome = store.publish(mode, 3, |checkout| {
-            let text = std::fs::read_to_string(checkout.dir.join(&path))
-                .map_err(|e| format!("{path}: {e}"))?;
+            let text = checkout
+                .file(&path)?
+                .ok_or_else(|| format!("{path}: no such file on main"))?;
             let content = promote_text(&path, &text, &cmd.bucket)?;
             Ok(Some(Proposal {
                 files: vec![FileChange {

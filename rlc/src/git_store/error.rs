@@ -78,6 +78,13 @@ pub enum GitStoreError {
         /// Why it was refused.
         reason: String,
     },
+    /// A config file in the repository is a symbolic link: its blob is the link's target
+    /// (a path), which is never read as config nor followed.
+    #[error("config repo file {path} is a symbolic link (config files must be regular files)")]
+    SymbolicLink {
+        /// The path of the link inside the repository.
+        path: String,
+    },
     /// A local repository operation failed.
     #[error("git: {what} failed in {dir}: {source}")]
     Local {

@@ -50,6 +50,10 @@ pub const PR_BRANCH: &str = "rlc/limits";
 /// The branch people and the GRL read limits from.
 pub const MAIN_BRANCH: &str = "main";
 
+/// The git file mode of a symbolic link: its blob holds the target's path, and reading it
+/// as a config file (or following it in the work tree) is refused.
+const LINK_MODE: i32 = 0o120_000;
+
 /// Where [`GitStore::publish`] puts a commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublishMode {
@@ -89,6 +93,23 @@ pub struct Checkout {
     /// Tip of the review branch [`PR_BRANCH`] seen by the same fetch (`None`: no branch).
     /// A push of the review branch only lands if the branch is still there.
     pub review_tip: Option<String>,
+}
+
+impl Checkout {
+    /// Content of `path` in the checked-out commit, read from git's objects rather than the
+    /// work tree: a symbolic link committed there is refused, never followed out of it.
+    pub fn file(&self, path: &str) -> Result<Option<String>, GitStoreError> {
+        let store = GitStore {
+            repo: Repository::open(&self.dir).map_err(|source| GitStoreError::Local {
+                what: "open the clone".into(),
+                dir: self.dir.display().to_string(),
+                source,
+            })?,
+            dir: self.dir.clone(),
+            remote: String::new(),
+        };
+        store.file_at(&self.commit, path)
+    }
 }
 
 /// Result of [`GitStore::publish`].
@@ -309,6 +330,11 @@ impl GitStore {
         if entry.kind() != Some(ObjectType::Blob) {
             return Ok(None);
         }
+        if entry.filemode() == LINK_MODE {
+            return Err(GitStoreError::SymbolicLink {
+                path: path.to_string(),
+            });
+        }
         let blob = self
             .repo
             .find_blob(entry.id())
@@ -342,18 +368,22 @@ impl GitStore {
         tree.walk(TreeWalkMode::PreOrder, |parent, entry| {
             if entry.kind() == Some(ObjectType::Blob) {
                 let name = entry.name().unwrap_or_default();
-                blobs.push((format!("{parent}{name}"), entry.id()));
+                let link = entry.filemode() == LINK_MODE;
+                blobs.push((format!("{parent}{name}"), entry.id(), link));
             }
             TreeWalkResult::Ok
         })
         .map_err(|e| self.local("walk tree", e))?;
         let mut out = Vec::with_capacity(blobs.len());
-        for (rel, id) in blobs {
+        for (rel, id, link) in blobs {
             let path = if dir.is_empty() {
                 rel
             } else {
                 format!("{dir}/{rel}")
             };
+            if link {
+                return Err(GitStoreError::SymbolicLink { path });
+            }
             let blob = self
                 .repo
                 .find_blob(id)

@@ -86,6 +86,28 @@ impl BareRemote {
         Ok(id.to_string())
     }
 
+    /// Commits a symbolic link at `path` pointing to `target` on `main`, as `git add` of a
+    /// link records it (mode 120000, the blob holding the target's path); returns the
+    /// commit id.
+    pub fn commit_symlink(&self, path: &str, target: &str) -> Result<String> {
+        let repo = self.repo()?;
+        let parent = repo.revparse_single("refs/heads/main")?.peel_to_commit()?;
+        let blob = repo.blob(target.as_bytes())?;
+        let mut update = TreeUpdateBuilder::new();
+        update.upsert(path, blob, FileMode::Link);
+        let tree = repo.find_tree(update.create_updated(&repo, &parent.tree()?)?)?;
+        let who = Signature::now("Test Person", "person@example.invalid")?;
+        let id = repo.commit(
+            Some("refs/heads/main"),
+            &who,
+            &who,
+            &format!("link {path}"),
+            &tree,
+            &[&parent],
+        )?;
+        Ok(id.to_string())
+    }
+
     /// The content of `path` at the tip of `branch`, or `None` if either does not exist
     /// (or the file is not UTF-8).
     pub fn read_file_at(&self, branch: &str, path: &str) -> Option<String> {

@@ -128,11 +128,14 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("--config DIR or --config-git URL is required"),
     };
     let listener = super::bind(&a.listen).await?;
+    let server_tls = a.tls.server_tls()?;
     let security = grl::tier::Security {
-        server_tls: a.tls.server_tls()?,
+        admin: a
+            .admin
+            .admin(&listener.local_addr()?, server_tls.is_some())?,
+        server_tls,
         uplink_tls: a.uplink_tls.client(&a.tls),
         children: a.tls.children(),
-        admin: a.admin.admin(&listener.local_addr()?)?,
     };
     let metrics = match &a.metrics_listen {
         Some(m) => Some(super::bind(m).await?),

@@ -82,19 +82,26 @@ type Authorized =
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>;
 
 /// A `Control` client of `addr` over TLS if configured, sending the bearer token if given.
-async fn client(
-    addr: &str,
-    conn: &super::tls_args::AdminClientArgs,
-) -> anyhow::Result<ControlClient<Authorized>> {
-    let channel = grl_core::tls::endpoint(addr, conn.tls().as_ref())?
-        .connect()
-        .await?;
+/// The `authorization` header from `--token-file`, read once before any controller is
+/// dialled (a token file others may write is a usage error, exit 2).
+fn bearer(conn: &super::tls_args::AdminClientArgs) -> anyhow::Result<Bearer> {
     let header = conn
         .token()?
         .map(|t| tonic::metadata::MetadataValue::try_from(format!("Bearer {t}")))
         .transpose()
         .map_err(|_| anyhow::anyhow!("the token file holds characters not allowed in a header"))?;
-    Ok(ControlClient::with_interceptor(channel, Bearer(header))
+    Ok(Bearer(header))
+}
+
+async fn client(
+    addr: &str,
+    conn: &super::tls_args::AdminClientArgs,
+    bearer: Bearer,
+) -> anyhow::Result<ControlClient<Authorized>> {
+    let channel = grl_core::tls::endpoint(addr, conn.tls().as_ref())?
+        .connect()
+        .await?;
+    Ok(ControlClient::with_interceptor(channel, bearer)
         .max_decoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES)
         .max_encoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES))
 }
@@ -108,9 +115,10 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         | Action::List { controllers }
         | Action::Clear { controllers, .. } => controllers.clone(),
     };
+    let bearer = bearer(&a.conn)?;
     let mut failed = Vec::new();
     for controller in &controllers {
-        if let Err(e) = run_on(controller, &a.action, &a.conn).await {
+        if let Err(e) = run_on(controller, &a.action, &a.conn, bearer.clone()).await {
             eprintln!("{controller}: {e:#}");
             failed.push(controller.as_str());
         }
@@ -125,8 +133,9 @@ async fn run_on(
     controller: &str,
     action: &Action,
     conn: &super::tls_args::AdminClientArgs,
+    bearer: Bearer,
 ) -> anyhow::Result<()> {
-    let mut client = client(controller, conn).await?;
+    let mut client = client(controller, conn, bearer).await?;
     match action {
         Action::Set {
             service,

@@ -8,9 +8,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use grl::tier::auth::{self, AdminAuth, ChildAuth};
-use grl::tier::tls::{ServerTls, ServerTlsFiles};
+use grl::tier::auth::{self, AdminAuth, ChildAuth, TokenError};
+use grl::tier::cred_file;
+use grl::tier::tls::{ConnLimits, ServerTls, ServerTlsFiles};
 use grl_core::tls::ClientTls;
+
+use super::validate::Usage;
 
 /// TLS on a tier's gRPC port.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,6 +38,20 @@ pub(crate) struct ServerTlsArgs {
         requires = "tls_client_ca"
     )]
     pub(crate) child_allow: Vec<String>,
+    /// Most connections the TLS port holds open (handshaking or established); more are
+    /// closed at once and counted (`grl_tier_tls_events_total{event="over_connection_cap"}`).
+    #[arg(long, value_name = "N", default_value_t = ConnLimits::default().max_connections,
+          value_parser = super::validate::max_connections)]
+    pub(crate) tls_max_connections: usize,
+    /// Most TLS handshakes in progress at once; more connections are closed at once and
+    /// counted (`event="over_handshake_cap"`).
+    #[arg(long, value_name = "N", default_value_t = ConnLimits::default().max_handshakes,
+          value_parser = super::validate::max_handshakes)]
+    pub(crate) tls_max_handshakes: usize,
+    /// How long a client may take to finish its TLS handshake, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10_000,
+          value_parser = super::validate::timeout_ms)]
+    pub(crate) tls_handshake_timeout_ms: u64,
 }
 
 impl ServerTlsArgs {
@@ -48,8 +65,15 @@ impl ServerTlsArgs {
             key: key.clone(),
             client_ca: self.tls_client_ca.clone(),
         };
+        let limits = ConnLimits {
+            max_connections: self.tls_max_connections,
+            max_handshakes: self.tls_max_handshakes,
+            handshake_timeout: std::time::Duration::from_millis(self.tls_handshake_timeout_ms),
+        };
         Ok(Some(Arc::new(
-            ServerTls::load(files).context("--tls-cert/--tls-key/--tls-client-ca")?,
+            ServerTls::load(files)
+                .context("--tls-cert/--tls-key/--tls-client-ca")?
+                .with_limits(limits),
         )))
     }
 
@@ -91,29 +115,54 @@ pub(crate) struct AdminAuthArgs {
         requires = "tls_client_ca"
     )]
     pub(crate) admin_allow: Vec<String>,
-    /// A file holding the admin bearer token (at least 16 characters; re-read when it
-    /// changes): admin calls carrying `authorization: Bearer <token>` are allowed.
+    /// A file holding the admin bearer token (at least 16 characters; re-read when its
+    /// content changes): admin calls carrying `authorization: Bearer <token>` are allowed.
+    /// Refused if the group or others may write it.
     #[arg(long, value_name = "FILE")]
     pub(crate) admin_token_file: Option<PathBuf>,
     /// Accept admin calls from anyone who reaches the port when neither `--admin-allow` nor
-    /// `--admin-token-file` is given and `--listen` is not a loopback address.
+    /// `--admin-token-file` is given and `--listen` is not a loopback address, or the admin
+    /// token in the clear when such a port has no TLS.
     #[arg(long)]
     pub(crate) insecure_admin: bool,
 }
 
 impl AdminAuthArgs {
-    /// The admin policy; open admin calls on a non-loopback address need `--insecure-admin`
-    /// (without it: a usage error, exit 2).
-    pub(crate) fn admin(&self, listen: &std::net::SocketAddr) -> anyhow::Result<Arc<AdminAuth>> {
-        let a = AdminAuth::new(self.admin_allow.clone(), self.admin_token_file.clone())?;
-        if a.is_open() && !listen.ip().is_loopback() && !self.insecure_admin {
-            return Err(super::validate::Usage(format!(
+    /// The admin policy. On a non-loopback address, open admin calls, and an admin token on
+    /// a port without TLS (it would cross the network in the clear), need `--insecure-admin`;
+    /// without it, and for a token file others may write: a usage error, exit 2.
+    pub(crate) fn admin(
+        &self,
+        listen: &std::net::SocketAddr,
+        tls: bool,
+    ) -> anyhow::Result<Arc<AdminAuth>> {
+        let a = AdminAuth::new(self.admin_allow.clone(), self.admin_token_file.clone())
+            .map_err(token_usage)?;
+        let public = !listen.ip().is_loopback() && !self.insecure_admin;
+        if a.is_open() && public {
+            return Err(Usage(format!(
                 "admin calls would be open to anyone reaching {listen}: give --admin-allow NAME \
                  (with --tls-client-ca) or --admin-token-file FILE, or --insecure-admin to accept that"
             ))
             .into());
         }
+        if a.has_token() && !tls && public {
+            return Err(Usage(format!(
+                "the admin token would cross the network in the clear on {listen}: give \
+                 --tls-cert FILE --tls-key FILE (TLS on the port), listen on a loopback address, \
+                 or --insecure-admin to accept that"
+            ))
+            .into());
+        }
         Ok(Arc::new(a))
+    }
+}
+
+/// A token file others may write is a usage error (exit 2); other token errors are not.
+fn token_usage(e: TokenError) -> anyhow::Error {
+    match e {
+        TokenError::LoosePermissions { .. } => Usage(e.to_string()).into(),
+        e => e.into(),
     }
 }
 
@@ -136,8 +185,9 @@ pub(crate) struct AdminClientArgs {
 }
 
 impl AdminClientArgs {
-    /// The client TLS settings, if any.
+    /// The client TLS settings, if any (a key others may read is warned about).
     pub(crate) fn tls(&self) -> Option<ClientTls> {
+        warn_key(self.tls_key.as_deref());
         ClientTls::from_flags(
             self.tls_ca.as_ref(),
             self.tls_cert.as_ref(),
@@ -145,13 +195,22 @@ impl AdminClientArgs {
         )
     }
 
-    /// The token to send, if any.
+    /// The token to send, if any: refused (exit 2) from a file others may write, warned
+    /// about from one others may read.
     pub(crate) fn token(&self) -> anyhow::Result<Option<String>> {
-        self.token_file
-            .as_deref()
-            .map(auth::read_token)
-            .transpose()
-            .map_err(Into::into)
+        let Some(path) = self.token_file.as_deref() else {
+            return Ok(None);
+        };
+        let token = auth::read_token(path).map_err(token_usage)?;
+        cred_file::warn_if_readable("admin token file", path);
+        Ok(Some(token))
+    }
+}
+
+/// Warns when others may read the private key at `key`.
+fn warn_key(key: Option<&std::path::Path>) {
+    if let Some(k) = key {
+        cred_file::warn_if_readable("TLS private key", k);
     }
 }
 
@@ -171,8 +230,9 @@ pub(crate) struct ClientTlsArgs {
 }
 
 impl ClientTlsArgs {
-    /// The client TLS settings, if any.
+    /// The client TLS settings, if any (a key others may read is warned about).
     pub(crate) fn tls(&self) -> Option<ClientTls> {
+        warn_key(self.tls_key.as_deref());
         ClientTls::from_flags(
             self.tls_ca.as_ref(),
             self.tls_cert.as_ref(),

@@ -75,6 +75,27 @@ pub(crate) fn config_dir(s: &str) -> Result<PathBuf, String> {
     }
 }
 
+fn count_in(s: &str, max: usize) -> Result<usize, String> {
+    let v: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number"))?;
+    if (1..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("must be between 1 and {max}"))
+    }
+}
+
+/// `--tls-max-connections`: 1 to 1,000,000.
+pub(crate) fn max_connections(s: &str) -> Result<usize, String> {
+    count_in(s, 1_000_000)
+}
+
+/// `--tls-max-handshakes`: 1 to 100,000.
+pub(crate) fn max_handshakes(s: &str) -> Result<usize, String> {
+    count_in(s, 100_000)
+}
+
 /// `--ttl` of an override: a duration (`30m`, `2h`) of at most 30 days.
 pub(crate) fn override_ttl(s: &str) -> Result<Duration, String> {
     let d = super::parse_duration(s).map_err(|e| e.to_string())?;
@@ -161,6 +182,9 @@ mod tests {
         assert!(interval_ms("600001").is_err());
         assert!(poll_ms("0").is_err());
         assert_eq!(poll_ms("200"), Ok(200));
+        assert!(max_connections("0").is_err());
+        assert_eq!(max_connections("4"), Ok(4));
+        assert!(max_handshakes("100001").is_err());
     }
 
     #[test]

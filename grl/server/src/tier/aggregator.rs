@@ -93,15 +93,10 @@ pub(crate) fn counters(n: &Node, sec: &super::Security) -> Counters {
             let refused = n.refused.snapshot();
             std::array::from_fn(|i| refused[i].1)
         },
-        tls: sec.server_tls.as_ref().map(|t| {
-            [
-                t.counters.handshake_failures.load(Relaxed),
-                t.counters.reloads.load(Relaxed),
-                t.counters.reload_failures.load(Relaxed),
-            ]
-        }),
+        tls: sec.server_tls.as_ref().map(|t| t.snapshot()),
         child_refused: sec.children.refused.snapshot(),
         admin_refused: sec.admin.refused.snapshot(),
         election: Vec::new(),
+        admin_plaintext_tokens: sec.admin.plaintext_tokens.load(Relaxed),
     }
 }

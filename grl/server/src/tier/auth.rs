@@ -2,17 +2,20 @@
 //! override set/clear) need an mTLS identity on the admin allow-list or the admin bearer
 //! token; a child's report stream needs an identity on the child allow-list when there is
 //! one. Every refusal changes nothing, is counted by reason and logged with the peer's
-//! address and identity — never with the token.
+//! address and identity — never with the token. An accepted admin call carries who made it
+//! ([`Admin::principal`]) into the audit trail. A token sent over a connection without TLS
+//! is counted and logged: it crossed the network in the clear.
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use subtle::ConstantTimeEq;
 use tonic::Status;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tracing::warn;
 
-use super::tls::{Peer, Stamp, stamp};
+use super::tls::Peer;
+use super::token::Token;
+pub use super::token::{TokenError, read_token};
 
 /// Why a call was refused: the `reason` label of the refusal metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,76 +88,33 @@ impl RefusalCounts {
     }
 }
 
-/// Why an admin token file is unusable.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenError {
-    /// It cannot be read.
-    #[error("admin token file {path}: {source}")]
-    Read {
-        /// Its path.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// It holds no token (or one too short to be a secret).
-    #[error("admin token file {path}: the token must be at least 16 characters")]
-    TooShort {
-        /// Its path.
-        path: PathBuf,
-    },
+/// An admin call that was allowed: the peer, and who it is for the audit trail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admin {
+    /// The caller's address and certificate names.
+    pub peer: Peer,
+    /// Who made the call: `cert:<allowed name>`, `token:<token file name>`, or in open
+    /// mode `cert:<names>` / `anonymous`.
+    pub principal: String,
 }
 
-/// Reads a token file: its content without surrounding whitespace, at least 16 bytes.
-pub fn read_token(path: &Path) -> Result<String, TokenError> {
-    let t = std::fs::read_to_string(path).map_err(|source| TokenError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let t = t.trim();
-    if t.len() < 16 {
-        return Err(TokenError::TooShort {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(t.to_string())
-}
-
-/// The admin bearer token, re-read when its file changes (a change that does not load keeps
-/// the previous token).
-#[derive(Debug)]
-struct Token {
-    path: PathBuf,
-    current: Mutex<(Stamp, String)>,
-}
-
-impl Token {
-    fn load(path: PathBuf) -> Result<Self, TokenError> {
-        let t = read_token(&path)?;
-        let s = stamp([path.as_path()]);
-        Ok(Self {
-            path,
-            current: Mutex::new((s, t)),
-        })
-    }
-
-    /// Constant-time comparison with the current token (the length is not hidden).
-    fn matches(&self, given: &str) -> bool {
-        let now = stamp([self.path.as_path()]);
-        let mut cur = self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cur.0 != now {
-            cur.0 = now;
-            match read_token(&self.path) {
-                Ok(t) => cur.1 = t,
-                Err(e) => {
-                    warn!(error = %e, "admin token file changed but does not load; kept the old token");
-                }
-            }
+impl Admin {
+    /// The `who` of an override: the principal, followed by what the client said
+    /// (`grl override` sends `$USER`) when that adds anything.
+    pub fn who(&self, claimed: &str) -> String {
+        if claimed.is_empty() || claimed == "unknown" || claimed == self.principal {
+            self.principal.clone()
+        } else {
+            format!("{} (user {claimed})", self.principal)
         }
-        bool::from(given.as_bytes().ct_eq(cur.1.as_bytes()))
     }
+}
+
+/// Whether `req` came over TLS.
+fn over_tls<T>(req: &tonic::Request<T>) -> bool {
+    req.extensions()
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .is_some()
 }
 
 /// Who may make admin calls on a controller.
@@ -164,6 +124,8 @@ pub struct AdminAuth {
     token: Option<Token>,
     /// Refused admin calls by reason.
     pub refused: RefusalCounts,
+    /// Admin calls that carried a bearer token on a connection without TLS.
+    pub plaintext_tokens: AtomicU64,
 }
 
 impl AdminAuth {
@@ -174,7 +136,13 @@ impl AdminAuth {
             allow,
             token: token_file.map(Token::load).transpose()?,
             refused: RefusalCounts::default(),
+            plaintext_tokens: AtomicU64::new(0),
         })
+    }
+
+    /// Whether admin calls may carry a bearer token.
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
     }
 
     /// Whether admin calls are accepted from anyone who reaches the port.
@@ -184,25 +152,42 @@ impl AdminAuth {
 
     /// Allows or refuses the admin call `what`: a present bearer token decides alone (right:
     /// allowed, wrong: denied); without one, the client certificate's names decide.
-    pub fn check<T>(&self, what: &str, req: &tonic::Request<T>) -> Result<Peer, Status> {
+    pub fn check<T>(&self, what: &str, req: &tonic::Request<T>) -> Result<Admin, Status> {
         let peer = Peer::of(req);
-        if self.is_open() {
-            return Ok(peer);
+        let auth = req.metadata().get("authorization");
+        if auth.is_some() && !over_tls(req) {
+            self.plaintext_tokens.fetch_add(1, Ordering::Relaxed);
+            warn!(
+                call = what, peer = %peer.addr_str(),
+                "admin credential sent without TLS: it crossed the network in the clear"
+            );
         }
-        let verdict = match req.metadata().get("authorization") {
+        if self.is_open() {
+            let principal = if peer.names.is_empty() {
+                "anonymous".into()
+            } else {
+                format!("cert:{}", peer.identity())
+            };
+            return Ok(Admin { peer, principal });
+        }
+        let verdict = match auth {
             Some(v) => match v.to_str().ok().and_then(|s| s.strip_prefix("Bearer ")) {
                 None => Err(Refusal::MalformedAuthorization),
-                Some(t) if self.token.as_ref().is_some_and(|k| k.matches(t.trim())) => Ok(()),
-                Some(_) => Err(Refusal::WrongToken),
+                Some(t) => match &self.token {
+                    Some(k) if k.matches(t.trim()) => Ok(format!("token:{}", k.name)),
+                    _ => Err(Refusal::WrongToken),
+                },
             },
-            None if peer.is_one_of(&self.allow) => Ok(()),
-            None if !peer.names.is_empty() && !self.allow.is_empty() => {
-                Err(Refusal::IdentityNotAllowed)
-            }
-            None => Err(Refusal::NoCredentials),
+            None => match peer.names.iter().find(|n| self.allow.contains(n)) {
+                Some(n) => Ok(format!("cert:{n}")),
+                None if !peer.names.is_empty() && !self.allow.is_empty() => {
+                    Err(Refusal::IdentityNotAllowed)
+                }
+                None => Err(Refusal::NoCredentials),
+            },
         };
         match verdict {
-            Ok(()) => Ok(peer),
+            Ok(principal) => Ok(Admin { peer, principal }),
             Err(r) => {
                 self.refused.add(r);
                 warn!(
@@ -319,6 +304,77 @@ mod tests {
         let e = AdminAuth::new(vec![], Some(p)).unwrap_err().to_string();
         assert!(e.contains("at least 16"), "{e}");
         assert!(!e.contains("short\n"));
+    }
+
+    #[test]
+    fn the_token_names_the_principal_never_the_token() {
+        let (_d, a) = with_token("s3cret-s3cret-s3cret");
+        let ok = a
+            .check("x", &req(Some("Bearer s3cret-s3cret-s3cret")))
+            .unwrap();
+        assert_eq!(ok.principal, "token:token");
+        assert_eq!(ok.who("alice"), "token:token (user alice)");
+        assert_eq!(ok.who("unknown"), "token:token");
+        // Sent without TLS (a bare request has no TLS connection info): counted.
+        assert_eq!(a.plaintext_tokens.load(Ordering::Relaxed), 1);
+    }
+
+    /// Issue 24 (8): a token file others may write was accepted.
+    #[cfg(unix)]
+    #[test]
+    fn a_token_file_others_may_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("t");
+        std::fs::write(&p, "s3cret-s3cret-s3cret\n").unwrap();
+        for mode in [0o666, 0o620, 0o602] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = AdminAuth::new(vec![], Some(p.clone())).unwrap_err();
+            assert!(matches!(e, TokenError::LoosePermissions { .. }), "{e}");
+            assert!(e.to_string().contains("chmod go-w"), "{e}");
+            assert!(!e.to_string().contains("s3cret"), "{e}");
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let a = AdminAuth::new(vec![], Some(p.clone())).unwrap();
+        // Made writable by others later: the new content is not taken.
+        std::fs::write(&p, "planted-by-someone-else\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(
+            a.check("x", &req(Some("Bearer planted-by-someone-else")))
+                .is_err()
+        );
+        assert!(
+            a.check("x", &req(Some("Bearer s3cret-s3cret-s3cret")))
+                .is_ok()
+        );
+    }
+
+    /// Issue 24 (8): a token rewritten with the same length and modification time (`cp -p`)
+    /// was not noticed.
+    #[test]
+    fn a_token_rewritten_with_the_same_mtime_and_length_is_used() {
+        let (d, a) = with_token("first-token-0123456789");
+        let p = d.path().join("token");
+        let mtime = std::fs::metadata(&p).unwrap().modified().unwrap();
+        assert!(
+            a.check("x", &req(Some("Bearer first-token-0123456789")))
+                .is_ok()
+        );
+        std::fs::write(&p, "other-token-9876543210\n").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert!(
+            a.check("x", &req(Some("Bearer other-token-9876543210")))
+                .is_ok()
+        );
+        assert!(
+            a.check("x", &req(Some("Bearer first-token-0123456789")))
+                .is_err()
+        );
     }
 
     #[test]

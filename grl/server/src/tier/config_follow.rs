@@ -109,6 +109,11 @@ fn load_changed(root: &Path, last: &str) -> Loaded {
     }
 }
 
+/// The git file mode of a symbolic link.
+const LINK_MODE: i32 = 0o120_000;
+/// Why a symbolic link in the config repo is refused.
+const LINK_REFUSED: &str = "is a symbolic link (config files must be regular files)";
+
 /// A private clone of the config repo.
 pub struct GitFollower {
     url: String,
@@ -164,6 +169,13 @@ impl GitFollower {
             let odb = self.repo.odb()?;
             for e in &sub {
                 let Ok(name) = e.name() else { continue };
+                if e.filemode() == LINK_MODE && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                {
+                    // Its blob is the link's target, a path: refused whole, never read.
+                    return Err(FollowError::Invalid(ConfigErrors(vec![
+                        config::ConfigError::new(format!("{dir}/{name}"), None, "", LINK_REFUSED),
+                    ])));
+                }
                 // The size is read from the header, so a huge blob is refused unread.
                 let (size, kind) = odb.read_header(e.id())?;
                 let limit = config::bounds::MAX_FILE_BYTES;

@@ -1,6 +1,7 @@
 //! The `Control` gRPC service of a controller: `ApplyConfig` and incident overrides. The
 //! admin calls (apply, set, clear) pass [`super::auth::AdminAuth`] first and are logged with
-//! the caller's address and certificate identity. Errors become gRPC codes here, in one place.
+//! the caller's address and who they are (certificate name or token); an override records
+//! that principal as its `who`. Errors become gRPC codes here, in one place.
 
 use std::sync::Arc;
 
@@ -36,7 +37,7 @@ impl proto::control_server::Control for ControlService {
         &self,
         req: Request<proto::ApplyConfigRequest>,
     ) -> Result<Response<proto::ApplyConfigResponse>, Status> {
-        let peer = self.ctl.admin().check("ApplyConfig", &req)?;
+        let admin = self.ctl.admin().check("ApplyConfig", &req)?;
         let req = req.into_inner();
         let version = req.version.clone();
         let files: Vec<_> = req.files.into_iter().map(|f| (f.path, f.content)).collect();
@@ -54,8 +55,8 @@ impl proto::control_server::Control for ControlService {
                     enforced_buckets: s.buckets().filter(|(_, b)| b.limit.is_some()).count() as u32,
                 };
                 info!(
-                    version = %s.version, buckets = resp.buckets, peer = %peer.addr_str(),
-                    identity = %peer.identity(), "config applied"
+                    version = %s.version, buckets = resp.buckets, peer = %admin.peer.addr_str(),
+                    who = %admin.principal, "config applied"
                 );
                 self.ctl.set_snapshot(s);
                 Ok(Response::new(resp))
@@ -72,8 +73,10 @@ impl proto::control_server::Control for ControlService {
         &self,
         req: Request<proto::SetOverrideRequest>,
     ) -> Result<Response<proto::Override>, Status> {
-        let peer = self.ctl.admin().check("SetOverride", &req)?;
-        let req = req.into_inner();
+        let admin = self.ctl.admin().check("SetOverride", &req)?;
+        let mut req = req.into_inner();
+        // The audit trail records who authenticated, not only what the client claimed.
+        req.who = admin.who(&req.who);
         let o = self
             .ctl
             .with_overrides(|o| o.set(&req, now_unix()))
@@ -81,7 +84,7 @@ impl proto::control_server::Control for ControlService {
         info!(
             id = %o.id, service = %o.service, caller = %o.caller, procedure = %o.procedure,
             rps = o.rps, expires_at = o.expires_at_unix, who = %o.who, reason = %o.reason,
-            peer = %peer.addr_str(), identity = %peer.identity(), "override set"
+            peer = %admin.peer.addr_str(), "override set"
         );
         Ok(Response::new(o))
     }
@@ -98,7 +101,7 @@ impl proto::control_server::Control for ControlService {
         &self,
         req: Request<proto::ClearOverrideRequest>,
     ) -> Result<Response<proto::ClearOverrideResponse>, Status> {
-        let peer = self.ctl.admin().check("ClearOverride", &req)?;
+        let admin = self.ctl.admin().check("ClearOverride", &req)?;
         let req = req.into_inner();
         if req.id.is_empty() && req.service.is_empty() {
             return Err(Status::invalid_argument("id or service is required"));
@@ -106,8 +109,8 @@ impl proto::control_server::Control for ControlService {
         let gone = self.ctl.with_overrides(|o| o.clear(&req.id, &req.service));
         for o in &gone {
             info!(
-                id = %o.id, service = %o.service, peer = %peer.addr_str(),
-                identity = %peer.identity(), "override cleared"
+                id = %o.id, service = %o.service, peer = %admin.peer.addr_str(),
+                who = %admin.principal, "override cleared"
             );
         }
         Ok(Response::new(proto::ClearOverrideResponse {

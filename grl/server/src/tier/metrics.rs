@@ -75,9 +75,22 @@ pub const ELECTION_EVENTS: &str = "grl_controller_election_events";
 
 /// TLS events on the gRPC port by `{event}`: `handshake_failed` (plaintext clients, unknown
 /// CA, missing client certificate, timeout), `reloaded` (changed certificate files put in
-/// use), `reload_failed` (changed files that do not load; the previous ones stay).
+/// use), `reload_failed` (changed files that do not load; the previous ones stay),
+/// `over_connection_cap` / `over_handshake_cap` (connections closed at once because the
+/// port held its most connections or handshakes in progress), `key_readable` (a private
+/// key that others may read was loaded, and warned about).
 /// Exposed as `grl_tier_tls_events_total`; absent without TLS.
 pub const TLS_EVENTS: &str = "grl_tier_tls_events";
+
+/// Connections of the TLS port by `{state}`: `open` (handshaking or established, against
+/// `--tls-max-connections`) and `handshaking` (against `--tls-max-handshakes`). Absent
+/// without TLS.
+pub const TLS_CONNECTIONS: &str = "grl_tier_tls_connections";
+
+/// Admin calls that carried a bearer token over a connection without TLS (the token
+/// crossed the network in the clear). Exposed as
+/// `grl_controller_admin_plaintext_tokens_total`.
+pub const ADMIN_PLAINTEXT_TOKENS: &str = "grl_controller_admin_plaintext_tokens";
 
 type Labels = Vec<(String, String)>;
 type G = Gauge<f64, AtomicU64>;
@@ -101,14 +114,16 @@ pub struct Counters {
     pub tick_seconds: f64,
     /// Refused reports and rows, in the order of [`Reason::ALL`].
     pub reports_refused: [u64; Reason::ALL.len()],
-    /// TLS [handshake failures, reloads, reload failures] (`None` without TLS).
-    pub tls: Option<[u64; 3]>,
+    /// TLS counters and connection gauges (`None` without TLS).
+    pub tls: Option<crate::tier::tls::TlsSnapshot>,
     /// Refused child streams by reason.
     pub child_refused: Vec<(&'static str, u64)>,
     /// Refused admin calls by reason (rendered on controllers only).
     pub admin_refused: Vec<(&'static str, u64)>,
     /// Election events by kind (controllers with an election; empty otherwise).
     pub election: Vec<(&'static str, u64)>,
+    /// Admin calls with a bearer token over plaintext (rendered on controllers only).
+    pub admin_plaintext_tokens: u64,
 }
 
 fn by_label(reg: &mut Registry, name: &str, help: &str, label: &str, v: &[(&str, u64)]) {
@@ -262,18 +277,29 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         "reason",
         &c.child_refused,
     );
-    if let Some([failed, reloaded, reload_failed]) = c.tls {
+    if let Some(t) = c.tls {
         by_label(
             &mut reg,
             TLS_EVENTS,
             "TLS events on the gRPC port",
             "event",
             &[
-                ("handshake_failed", failed),
-                ("reloaded", reloaded),
-                ("reload_failed", reload_failed),
+                ("handshake_failed", t.handshake_failed),
+                ("reloaded", t.reloaded),
+                ("reload_failed", t.reload_failed),
+                ("over_connection_cap", t.over_connection_cap),
+                ("over_handshake_cap", t.over_handshake_cap),
+                ("key_readable", t.key_readable),
             ],
         );
+        let conns = Family::<Labels, G>::default();
+        conns
+            .get_or_create(&labels(&[("state", "open")]))
+            .set(t.open as f64);
+        conns
+            .get_or_create(&labels(&[("state", "handshaking")]))
+            .set(t.handshaking as f64);
+        reg.register(TLS_CONNECTIONS, "Connections of the TLS port", conns);
     }
     if !c.election.is_empty() {
         by_label(
@@ -291,6 +317,13 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
             "Admin calls refused (nothing changed)",
             "reason",
             &c.admin_refused,
+        );
+        let plain = Counter::<u64>::default();
+        plain.inc_by(c.admin_plaintext_tokens);
+        reg.register(
+            ADMIN_PLAINTEXT_TOKENS,
+            "Admin calls whose bearer token crossed the network without TLS",
+            plain,
         );
         let apply = Family::<Labels, Counter>::default();
         apply.get_or_create(&labels(&[("result", "ok")])).inc_by(ok);

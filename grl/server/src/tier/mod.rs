@@ -15,6 +15,7 @@ pub mod children;
 pub mod config_follow;
 pub mod control;
 pub mod controller;
+pub mod cred_file;
 pub mod digest;
 pub mod election;
 pub mod metrics;
@@ -25,6 +26,8 @@ pub mod rules;
 pub mod service;
 pub mod status;
 pub mod tls;
+pub mod tls_accept;
+mod token;
 pub mod uplink;
 
 use std::net::SocketAddr;

@@ -1,28 +1,48 @@
-//! Server-side TLS of the tiers' gRPC ports: a rustls acceptor built from PEM files and
-//! rebuilt when any of them changes (checked at every handshake, so a rotated certificate
-//! is served to the next connection without a restart), mutual TLS when a client CA is
-//! given, handshakes off the accept loop with a deadline, and the peer's identity (SAN DNS
-//! names and subject CN of its certificate) for authorisation and logs.
+//! Server-side TLS settings of the tiers' gRPC ports: a rustls acceptor built from PEM
+//! files and rebuilt when the content of any of them changes (checked at every handshake,
+//! so a rotated certificate is served to the next connection without a restart), mutual
+//! TLS when a client CA is given, the limits of the port's connections (enforced by
+//! [`super::tls_accept`]), and the peer's identity (SAN DNS names and subject CN of its
+//! certificate) for authorisation and logs.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
-use tokio_stream::wrappers::ReceiverStream;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
-/// How long a client may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use super::cred_file::{self, Stamp, stamp};
+pub use super::tls_accept::{TlsConn, incoming};
+
+/// How many connections, and handshakes in progress, a TLS port holds at most, and how
+/// long a handshake may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Open connections (handshaking or established); more are closed at once.
+    pub max_connections: usize,
+    /// Handshakes in progress; more connections are closed at once.
+    pub max_handshakes: usize,
+    /// How long a client may take to finish its handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            max_handshakes: 256,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
 
 /// The files a TLS server is given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,20 +123,6 @@ pub fn server_config(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
     Ok(cfg)
 }
 
-/// What identifies a version of a file: its modification time and length (`None`: missing).
-pub(crate) type Stamp = Vec<Option<(SystemTime, u64)>>;
-
-/// Stamps of `paths`, to notice a replaced or rewritten file.
-pub(crate) fn stamp<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Stamp {
-    paths
-        .into_iter()
-        .map(|p| {
-            let m = std::fs::metadata(p).ok()?;
-            Some((m.modified().ok()?, m.len()))
-        })
-        .collect()
-}
-
 /// TLS counters of one server.
 #[derive(Debug, Default)]
 pub struct TlsCounters {
@@ -126,6 +132,40 @@ pub struct TlsCounters {
     pub reload_failures: AtomicU64,
     /// Certificate/key changes put in use.
     pub reloads: AtomicU64,
+    /// Connections closed at once because [`ConnLimits::max_connections`] were open.
+    pub over_connection_cap: AtomicU64,
+    /// Connections closed at once because [`ConnLimits::max_handshakes`] were in progress.
+    pub over_handshake_cap: AtomicU64,
+    /// Loads of a private key that others may read (each warned about).
+    pub key_readable: AtomicU64,
+}
+
+/// A TLS server's counters and connection gauges at one moment, for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TlsSnapshot {
+    /// See [`TlsCounters::handshake_failures`].
+    pub handshake_failed: u64,
+    /// See [`TlsCounters::reloads`].
+    pub reloaded: u64,
+    /// See [`TlsCounters::reload_failures`].
+    pub reload_failed: u64,
+    /// See [`TlsCounters::over_connection_cap`].
+    pub over_connection_cap: u64,
+    /// See [`TlsCounters::over_handshake_cap`].
+    pub over_handshake_cap: u64,
+    /// See [`TlsCounters::key_readable`].
+    pub key_readable: u64,
+    /// Connections open now (handshaking or established).
+    pub open: u64,
+    /// Handshakes in progress now.
+    pub handshaking: u64,
+}
+
+/// The permits of a port's connections and handshakes in progress.
+#[derive(Debug)]
+pub(crate) struct Slots {
+    pub(crate) connections: Arc<Semaphore>,
+    pub(crate) handshakes: Arc<Semaphore>,
 }
 
 /// A TLS server's settings, reloaded from their files when they change.
@@ -133,20 +173,61 @@ pub struct TlsCounters {
 pub struct ServerTls {
     files: ServerTlsFiles,
     current: Mutex<(Stamp, Arc<ServerConfig>)>,
+    pub(crate) limits: ConnLimits,
+    pub(crate) slots: Slots,
     /// Handshake and reload counts.
     pub counters: TlsCounters,
 }
 
 impl ServerTls {
-    /// Loads `files`; an error here stops the server from starting.
+    /// Loads `files` with the default [`ConnLimits`]; an error here stops the server from
+    /// starting. A private key that others may read is warned about, as ssh does.
     pub fn load(files: ServerTlsFiles) -> Result<Self, TlsError> {
         let s = stamp(Self::paths(&files));
         let cfg = Arc::new(server_config(&files)?);
-        Ok(Self {
+        let tls = Self {
             files,
             current: Mutex::new((s, cfg)),
+            limits: ConnLimits::default(),
+            slots: Slots::new(ConnLimits::default()),
             counters: TlsCounters::default(),
-        })
+        };
+        tls.check_key_mode();
+        Ok(tls)
+    }
+
+    /// The same settings with other connection limits.
+    pub fn with_limits(mut self, limits: ConnLimits) -> Self {
+        self.limits = limits;
+        self.slots = Slots::new(limits);
+        self
+    }
+
+    /// The limits of the port's connections.
+    pub fn limits(&self) -> ConnLimits {
+        self.limits
+    }
+
+    /// Counters and connection gauges now.
+    pub fn snapshot(&self) -> TlsSnapshot {
+        let c = &self.counters;
+        let used = |s: &Semaphore, max: usize| max.saturating_sub(s.available_permits()) as u64;
+        TlsSnapshot {
+            handshake_failed: c.handshake_failures.load(Ordering::Relaxed),
+            reloaded: c.reloads.load(Ordering::Relaxed),
+            reload_failed: c.reload_failures.load(Ordering::Relaxed),
+            over_connection_cap: c.over_connection_cap.load(Ordering::Relaxed),
+            over_handshake_cap: c.over_handshake_cap.load(Ordering::Relaxed),
+            key_readable: c.key_readable.load(Ordering::Relaxed),
+            open: used(&self.slots.connections, self.limits.max_connections),
+            handshaking: used(&self.slots.handshakes, self.limits.max_handshakes),
+        }
+    }
+
+    fn check_key_mode(&self) {
+        if cred_file::warn_if_readable("TLS private key", &self.files.key) {
+            self.counters.key_readable.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn paths(files: &ServerTlsFiles) -> impl Iterator<Item = &Path> {
@@ -180,6 +261,7 @@ impl ServerTls {
                     *cur = (now, Arc::new(cfg));
                     self.counters.reloads.fetch_add(1, Ordering::Relaxed);
                     info!(cert = %self.files.cert.display(), "TLS certificate reloaded");
+                    self.check_key_mode();
                 }
                 Err(e) => {
                     // Try again at the next handshake, but count and log each change once.
@@ -195,50 +277,13 @@ impl ServerTls {
     }
 }
 
-/// Accepts TCP connections on `listener` and yields them once their TLS handshake is done.
-/// Handshakes run on their own tasks with a deadline, so a slow or silent client never
-/// holds up the others; failures are logged at debug level and counted. Stops when the
-/// returned stream is dropped.
-pub fn incoming(
-    listener: TcpListener,
-    tls: Arc<ServerTls>,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let (tcp, peer) = tokio::select! {
-                r = listener.accept() => match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        debug!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                },
-                () = tx.closed() => return,
-            };
-            let _ = tcp.set_nodelay(true);
-            let (tx, tls) = (tx.clone(), tls.clone());
-            tokio::spawn(async move {
-                let acceptor = tls.acceptor();
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(s)) => {
-                        let _ = tx.send(Ok(s)).await;
-                    }
-                    Ok(Err(e)) => handshake_failed(&tls, peer, &e.to_string()),
-                    Err(_) => handshake_failed(&tls, peer, "timed out"),
-                }
-            });
+impl Slots {
+    fn new(l: ConnLimits) -> Self {
+        Self {
+            connections: Arc::new(Semaphore::new(l.max_connections)),
+            handshakes: Arc::new(Semaphore::new(l.max_handshakes)),
         }
-    });
-    ReceiverStream::new(rx)
-}
-
-fn handshake_failed(tls: &ServerTls, peer: SocketAddr, error: &str) {
-    tls.counters
-        .handshake_failures
-        .fetch_add(1, Ordering::Relaxed);
-    debug!(peer = %peer, error, "TLS handshake failed");
+    }
 }
 
 /// Who is calling: the TCP peer and, over mutual TLS, the names in its certificate.
