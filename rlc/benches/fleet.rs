@@ -61,7 +61,8 @@ fn write_config(dir: &Path, services: usize, buckets: usize, days: i64) {
             ));
         }
         std::fs::write(
-            dir.join("services").join(format!("{}.yaml", synthetic::service(s))),
+            dir.join("services")
+                .join(format!("{}.yaml", synthetic::service(s))),
             text,
         )
         .unwrap();
@@ -75,7 +76,11 @@ fn git(dir: &Path, args: &[&str]) {
         .args(args)
         .output()
         .expect("git");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A bare remote holding the fleet's config.
@@ -87,7 +92,16 @@ fn config_remote(root: &Path, services: usize, buckets: usize, days: i64) -> Pat
     git(&work, &["add", "-A"]);
     git(
         &work,
-        &["-c", "user.name=Bench", "-c", "user.email=bench@example.com", "commit", "-q", "-m", "fleet"],
+        &[
+            "-c",
+            "user.name=Bench",
+            "-c",
+            "user.email=bench@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "fleet",
+        ],
     );
     let remote = root.join("remote-a.git");
     let out = Command::new("git")
@@ -101,7 +115,15 @@ fn config_remote(root: &Path, services: usize, buckets: usize, days: i64) -> Pat
 }
 
 /// One `rlc run --once`; returns (wall seconds, peak RSS MiB, the "run finished" log line).
-fn rlc_run(remote: &Path, work: &Path, db: &str, source: &str, controller: &str, now: i64, concurrency: usize) -> (f64, f64, String) {
+fn rlc_run(
+    remote: &Path,
+    work: &Path,
+    db: &str,
+    source: &str,
+    controller: &str,
+    now: i64,
+    concurrency: usize,
+) -> (f64, f64, String) {
     let rss_file = work.with_extension("rss");
     let started = Instant::now();
     let out = Command::new("/usr/bin/time")
@@ -110,20 +132,43 @@ fn rlc_run(remote: &Path, work: &Path, db: &str, source: &str, controller: &str,
         .arg("-o")
         .arg(&rss_file)
         .arg(env!("CARGO_BIN_EXE_rlc"))
-        .args(["run", "--once", "--mode", "direct", "--progress", "log", "--progress-interval", "15s"])
+        .args([
+            "run",
+            "--once",
+            "--mode",
+            "direct",
+            "--progress",
+            "log",
+            "--progress-interval",
+            "15s",
+        ])
         .arg("--config-repo")
         .arg(remote)
         .arg("--workdir")
         .arg(work)
-        .args(["--db", db, "--prometheus", source, "--controller", controller])
+        .args([
+            "--db",
+            db,
+            "--prometheus",
+            source,
+            "--controller",
+            controller,
+        ])
         .args(["--prometheus-timeout", "120s"])
-        .args(["--now", &now.to_string(), "--concurrency", &concurrency.to_string()])
+        .args([
+            "--now",
+            &now.to_string(),
+            "--concurrency",
+            &concurrency.to_string(),
+        ])
         .env("RUST_LOG", "info")
         .output()
         .expect("run rlc");
     let wall = started.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for line in stderr.lines().filter(|l| l.contains("phase started") || l.contains("history fetched") || l.contains("run finished")) {
+    for line in stderr.lines().filter(|l| {
+        l.contains("phase started") || l.contains("history fetched") || l.contains("run finished")
+    }) {
         eprintln!("  {line}");
     }
     assert!(
@@ -167,7 +212,10 @@ fn limits(remote: &Path) -> std::collections::BTreeMap<String, String> {
         let file: grl_config::raw::LimitsFile =
             serde_yaml::from_slice(&text.stdout).expect("limits file");
         for (bucket, entry) in file.limits {
-            out.insert(format!("{}/{bucket}", file.service), format!("{}", entry.rps));
+            out.insert(
+                format!("{}/{bucket}", file.service),
+                format!("{}", entry.rps),
+            );
         }
     }
     out
@@ -220,7 +268,11 @@ async fn main() {
     };
     let t = Instant::now();
     let remote_a = config_remote(&root, services, buckets, days);
-    eprintln!("fleet: {} services x {buckets} buckets, config repo in {:.1?}", services, t.elapsed());
+    eprintln!(
+        "fleet: {} services x {buckets} buckets, config repo in {:.1?}",
+        services,
+        t.elapsed()
+    );
     let (controller, _ctl) = grl::tier::controller::start(
         grl::tier::controller::ControllerOptions {
             region: "bench".into(),
@@ -241,14 +293,35 @@ async fn main() {
 
     eprintln!("cold run (empty cache), now = {now1}");
     let (cold_s, cold_mib, cold_line) = tokio::task::block_in_place(|| {
-        rlc_run(&remote_a, &root.join("work-a"), &db("history-a.db"), &source, &ctl, now1, concurrency)
+        rlc_run(
+            &remote_a,
+            &root.join("work-a"),
+            &db("history-a.db"),
+            &source,
+            &ctl,
+            now1,
+            concurrency,
+        )
     });
     let remote_b = root.join("remote-b.git");
-    let out = Command::new("cp").arg("-r").arg(&remote_a).arg(&remote_b).output().unwrap();
+    let out = Command::new("cp")
+        .arg("-r")
+        .arg(&remote_a)
+        .arg(&remote_b)
+        .output()
+        .unwrap();
     assert!(out.status.success());
     eprintln!("warm run, now = {now2}");
     let (warm_s, warm_mib, warm_line) = tokio::task::block_in_place(|| {
-        rlc_run(&remote_a, &root.join("work-a"), &db("history-a.db"), &source, &ctl, now2, concurrency)
+        rlc_run(
+            &remote_a,
+            &root.join("work-a"),
+            &db("history-a.db"),
+            &source,
+            &ctl,
+            now2,
+            concurrency,
+        )
     });
     let cache_mib = dir_mib(&root.join("work-a.history-cache"));
     let identical = if std::env::var("FLEET_SKIP_COLD_CHECK").is_ok() {
@@ -256,7 +329,15 @@ async fn main() {
     } else {
         eprintln!("cold run over the same data, now = {now2}");
         let (s, mib, _) = tokio::task::block_in_place(|| {
-            rlc_run(&remote_b, &root.join("work-b"), &db("history-b.db"), &source, &ctl, now2, concurrency)
+            rlc_run(
+                &remote_b,
+                &root.join("work-b"),
+                &db("history-b.db"),
+                &source,
+                &ctl,
+                now2,
+                concurrency,
+            )
         });
         eprintln!("  second cold run: {s:.1} s, {mib:.0} MiB");
         let (a, b) = (limits(&remote_a), limits(&remote_b));
@@ -286,7 +367,14 @@ async fn main() {
     )
     .await;
     if let Ok(pg) = std::env::var("FLEET_PG") {
-        let pg_sim = history_sim::simulate(&pg, Path::new(""), services * buckets, history_days, change_days).await;
+        let pg_sim = history_sim::simulate(
+            &pg,
+            Path::new(""),
+            services * buckets,
+            history_days,
+            change_days,
+        )
+        .await;
         eprintln!("postgres after {history_days} days: {:.1} MiB", pg_sim);
     }
     println!(

@@ -30,6 +30,8 @@ pub(crate) enum Answer {
     Json(serde_json::Value),
     /// Never answer (the connection stays open).
     Hang,
+    /// The inner answer, after this long (a slow server).
+    After(std::time::Duration, Box<Answer>),
 }
 
 type Handler = dyn Fn(&Seen) -> Answer + Send + Sync;
@@ -65,7 +67,13 @@ impl StandIn {
                         .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("")))
                         .collect(),
                 };
-                match answer(&seen) {
+                let mut answer = answer(&seen);
+                while let Answer::After(delay, inner) = answer {
+                    tokio::time::sleep(delay).await;
+                    answer = *inner;
+                }
+                match answer {
+                    Answer::After(..) => unreachable!("unwrapped above"),
                     Answer::Status(code, body) => (
                         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                         body,

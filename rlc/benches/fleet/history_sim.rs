@@ -43,17 +43,32 @@ pub async fn simulate(db: &str, file: &Path, buckets: usize, days: i64, change_d
                 }),
             });
         }
-        let summary = serde_json::json!({ "buckets": buckets, "outcomes": { "unchanged": buckets } });
+        let summary =
+            serde_json::json!({ "buckets": buckets, "outcomes": { "unchanged": buckets } });
         recorded += h
-            .finish_run_recording_changes(&id, &recs, &summary, RunStatus::Committed, Some("0123456789abcdef0123456789abcdef01234567"), None)
+            .finish_run_recording_changes(
+                &id,
+                &recs,
+                &summary,
+                RunStatus::Committed,
+                Some("0123456789abcdef0123456789abcdef01234567"),
+                None,
+            )
             .await
             .unwrap();
         let before = at - chrono::Duration::days(90);
-        h.prune_runs(before.timestamp_millis(), std::time::Duration::from_secs(10))
-            .await
-            .unwrap();
+        h.prune_runs(
+            before.timestamp_millis(),
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
         if run % 2016 == 0 {
-            eprintln!("  history simulation: day {}, {recorded} recommendations, {:.0?}", run / 288, t.elapsed());
+            eprintln!(
+                "  history simulation: day {}, {recorded} recommendations, {:.0?}",
+                run / 288,
+                t.elapsed()
+            );
         }
     }
     let bytes = if file.as_os_str().is_empty() {

@@ -82,9 +82,11 @@ pub async fn start(origin: i64) -> (String, Arc<Served>) {
     let router = axum::Router::new()
         .route(
             "/api/v1/query_range",
-            get(|State(app): State<Arc<App>>, Query(q): Query<HashMap<String, String>>| async move {
-                answer(&app, &q)
-            })
+            get(
+                |State(app): State<Arc<App>>, Query(q): Query<HashMap<String, String>>| async move {
+                    answer(&app, &q)
+                },
+            )
             .post(
                 |State(app): State<Arc<App>>, Form(q): Form<HashMap<String, String>>| async move {
                     answer(&app, &q)

@@ -292,7 +292,11 @@ impl ServiceLog {
     /// Forgets a bucket's entry (a series that cannot be cached, such as one holding
     /// values that are no rate): it is fetched in full next time.
     pub fn forget(&mut self, bucket: &str, measure: Measure) {
-        if self.entries.remove(&(bucket.to_string(), measure)).is_some() {
+        if self
+            .entries
+            .remove(&(bucket.to_string(), measure))
+            .is_some()
+        {
             Record {
                 kind: Kind::Full,
                 bucket: bucket.to_string(),

@@ -257,7 +257,10 @@ mod tests {
         assert_eq!(len, bytes.len());
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].values[0], 1.5);
-        assert_eq!(got[0].values[2], 0.1, "a value that is no f32 is kept exactly");
+        assert_eq!(
+            got[0].values[2], 0.1,
+            "a value that is no f32 is kept exactly"
+        );
         assert!(got[0].values[1].is_nan() && got[0].values[3].is_nan());
         assert_eq!(got[1], b);
     }
@@ -277,6 +280,10 @@ mod tests {
         let mut flipped = bytes.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 1;
-        assert_eq!(Record::decode_all(&flipped).1, first, "a flipped bit ends the log");
+        assert_eq!(
+            Record::decode_all(&flipped).1,
+            first,
+            "a flipped bit ends the log"
+        );
     }
 }

@@ -14,8 +14,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{
-    History, HistoryError, RecommendationRecord, RunStatus, insert_recommendation,
-    update_finished,
+    History, HistoryError, RecommendationRecord, RunStatus, insert_recommendation, update_finished,
 };
 
 /// What identifies a bucket's decision: policy, outcome class and written limit.
@@ -117,14 +116,15 @@ impl History {
             .execute(&mut *tx)
             .await
             .map_err(err("record run summary"))?;
-        tx.commit()
-            .await
-            .map_err(err("commit the run's record"))?;
+        tx.commit().await.map_err(err("commit the run's record"))?;
         Ok(recorded)
     }
 
     /// A run's summary (counts by outcome, phase times, fetches), if it has one.
-    pub async fn run_summary(&self, run_id: &str) -> Result<Option<serde_json::Value>, HistoryError> {
+    pub async fn run_summary(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<serde_json::Value>, HistoryError> {
         let row: Option<AnyRow> = sqlx::query("SELECT summary FROM rlc_runs WHERE id = $1")
             .bind(run_id)
             .fetch_optional(&self.pool)

@@ -257,8 +257,12 @@ pub async fn run_once(
     let pruned_runs = match settings.history_retention {
         Some(keep) => {
             progress.phase("prune", 0);
-            let before = chrono::Utc::now() - chrono::Duration::from_std(keep).unwrap_or(chrono::TimeDelta::MAX);
-            match history.prune_runs(before.timestamp_millis(), PRUNE_BUDGET).await {
+            let before = chrono::Utc::now()
+                - chrono::Duration::from_std(keep).unwrap_or(chrono::TimeDelta::MAX);
+            match history
+                .prune_runs(before.timestamp_millis(), PRUNE_BUDGET)
+                .await
+            {
                 Ok(n) => {
                     if n > 0 {
                         info!(run = %run_id, pruned_runs = n, "old runs pruned from the run history");
@@ -330,7 +334,11 @@ fn open_cache(
 }
 
 /// The run's summary for its history row: buckets by outcome, fetches, phase times.
-fn summary(plans: &[BucketPlan], fetches: &FetchStats, phases: &[(&str, f64)]) -> serde_json::Value {
+fn summary(
+    plans: &[BucketPlan],
+    fetches: &FetchStats,
+    phases: &[(&str, f64)],
+) -> serde_json::Value {
     let mut outcomes = std::collections::BTreeMap::<&str, usize>::new();
     for p in plans {
         *outcomes.entry(p.guarded.outcome.as_str()).or_default() += 1;

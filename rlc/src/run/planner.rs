@@ -160,7 +160,10 @@ impl<'a> Planner<'a> {
             })
             .await??;
             if removed > 0 {
-                info!(removed, "history cache: logs of services gone from the config deleted");
+                info!(
+                    removed,
+                    "history cache: logs of services gone from the config deleted"
+                );
             }
         }
         self.fetch(&todo).await?;
@@ -214,7 +217,11 @@ impl<'a> Planner<'a> {
     /// The series `svc` needs: offered over its longest window, drops over the lifecycle
     /// review's days (shadow buckets: virtual drops; deny buckets: drops).
     fn wants(&self, svc: &ServiceConfig) -> ServiceWants {
-        let computed: Vec<&Bucket> = svc.buckets.iter().filter(|b| plan::is_computed(b)).collect();
+        let computed: Vec<&Bucket> = svc
+            .buckets
+            .iter()
+            .filter(|b| plan::is_computed(b))
+            .collect();
         let longest = longest_window(&computed);
         let review = review_secs();
         let mut wants = Vec::new();
@@ -265,7 +272,12 @@ impl<'a> Planner<'a> {
                     fingerprints: svc
                         .buckets
                         .iter()
-                        .map(|b| (b.name.clone(), self.syncer.fingerprint(&query(&svc.name, b))))
+                        .map(|b| {
+                            (
+                                b.name.clone(),
+                                self.syncer.fingerprint(&query(&svc.name, b)),
+                            )
+                        })
                         .collect(),
                     invalid: svc
                         .buckets
@@ -318,10 +330,18 @@ struct PlanJob {
 
 impl PlanJob {
     /// Plans the computed buckets of `svc` from the cache.
-    fn plan(mut self, svc: ServiceConfig, inputs: Inputs) -> Result<(String, ServicePlans), RunError> {
+    fn plan(
+        mut self,
+        svc: ServiceConfig,
+        inputs: Inputs,
+    ) -> Result<(String, ServicePlans), RunError> {
         self.log = Some(self.cache.load(&svc.name)?);
         let (previous, _) = plan::previous_limits(&svc, inputs.limits_text.as_deref());
-        let computed: Vec<&Bucket> = svc.buckets.iter().filter(|b| plan::is_computed(b)).collect();
+        let computed: Vec<&Bucket> = svc
+            .buckets
+            .iter()
+            .filter(|b| plan::is_computed(b))
+            .collect();
         let start = self.now - longest_window(&computed);
         let mut plans = Vec::new();
         let mut offered_points = Vec::new();
@@ -391,9 +411,14 @@ impl PlanJob {
         let fp = self.fingerprints.get(bucket).copied().unwrap_or_default();
         match log.series(bucket, measure, fp, start, self.now) {
             Some(s) => Ok(s),
-            None if log.entry(bucket, measure).is_none_or(|e| grid_ceil(start, e.step) > self.now) => {
+            None if log
+                .entry(bucket, measure)
+                .is_none_or(|e| grid_ceil(start, e.step) > self.now) =>
+            {
                 // Nothing was stored: the range holds no step, or the source returned none.
-                Ok(RangeSeries::empty(log.entry(bucket, measure).map_or(300, |e| e.step)))
+                Ok(RangeSeries::empty(
+                    log.entry(bucket, measure).map_or(300, |e| e.step),
+                ))
             }
             None => Err(RunError::CacheMiss {
                 series: format!("{service}/{bucket} {}", measure.as_str()),

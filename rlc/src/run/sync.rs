@@ -155,7 +155,9 @@ impl<'a> Syncer<'a> {
         }
         let mut retry: Vec<&Want> = Vec::new();
         for (group, wants) in groups {
-            let refused = self.fetch_group(&mut log, group.start, group.tail, &wants).await?;
+            let refused = self
+                .fetch_group(&mut log, group.start, group.tail, &wants)
+                .await?;
             retry.extend(refused);
         }
         if !retry.is_empty() {
@@ -174,7 +176,12 @@ impl<'a> Syncer<'a> {
             let mut synced = self.synced.lock().expect("synced lock");
             for want in &w.wants {
                 let fp = self.fingerprint(&want.query);
-                synced.insert((w.service.clone(), want.query.bucket.clone(), want.measure, fp));
+                synced.insert((
+                    w.service.clone(),
+                    want.query.bucket.clone(),
+                    want.measure,
+                    fp,
+                ));
             }
         }
         let (now, keep, live) = (self.now, w.keep_secs, w.buckets);

@@ -23,8 +23,8 @@
 
 use super::range_query::RangeQuerier;
 use super::{
-    BucketQuery, FetchFuture, FetchManyFuture, LABEL_CALLER, LABEL_DECISION, LABEL_PROCEDURE, LABEL_SERVICE,
-    Measure, MetricsSource, PromSettings, REQUESTS_TOTAL, RangeSeries, SourceError,
+    BucketQuery, FetchFuture, FetchManyFuture, LABEL_CALLER, LABEL_DECISION, LABEL_PROCEDURE,
+    LABEL_SERVICE, Measure, MetricsSource, PromSettings, REQUESTS_TOTAL, RangeSeries, SourceError,
     escape_label_value,
 };
 use std::collections::HashMap;
