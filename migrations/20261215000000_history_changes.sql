@@ -1,12 +1,11 @@
 -- Fleet-size run history: a run records only the buckets whose decision changed since the
--- bucket's last record (rlc_bucket_state holds that last decision), and a summary of all of
--- them; --history-retention deletes old runs with their recommendations.
+-- bucket's last record (rlc_service_state holds, per service, each bucket's last recorded
+-- decision), and a summary of all of them; --history-retention deletes old runs with their
+-- recommendations.
 ALTER TABLE rlc_runs ADD COLUMN summary TEXT;
 
-CREATE TABLE rlc_bucket_state (
-    service TEXT NOT NULL,
-    bucket  TEXT NOT NULL,
-    digest  TEXT NOT NULL,
-    run_id  TEXT NOT NULL,
-    PRIMARY KEY (service, bucket)
+CREATE TABLE rlc_service_state (
+    service TEXT PRIMARY KEY,
+    digests TEXT NOT NULL,
+    run_id  TEXT NOT NULL
 );

@@ -12,12 +12,16 @@
 //! simulated days of run history), `FLEET_CHANGE_DAYS` (5: a bucket's limit changes once
 //! every this many days in the simulation), `FLEET_PG` (a PostgreSQL URL: simulate there
 //! too), `FLEET_WRITE_OPENMETRICS` (write the series as OpenMetrics counters to this file,
-//! for `promtool tsdb create-blocks-from openmetrics`, and exit).
+//! for `promtool tsdb create-blocks-from openmetrics`, and exit), `FLEET_SERVE_SLOTS` (0:
+//! then run `rlc serve --schedule "*/5 * * * *"` on the warm cache for this many slots
+//! and report when each run started, whether any overlapped or was skipped, and whether
+//! the controller runs `main`).
 //!
 //! Each run is the release `rlc` binary, timed by `/usr/bin/time` (wall, peak RSS), pushing
 //! its commit to a real controller. The last line printed is one JSON object.
 
 mod history_sim;
+mod serve;
 mod synthetic;
 
 use std::path::{Path, PathBuf};
@@ -356,6 +360,22 @@ async fn main() {
         );
     }
     eprintln!("cold: {cold_line}\nwarm: {warm_line}");
+    let serve_slots: usize = env_or("FLEET_SERVE_SLOTS", 0);
+    let serve = if serve_slots > 0 {
+        let check = serve::Check {
+            remote: &remote_a,
+            work: &root.join("work-a"),
+            db: &db("history-a.db"),
+            source: &source,
+            controller: &ctl,
+            slots: serve_slots,
+        };
+        let got = check.run(|| _ctl.snapshot().version.clone()).await;
+        eprintln!("serve: {got}");
+        Some(got)
+    } else {
+        None
+    };
     let history_days: i64 = env_or("FLEET_HISTORY_DAYS", 30);
     let change_days: f64 = env_or("FLEET_CHANGE_DAYS", 5.0);
     let sim = history_sim::simulate(
@@ -393,6 +413,7 @@ async fn main() {
             "cold_warm_limits_identical": identical,
             "cache_mib": (cache_mib * 10.0).round() / 10.0,
             "history_db_mib_after_30_days": (sim * 10.0).round() / 10.0,
+            "serve": serve,
         })
     );
 }

@@ -3,12 +3,12 @@
 //!
 //! A bucket's decision is its policy, written limit and whether a limit was computed at all
 //! (`new`, `changed` and `unchanged` are one class: the limit says the rest; `kept-previous`
-//! and `no-limit` are their own); `rlc_bucket_state` keeps the last one recorded per
-//! bucket. A fleet run every five minutes over 22,000 buckets so
+//! and `no-limit` are their own); `rlc_service_state` keeps the last one recorded per
+//! bucket, one row per service. A fleet run every five minutes over 22,000 buckets so
 //! adds rows for the few buckets that changed, not 22,000 rows; the run's `summary` (JSON)
 //! still counts every bucket by outcome.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -35,7 +35,10 @@ impl History {
     /// Records a finished run in one transaction: `summary` and the status on its row, and
     /// a recommendation for each bucket of `recs` whose decision differs from the one last
     /// recorded for it (every bucket the first time). `recs` holds every bucket of the
-    /// config: buckets absent from it are forgotten. Returns the recommendations written.
+    /// config: services absent from it are forgotten. Returns the recommendations written.
+    ///
+    /// The last decisions are kept per service (one row each, its buckets' digests), so a
+    /// run reads one row per service and compares buckets only where a service changed.
     pub async fn finish_run_recording_changes(
         &self,
         run_id: &str,
@@ -51,55 +54,65 @@ impl History {
             .begin()
             .await
             .map_err(err("begin the run's record"))?;
-        let rows: Vec<AnyRow> = sqlx::query("SELECT service, bucket, digest FROM rlc_bucket_state")
+        let rows: Vec<AnyRow> = sqlx::query("SELECT service, digests FROM rlc_service_state")
             .fetch_all(&mut *tx)
             .await
-            .map_err(err("read bucket states"))?;
-        let mut last: HashMap<(String, String), String> = HashMap::with_capacity(rows.len());
+            .map_err(err("read service states"))?;
+        let mut last: HashMap<String, String> = HashMap::with_capacity(rows.len());
         for row in rows {
-            let get = err("read bucket state");
             last.insert(
-                (
-                    row.try_get("service").map_err(get)?,
-                    row.try_get("bucket").map_err(err("read bucket state"))?,
-                ),
-                row.try_get("digest").map_err(err("read bucket state"))?,
+                row.try_get("service").map_err(err("read service state"))?,
+                row.try_get("digests").map_err(err("read service state"))?,
             );
         }
-        let mut recorded = 0;
-        let mut seen: HashSet<(String, String)> = HashSet::with_capacity(recs.len());
+        let mut by_service: BTreeMap<&str, Vec<&RecommendationRecord>> = BTreeMap::new();
         for rec in recs {
-            let key = (rec.service.clone(), rec.bucket.clone());
-            let d = digest(rec);
-            let changed = last.get(&key) != Some(&d);
-            seen.insert(key);
-            if !changed {
+            by_service.entry(&rec.service).or_default().push(rec);
+        }
+        let mut recorded = 0;
+        for (service, mut recs) in by_service.iter().map(|(s, r)| (*s, r.clone())) {
+            recs.sort_by(|a, b| a.bucket.cmp(&b.bucket));
+            let digests: String = recs
+                .iter()
+                .map(|r| format!("{}\t{}\n", r.bucket, digest(r)))
+                .collect();
+            let before = last.remove(service);
+            if before.as_deref() == Some(digests.as_str()) {
                 continue;
             }
-            insert_recommendation(&mut tx, run_id, rec)
-                .await
-                .map_err(err("record recommendation"))?;
+            let old: HashMap<&str, &str> = before
+                .as_deref()
+                .unwrap_or("")
+                .lines()
+                .filter_map(|l| l.split_once('\t'))
+                .collect();
+            for rec in recs {
+                if old.get(rec.bucket.as_str()) == Some(&digest(rec).as_str()) {
+                    continue;
+                }
+                insert_recommendation(&mut tx, run_id, rec)
+                    .await
+                    .map_err(err("record recommendation"))?;
+                recorded += 1;
+            }
             sqlx::query(
-                "INSERT INTO rlc_bucket_state (service, bucket, digest, run_id) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (service, bucket) DO UPDATE SET \
-                 digest = excluded.digest, run_id = excluded.run_id",
+                "INSERT INTO rlc_service_state (service, digests, run_id) VALUES ($1, $2, $3) \
+                 ON CONFLICT (service) DO UPDATE SET digests = excluded.digests, \
+                 run_id = excluded.run_id",
             )
-            .bind(&rec.service)
-            .bind(&rec.bucket)
-            .bind(&d)
+            .bind(service)
+            .bind(&digests)
             .bind(run_id)
             .execute(&mut *tx)
             .await
-            .map_err(err("record bucket state"))?;
-            recorded += 1;
+            .map_err(err("record service state"))?;
         }
-        for (service, bucket) in last.keys().filter(|k| !seen.contains(*k)) {
-            sqlx::query("DELETE FROM rlc_bucket_state WHERE service = $1 AND bucket = $2")
+        for service in last.keys() {
+            sqlx::query("DELETE FROM rlc_service_state WHERE service = $1")
                 .bind(service)
-                .bind(bucket)
                 .execute(&mut *tx)
                 .await
-                .map_err(err("forget bucket state"))?;
+                .map_err(err("forget service state"))?;
         }
         let done = update_finished(&mut tx, run_id, status, commit, error)
             .await

@@ -77,7 +77,7 @@ impl History {
             tokio::task::yield_now().await;
         }
         if pruned > 0 && !self.sqlite {
-            sqlx::raw_sql("VACUUM rlc_recommendations, rlc_runs, rlc_bucket_state")
+            sqlx::raw_sql("VACUUM rlc_recommendations, rlc_runs, rlc_service_state")
                 .execute(&self.pool)
                 .await
                 .map_err(|e| self.query_err("vacuum after pruning", e))?;
