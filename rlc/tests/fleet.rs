@@ -104,10 +104,10 @@ impl Fleet {
     }
 
     fn remote(&self) -> Result<BareRemote> {
-        Ok(BareRemote::with_files(&[
+        BareRemote::with_files(&[
             ("services/pay.yaml", PAY),
             ("services/search.yaml", SEARCH),
-        ])?)
+        ])
     }
 
     fn dir(&self, name: &str) -> PathBuf {

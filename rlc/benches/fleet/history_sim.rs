@@ -12,7 +12,13 @@ use super::synthetic;
 /// changing once every `change_days` days (staggered), with 90-day retention; returns the
 /// database's size in MiB (`file`: the SQLite file, whose `-wal` is counted too; empty:
 /// ask the database).
-pub async fn simulate(db: &str, file: &Path, buckets: usize, days: i64, change_days: f64) -> f64 {
+pub(crate) async fn simulate(
+    db: &str,
+    file: &Path,
+    buckets: usize,
+    days: i64,
+    change_days: f64,
+) -> f64 {
     let h = History::connect(db).await.expect("history database");
     let runs = days * 288;
     let start = chrono::Utc::now() - chrono::Duration::days(days);
@@ -76,8 +82,8 @@ pub async fn simulate(db: &str, file: &Path, buckets: usize, days: i64, change_d
     } else {
         h.close().await;
         let wal = file.with_extension("db-wal");
-        std::fs::metadata(file).map(|m| m.len()).unwrap_or(0)
-            + std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0)
+        std::fs::metadata(file).map_or(0, |m| m.len())
+            + std::fs::metadata(&wal).map_or(0, |m| m.len())
     };
     eprintln!(
         "history simulation: {runs} runs over {days} days, {recorded} recommendations, {:.1} MiB, {:.0?}",
@@ -89,7 +95,7 @@ pub async fn simulate(db: &str, file: &Path, buckets: usize, days: i64, change_d
 
 /// Writes the fleet's series as `grl_requests_total` counters (1-minute samples from
 /// `start` to `end`) for promtool.
-pub fn write_openmetrics(path: &Path, services: usize, start: i64, end: i64, origin: i64) {
+pub(crate) fn write_openmetrics(path: &Path, services: usize, start: i64, end: i64, origin: i64) {
     let mut specs = Vec::new();
     for s in 0..services {
         for p in 0..synthetic::CALLERS * synthetic::PROCEDURES {

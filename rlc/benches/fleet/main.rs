@@ -227,16 +227,14 @@ fn limits(remote: &Path) -> std::collections::BTreeMap<String, String> {
 
 fn dir_mib(dir: &Path) -> f64 {
     fn walk(p: &Path) -> u64 {
-        std::fs::read_dir(p)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| {
-                        let m = e.metadata().unwrap();
-                        if m.is_dir() { walk(&e.path()) } else { m.len() }
-                    })
-                    .sum()
-            })
-            .unwrap_or(0)
+        std::fs::read_dir(p).map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .map(|e| {
+                    let m = e.metadata().unwrap();
+                    if m.is_dir() { walk(&e.path()) } else { m.len() }
+                })
+                .sum()
+        })
     }
     walk(dir) as f64 / (1 << 20) as f64
 }
@@ -250,8 +248,7 @@ async fn main() {
     let source_env = std::env::var("FLEET_SOURCE").unwrap_or_else(|_| "synthetic".into());
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     let root = std::env::var("FLEET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(target).join("bench-fleet"));
+        .map_or_else(|_| PathBuf::from(target).join("bench-fleet"), PathBuf::from);
     let now1 = {
         let t = chrono::Utc::now().timestamp() - 3600;
         t - t.rem_euclid(STEP) + 17
@@ -395,7 +392,7 @@ async fn main() {
             change_days,
         )
         .await;
-        eprintln!("postgres after {history_days} days: {:.1} MiB", pg_sim);
+        eprintln!("postgres after {history_days} days: {pg_sim:.1} MiB");
     }
     println!(
         "{}",

@@ -7,14 +7,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// What to serve.
-pub struct Check<'a> {
-    pub remote: &'a Path,
-    pub work: &'a Path,
-    pub db: &'a str,
-    pub source: &'a str,
-    pub controller: &'a str,
+pub(crate) struct Check<'a> {
+    pub(crate) remote: &'a Path,
+    pub(crate) work: &'a Path,
+    pub(crate) db: &'a str,
+    pub(crate) source: &'a str,
+    pub(crate) controller: &'a str,
     /// Runs to wait for.
-    pub slots: usize,
+    pub(crate) slots: usize,
 }
 
 fn strip_ansi(text: &str) -> String {
@@ -42,7 +42,7 @@ fn stamp(line: &str) -> Option<f64> {
 
 impl Check<'_> {
     /// Serves until `slots` runs finished; `version` is the controller's running version.
-    pub async fn run(&self, version: impl Fn() -> String) -> serde_json::Value {
+    pub(crate) async fn run(&self, version: impl Fn() -> String) -> serde_json::Value {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -89,8 +89,8 @@ impl Check<'_> {
         }
         let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
             .await
-            .and_then(|r| r.error_for_status())
-            .map(|r| r.text());
+            .and_then(reqwest::Response::error_for_status)
+            .map(reqwest::Response::text);
         let metrics = match metrics {
             Ok(body) => body.await.unwrap_or_default(),
             Err(_) => String::new(),

@@ -17,29 +17,29 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 /// Callers and procedures per service: 5 × 4 = 20 (caller, procedure) series each.
-pub const CALLERS: usize = 5;
+pub(crate) const CALLERS: usize = 5;
 /// See [`CALLERS`].
-pub const PROCEDURES: usize = 4;
+pub(crate) const PROCEDURES: usize = 4;
 /// Prometheus' limit of points per series in one range query.
 const MAX_POINTS: i64 = 11_000;
 
 /// What the endpoint served.
 #[derive(Debug, Default)]
-pub struct Served {
+pub(crate) struct Served {
     /// Range queries answered.
-    pub queries: AtomicU64,
+    pub(crate) queries: AtomicU64,
     /// Points returned (all series).
-    pub points: AtomicU64,
+    pub(crate) points: AtomicU64,
     /// Queries refused for asking more than 11,000 points per series.
-    pub refused: AtomicU64,
+    pub(crate) refused: AtomicU64,
     /// The most points per series any query asked for.
-    pub max_points_per_series: AtomicUsize,
+    pub(crate) max_points_per_series: AtomicUsize,
 }
 
 /// The offered rate (rps) of service `s`, pair `p` at unix time `t`: a base that differs by
 /// series, a daily and a weekly cycle, 1 % growth a day from `origin`, and ±10 % noise
 /// that is a hash of (s, p, minute), so any query covering `t` gets the same value.
-pub fn rate(s: usize, p: usize, t: i64, origin: i64) -> f64 {
+pub(crate) fn rate(s: usize, p: usize, t: i64, origin: i64) -> f64 {
     let base = 5.0 + ((s * 31 + p * 17) % 97) as f64;
     let day = (t as f64 / 86_400.0) * std::f64::consts::TAU;
     let week = (t as f64 / (7.0 * 86_400.0)) * std::f64::consts::TAU;
@@ -55,7 +55,7 @@ pub fn rate(s: usize, p: usize, t: i64, origin: i64) -> f64 {
 }
 
 /// The labels of pair `p` of service `s`.
-pub fn pair(s: usize, p: usize) -> (String, String) {
+pub(crate) fn pair(s: usize, p: usize) -> (String, String) {
     (
         format!("c{}", p / PROCEDURES),
         format!("Api{s}/m{}", p % PROCEDURES),
@@ -63,7 +63,7 @@ pub fn pair(s: usize, p: usize) -> (String, String) {
 }
 
 /// The name of service `s`.
-pub fn service(s: usize) -> String {
+pub(crate) fn service(s: usize) -> String {
     format!("svc{s:04}")
 }
 
@@ -73,7 +73,7 @@ struct App {
 }
 
 /// Starts the endpoint on a free loopback port; returns its URL and its counters.
-pub async fn start(origin: i64) -> (String, Arc<Served>) {
+pub(crate) async fn start(origin: i64) -> (String, Arc<Served>) {
     let served = Arc::new(Served::default());
     let app = Arc::new(App {
         origin,

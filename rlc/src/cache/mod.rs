@@ -161,13 +161,11 @@ impl HistoryCache {
 
     /// Bytes the cache takes on disk.
     pub fn disk_bytes(&self) -> u64 {
-        std::fs::read_dir(&self.dir)
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0)
+        std::fs::read_dir(&self.dir).map_or(0, |d| {
+            d.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
     }
 }
 

@@ -260,7 +260,7 @@ impl<'a> Planner<'a> {
             .map(|(s, _)| s.buckets.iter().filter(|b| plan::is_computed(b)).count())
             .sum();
         self.progress.phase("plan", total);
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workers = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let mut running = stream::iter(services)
             .map(|(svc, inputs)| {
                 let job = PlanJob {

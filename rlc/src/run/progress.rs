@@ -200,7 +200,7 @@ impl Inner {
             }
             ProgressMode::Bar => {
                 let width = 30;
-                let filled = if total == 0 { 0 } else { done * width / total };
+                let filled = (done * width).checked_div(total).unwrap_or(0);
                 let mut err = std::io::stderr().lock();
                 let _ = write!(
                     err,
