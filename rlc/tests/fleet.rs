@@ -104,10 +104,7 @@ impl Fleet {
     }
 
     fn remote(&self) -> Result<BareRemote> {
-        BareRemote::with_files(&[
-            ("services/pay.yaml", PAY),
-            ("services/search.yaml", SEARCH),
-        ])
+        BareRemote::with_files(&[("services/pay.yaml", PAY), ("services/search.yaml", SEARCH)])
     }
 
     fn dir(&self, name: &str) -> PathBuf {

@@ -8,7 +8,8 @@
 //! `FLEET_DAYS` (28: the policies' window), `FLEET_SOURCE` (`synthetic`: the endpoint of
 //! the `synthetic` module; or a Prometheus URL holding the same series, see
 //! `FLEET_WRITE_OPENMETRICS`), `FLEET_CONCURRENCY` (8), `FLEET_DIR` (where repos, caches
-//! and databases go; default `$CARGO_TARGET_DIR/bench-fleet`), `FLEET_HISTORY_DAYS` (30:
+//! and databases go; default `$CARGO_TARGET_DIR/bench-fleet`, else `target/bench-fleet` of
+//! the workspace), `FLEET_HISTORY_DAYS` (30:
 //! simulated days of run history), `FLEET_CHANGE_DAYS` (5: a bucket's limit changes once
 //! every this many days in the simulation), `FLEET_PG` (a PostgreSQL URL: simulate there
 //! too), `FLEET_WRITE_OPENMETRICS` (write the series as OpenMetrics counters to this file,
@@ -91,7 +92,6 @@ fn git(dir: &Path, args: &[&str]) {
 fn config_remote(root: &Path, services: usize, buckets: usize, days: i64) -> PathBuf {
     let work = root.join("config");
     write_config(&work, services, buckets, days);
-    std::fs::write(work.join("README.md"), "fleet bench config repo\n").unwrap();
     git(&work, &["init", "-q", "-b", "main"]);
     git(&work, &["add", "-A"]);
     git(
@@ -246,7 +246,8 @@ async fn main() {
     let days: i64 = env_or("FLEET_DAYS", 28);
     let concurrency: usize = env_or("FLEET_CONCURRENCY", 8);
     let source_env = std::env::var("FLEET_SOURCE").unwrap_or_else(|_| "synthetic".into());
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").into());
     let root = std::env::var("FLEET_DIR")
         .map_or_else(|_| PathBuf::from(target).join("bench-fleet"), PathBuf::from);
     let now1 = {
