@@ -85,7 +85,7 @@ pub fn backtest(policy: &dyn Policy, series: &Series, cfg: &BacktestConfig) -> B
                     exceeded += actual.iter().filter(|p| p.value > rec.rps).count();
                     let mut values: Vec<f64> = actual.iter().map(|p| p.value).collect();
                     let median = quantile_in_place(&mut values, 0.5).unwrap_or(0.0);
-                    let max = values.last().copied().unwrap_or(0.0);
+                    let max = values.iter().copied().max_by(f64::total_cmp).unwrap_or(0.0);
                     if max > 0.0 {
                         peak_sum += rec.rps / max;
                         peak_n += 1;

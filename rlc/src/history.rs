@@ -6,7 +6,9 @@
 //! Timestamps are stored as unix milliseconds (`BIGINT`) and evidence as JSON text, which both
 //! databases read the same way.
 
+mod changes;
 mod error;
+mod retention;
 mod url;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -159,6 +161,7 @@ macro_rules! select_runs {
 pub struct History {
     pool: AnyPool,
     db: String,
+    sqlite: bool,
 }
 
 impl History {
@@ -197,7 +200,11 @@ impl History {
                 source,
             })?;
         tracing::debug!(db = %db, "run history ready");
-        Ok(History { pool, db })
+        Ok(History {
+            pool,
+            db,
+            sqlite: target.is_sqlite(),
+        })
     }
 
     /// Closes the connections (waits for them to be returned).
@@ -213,7 +220,17 @@ impl History {
     /// Records the start of a run by this process (see [`Owner::current`]) and returns its
     /// new id.
     pub async fn start_run(&self, trigger: &str, mode: &str) -> Result<String, HistoryError> {
-        let now = Utc::now();
+        self.start_run_at(trigger, mode, Utc::now()).await
+    }
+
+    /// [`History::start_run`] for a run that started at `now` (a replay or a simulation of
+    /// past runs).
+    pub async fn start_run_at(
+        &self,
+        trigger: &str,
+        mode: &str,
+        now: DateTime<Utc>,
+    ) -> Result<String, HistoryError> {
         let owner = Owner::current().to_string();
         let mut attempt = 0;
         loop {

@@ -3,13 +3,15 @@
 //! repo (straight to `main` or as a review branch), records the run, and pushes the new
 //! config to the GRL controller.
 //!
-//! Modules, in the order a run uses them: [`source`] (history), [`plan`] (policies +
+//! Modules, in the order a run uses them: [`source`] (history) through [`cache`] (the
+//! history kept between runs), [`plan`] (policies +
 //! [`guards`] → limits), [`limits_file`] and [`pr_description`] (output), [`git_store`]
 //! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
 //! [`schedule`] (when to run), [`serve_metrics`]; [`secrets`] keeps passwords and tokens out of
 //! every output.
 #![forbid(unsafe_code)]
 
+pub mod cache;
 pub mod git_store;
 pub mod github;
 pub mod guards;

@@ -23,6 +23,24 @@ pub struct OutcomeLabel {
     pub outcome: String,
 }
 
+/// `phase` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// checkout | fetch | plan | commit | deliver | record | prune
+    pub phase: String,
+}
+
+/// `kind` label of history fetches.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FetchKindLabel {
+    /// full (nothing usable cached) | incremental (only the steps after the cached ones)
+    pub kind: String,
+}
+
+fn phase_histogram() -> Histogram {
+    Histogram::new([0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0])
+}
+
 /// Every metric of the configurator, registered once.
 #[derive(Debug)]
 pub struct RlcMetrics {
@@ -50,6 +68,15 @@ pub struct RlcMetrics {
     /// `rlc_controller_resyncs_total`: runs that committed nothing but found the controller
     /// on another version than `main` and sent it `main`'s config.
     pub resyncs: Counter,
+    /// `rlc_run_phase_seconds{phase}`: the time each phase of a run took.
+    pub phase_seconds: Family<PhaseLabel, Histogram, fn() -> Histogram>,
+    /// `rlc_history_fetches_total{kind}`: bucket series fetched from the metrics source,
+    /// in full or only past the history cache.
+    pub history_fetches: Family<FetchKindLabel, Counter>,
+    /// `rlc_history_cache_bytes`: the history cache's size on disk after the last run.
+    pub history_cache_bytes: Gauge,
+    /// `rlc_history_pruned_runs_total`: runs deleted from the run history by retention.
+    pub pruned_runs: Counter,
 }
 
 impl Default for RlcMetrics {
@@ -65,6 +92,33 @@ impl Default for RlcMetrics {
         let next_run = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         let aborted = Counter::default();
         let resyncs = Counter::default();
+        let phase_seconds =
+            Family::<PhaseLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                phase_histogram,
+            );
+        let history_fetches = Family::<FetchKindLabel, Counter>::default();
+        let history_cache_bytes = Gauge::default();
+        let pruned_runs = Counter::default();
+        registry.register(
+            "rlc_run_phase_seconds",
+            "Time each phase of a run took (checkout, fetch, plan, commit, deliver, record, prune)",
+            phase_seconds.clone(),
+        );
+        registry.register(
+            "rlc_history_fetches",
+            "Bucket series fetched from the metrics source: in full, or only the steps past the history cache",
+            history_fetches.clone(),
+        );
+        registry.register(
+            "rlc_history_cache_bytes",
+            "Size on disk of the history cache after the last run",
+            history_cache_bytes.clone(),
+        );
+        registry.register(
+            "rlc_history_pruned_runs",
+            "Runs (with their recommendations) deleted from the run history by --history-retention",
+            pruned_runs.clone(),
+        );
         registry.register(
             "rlc_runs_aborted",
             "Runs left `running` by a process that died, marked aborted by a later run",
@@ -128,6 +182,10 @@ impl Default for RlcMetrics {
             next_run,
             aborted,
             resyncs,
+            phase_seconds,
+            history_fetches,
+            history_cache_bytes,
+            pruned_runs,
         }
     }
 }
@@ -148,6 +206,17 @@ impl RlcMetrics {
                 self.push_conflicts.inc_by(u64::from(report.push_conflicts));
                 self.aborted.inc_by(report.aborted_runs.len() as u64);
                 self.resyncs.inc_by(u64::from(report.resynced_controller));
+                for (kind, n) in [
+                    ("full", report.fetches.full),
+                    ("incremental", report.fetches.incremental),
+                ] {
+                    self.history_fetches
+                        .get_or_create(&FetchKindLabel { kind: kind.into() })
+                        .inc_by(n as u64);
+                }
+                self.history_cache_bytes
+                    .set(i64::try_from(report.fetches.cache_bytes).unwrap_or(i64::MAX));
+                self.pruned_runs.inc_by(report.pruned_runs);
                 self.buckets.clear();
                 for p in &report.plans {
                     self.buckets
@@ -172,6 +241,15 @@ impl RlcMetrics {
                     .inc();
             }
         }
+    }
+
+    /// Records the time a run's phase took.
+    pub fn observe_phase(&self, phase: &str, seconds: f64) {
+        self.phase_seconds
+            .get_or_create(&PhaseLabel {
+                phase: phase.into(),
+            })
+            .observe(seconds);
     }
 
     /// Sets `rlc_next_run_timestamp_seconds` (0 for `None`).

@@ -5,6 +5,7 @@
 
 mod demo;
 mod exit_codes;
+mod fleet;
 mod pull_request;
 mod push_auth;
 mod reliability;

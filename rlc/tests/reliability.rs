@@ -370,6 +370,11 @@ async fn secrets_never_reach_stderr_stdout_metrics_or_the_run_history() -> Resul
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    assert!(
+        body.contains("rlc_run_phase_seconds_count{phase=\"checkout\"} 1")
+            && body.contains("rlc_run_phase_seconds_count{phase=\"fetch\"} 1"),
+        "a failed run still times the phases it went through:\n{body}"
+    );
     serve.kill();
     outputs.push(("serve metrics".into(), body));
     outputs.push(("serve output".into(), serve.output()));

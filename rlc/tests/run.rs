@@ -111,6 +111,10 @@ impl Setup {
             trigger: "test".into(),
             max_attempts: 3,
             github: None,
+            history_cache: None,
+            history_retention: None,
+            progress: rlc::run::ProgressMode::Off,
+            metrics: None,
         }
     }
 

@@ -39,6 +39,8 @@ pub(crate) enum Answer {
         /// The start of the body.
         head: String,
     },
+    /// The inner answer, after this long (a slow server).
+    After(std::time::Duration, Box<Answer>),
 }
 
 type Handler = dyn Fn(&Seen) -> Answer + Send + Sync;
@@ -77,7 +79,13 @@ impl StandIn {
                         .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("")))
                         .collect(),
                 };
-                match answer(&seen) {
+                let mut answer = answer(&seen);
+                while let Answer::After(delay, inner) = answer {
+                    tokio::time::sleep(delay).await;
+                    answer = *inner;
+                }
+                match answer {
+                    Answer::After(..) => unreachable!("unwrapped above"),
                     Answer::Status(code, body) => (
                         StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                         body,

@@ -116,7 +116,7 @@ impl Model {
             .collect();
         let mut values: Vec<f64> = pts.iter().map(|p| p.2).collect();
         let median = quantile_in_place(&mut values, 0.5).unwrap_or(0.0);
-        let max = values.last().copied().unwrap_or(0.0);
+        let max = values.iter().copied().max_by(f64::total_cmp).unwrap_or(0.0);
         let offset = if median > 0.0 {
             0.05 * median
         } else if max > 0.0 {

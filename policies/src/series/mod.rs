@@ -129,11 +129,17 @@ pub(crate) fn quantile_in_place(values: &mut [f64], q: f64) -> Option<f64> {
     if values.is_empty() || q.is_nan() {
         return None;
     }
-    values.sort_unstable_by(f64::total_cmp);
     let pos = q.clamp(0.0, 1.0) * (values.len() - 1) as f64;
     let lo = pos.floor() as usize;
-    let hi = pos.ceil() as usize;
-    Some(values[lo] + (values[hi] - values[lo]) * (pos - lo as f64))
+    // Two order statistics by selection, not a full sort (this runs per backtest origin).
+    let (_, lo_value, above) = values.select_nth_unstable_by(lo, f64::total_cmp);
+    let lo_value = *lo_value;
+    let hi_value = if pos.ceil() as usize == lo {
+        lo_value
+    } else {
+        above.iter().copied().min_by(f64::total_cmp)?
+    };
+    Some(lo_value + (hi_value - lo_value) * (pos - lo as f64))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use clap::{Args, ValueEnum};
 use rlc::git_store::PublishMode;
 use rlc::guards::GuardSettings;
-use rlc::run::{RunReport, RunSettings, exit, run_once};
+use rlc::run::{ProgressMode, RunReport, RunSettings, exit, run_once};
 use rlc::secrets::scrub;
 use rlc::source::{
     BatchedPrometheusSource, FileSource, MetricsSource, PromSettings, PrometheusSource,
@@ -25,6 +25,30 @@ pub(crate) enum ModeArg {
     Direct,
     /// To the review branch `rlc/limits`.
     Pr,
+}
+
+/// How a run shows its progress.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ProgressArg {
+    /// A bar on a terminal, else log lines.
+    Auto,
+    /// A bar on stderr.
+    Bar,
+    /// A log line every `--progress-interval`.
+    Log,
+    /// No progress display.
+    Off,
+}
+
+/// `--history-retention`: a duration, or `forever`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retention(pub Option<std::time::Duration>);
+
+fn retention(text: &str) -> Result<Retention, String> {
+    if text.trim() == "forever" {
+        return Ok(Retention(None));
+    }
+    positive_duration(text).map(|d| Retention(Some(d)))
 }
 
 /// Flags shared by `run` and `serve`.
@@ -91,6 +115,24 @@ pub(crate) struct RunArgs {
     /// directory `rlc` runs in (a lock file `<workdir>.lock` sits beside it).
     #[arg(long, default_value = ".rlc/checkout")]
     pub workdir: PathBuf,
+    /// The history cache: each bucket's fetched history, kept between runs so that a run
+    /// fetches only what is new (default: `<workdir>.history-cache`).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_history_cache")]
+    pub history_cache: Option<PathBuf>,
+    /// Fetch every bucket's whole window at every run (a temporary cache, for this run only).
+    #[arg(long)]
+    pub no_history_cache: bool,
+    /// Runs older than this are deleted from the run history (with their recommendations)
+    /// at the end of each run; `forever` keeps them all.
+    #[arg(long, default_value = "90d", value_parser = retention)]
+    pub history_retention: Retention,
+    /// Progress display: `auto` (a bar on a terminal, else a log line every
+    /// `--progress-interval`), `bar`, `log` or `off`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: ProgressArg,
+    /// How often a run logs its progress when not on a terminal.
+    #[arg(long, default_value = "5s", value_parser = positive_duration)]
+    pub progress_interval: std::time::Duration,
     /// PromQL template of the offered rate (see the README for `istio_requests_total`).
     #[arg(long, env = "RLC_QUERY_TEMPLATE", hide_env_values = true)]
     pub query_template: Option<String>,
@@ -201,6 +243,23 @@ impl RunArgs {
                 }),
                 _ => None,
             },
+            history_cache: if self.no_history_cache {
+                None
+            } else {
+                Some(self.history_cache.clone().unwrap_or_else(|| {
+                    let mut dir = self.workdir.clone().into_os_string();
+                    dir.push(".history-cache");
+                    PathBuf::from(dir)
+                }))
+            },
+            history_retention: self.history_retention.0,
+            progress: match self.progress {
+                ProgressArg::Auto => ProgressMode::auto(self.progress_interval),
+                ProgressArg::Bar => ProgressMode::Bar,
+                ProgressArg::Log => ProgressMode::Log(self.progress_interval),
+                ProgressArg::Off => ProgressMode::Off,
+            },
+            metrics: None,
         }
     }
 

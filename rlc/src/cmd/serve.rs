@@ -114,7 +114,8 @@ pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
         info!("interrupted; stopping");
     };
     drive(&mut ticker, commits, stop, &metrics, |trigger| {
-        let settings = cmd.args.settings(&trigger.label());
+        let mut settings = cmd.args.settings(&trigger.label());
+        settings.metrics = Some(metrics.clone());
         let (source, metrics) = (source.clone(), metrics.clone());
         async move {
             let started = Instant::now();

@@ -10,8 +10,8 @@ use crate::source::SourceError;
 pub mod exit {
     /// Committed, or nothing to change.
     pub const OK: i32 = 0;
-    /// Anything else (e.g. the local work directory cannot be used, or a task of the run
-    /// panicked).
+    /// Anything else (e.g. the local work directory or the history cache cannot be used,
+    /// or a task of the run panicked).
     pub const OTHER: i32 = 1;
     /// Bad usage.
     pub const USAGE: i32 = 2;
@@ -75,6 +75,16 @@ pub enum RunError {
         /// Buckets asked for.
         buckets: usize,
     },
+    /// The history cache could not be read or written.
+    #[error(transparent)]
+    Cache(#[from] crate::cache::CacheError),
+    /// A series the fetch phase stored was not in the history cache when planning (the
+    /// cache was changed under the run).
+    #[error("history cache: {series} is missing after the fetch phase stored it")]
+    CacheMiss {
+        /// `service/bucket measure`.
+        series: String,
+    },
     /// A task of the run (the git work runs on blocking threads) panicked or was cancelled.
     #[error("run task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -89,7 +99,11 @@ impl RunError {
             RunError::Database(_) => exit::DATABASE,
             RunError::Config(_) => exit::CONFIG,
             RunError::NoData { .. } => exit::NO_DATA,
-            RunError::Workdir { .. } | RunError::Busy { .. } | RunError::Task(_) => exit::OTHER,
+            RunError::Workdir { .. }
+            | RunError::Busy { .. }
+            | RunError::Task(_)
+            | RunError::Cache(_)
+            | RunError::CacheMiss { .. } => exit::OTHER,
         }
     }
 }

@@ -8,6 +8,12 @@
 //! fetched ([`planner`]). Anything failing before the push leaves the config repo and the
 //! controller untouched; every failure is a typed [`RunError`] that maps to an exit code.
 //!
+//! At fleet size: history goes through the history cache ([`crate::cache`]), so a run
+//! fetches only what is new since the last one and holds one service's history at a time;
+//! the run history records only the buckets whose decision changed
+//! ([`History::finish_run_recording_changes`]) and old runs are pruned by
+//! `history_retention`; [`progress`] shows the phase and buckets done, and times each phase.
+//!
 //! Crash safety: a run holds its work directory's lock (an `flock`, gone with the process)
 //! and heartbeats its history row; the next run clears git lock files a killed run left,
 //! and marks `running` rows of dead runs `aborted`. A run that commits nothing still checks
@@ -18,18 +24,23 @@ mod deliver;
 mod error;
 mod lock;
 mod planner;
+pub mod progress;
 mod render;
+mod sync;
 #[cfg(test)]
 mod tests;
 
 pub use error::{DeliveryError, RunError, exit};
+pub use progress::{Progress, ProgressMode};
+pub use sync::FetchStats;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use crate::cache::HistoryCache;
 use crate::git_store::{Checkout, GitStore, GitStoreError, PublishMode, PushOutcome};
 use crate::guards::GuardSettings;
 use crate::history::{History, RecommendationRecord, RunStatus};
@@ -65,7 +76,19 @@ pub struct RunSettings {
     pub max_attempts: u32,
     /// Where to open or update the pull request in PR mode (none: the branch only).
     pub github: Option<GitHubTarget>,
+    /// The history cache's directory (none: a temporary one, for this run only).
+    pub history_cache: Option<PathBuf>,
+    /// Runs older than this are deleted from the run history at the end of each run (none:
+    /// kept forever).
+    pub history_retention: Option<Duration>,
+    /// How the run shows its progress.
+    pub progress: ProgressMode,
+    /// Where each phase's time is observed (`rlc serve`'s metrics), if anywhere.
+    pub metrics: Option<Arc<crate::serve_metrics::RlcMetrics>>,
 }
+
+/// The most time a run spends pruning the run history; the rest is pruned by the next run.
+pub const PRUNE_BUDGET: Duration = Duration::from_secs(10);
 
 /// A GitHub repository to open the review pull request in.
 #[derive(Debug, Clone)]
@@ -110,6 +133,14 @@ pub struct RunReport {
     /// Set when nothing was committed but the controller ran another version than `main`
     /// and was sent `main`'s config.
     pub resynced_controller: bool,
+    /// Seconds each phase took (checkout, fetch, plan, commit, deliver, record, prune).
+    pub phases: Vec<(&'static str, f64)>,
+    /// How the history was fetched (in full, incrementally) and the cache's size.
+    pub fetches: FetchStats,
+    /// Recommendations written to the run history (the buckets whose decision changed).
+    pub recorded: usize,
+    /// Old runs deleted from the run history by retention.
+    pub pruned_runs: u64,
 }
 
 impl RunReport {
@@ -139,6 +170,7 @@ pub async fn run_once(
     };
     let run_id = history.start_run(&settings.trigger, mode_name).await?;
     let _heartbeat = Heartbeat::start(history.clone(), run_id.clone());
+    let mut progress = Progress::start(&run_id, settings.progress, settings.metrics.clone());
     info!(
         run = %run_id,
         trigger = %settings.trigger,
@@ -148,13 +180,15 @@ pub async fn run_once(
         aborted_runs = aborted_runs.len(),
         "run started"
     );
-    let published = match publish(settings, &*source, &run_id, &history).await {
+    let (cache, _temporary_cache) = open_cache(settings)?;
+    let published = match publish(settings, &*source, cache, &run_id, &history, &progress).await {
         Ok(p) => p,
         Err(e) => {
             let status = match e {
                 RunError::NoData { .. } => RunStatus::NoData,
                 _ => RunStatus::Failed,
             };
+            progress.finish();
             warn!(run = %run_id, status = status.as_str(), error = %e, "run failed; nothing committed");
             if let Err(db) = history
                 .finish_run(&run_id, status, None, Some(&e.to_string()))
@@ -174,6 +208,7 @@ pub async fn run_once(
             Some(branch.clone()),
         ),
     };
+    progress.phase("deliver", 0);
     let mut resynced_controller = false;
     let controllers = &settings.controllers;
     let push_error = match (&commit, settings.mode, &settings.github) {
@@ -205,23 +240,56 @@ pub async fn run_once(
         }
         _ => None,
     };
+    progress.phase("record", plans.len());
     let records: Vec<RecommendationRecord> = plans.iter().map(record).collect();
-    history
-        .finish_run_with(
+    let summary = summary(&plans, &published.fetches, &progress.timings());
+    let recorded = history
+        .finish_run_recording_changes(
             &run_id,
             &records,
+            &summary,
             status,
             commit.as_deref(),
             push_error.as_ref().map(ToString::to_string).as_deref(),
         )
         .await?;
+    drop(records);
+    let pruned_runs = match settings.history_retention {
+        Some(keep) => {
+            progress.phase("prune", 0);
+            let before = chrono::Utc::now()
+                - chrono::Duration::from_std(keep).unwrap_or(chrono::TimeDelta::MAX);
+            match history
+                .prune_runs(before.timestamp_millis(), PRUNE_BUDGET)
+                .await
+            {
+                Ok(n) => {
+                    if n > 0 {
+                        info!(run = %run_id, pruned_runs = n, "old runs pruned from the run history");
+                    }
+                    n
+                }
+                Err(e) => {
+                    warn!(run = %run_id, error = %e, "pruning the run history failed; the next run tries again");
+                    0
+                }
+            }
+        }
+        None => 0,
+    };
+    let phases = progress.finish();
     info!(
         run = %run_id,
         status = status.as_str(),
         commit = commit.as_deref().unwrap_or(""),
         buckets = plans.len(),
+        recorded,
         attempts = published.attempts,
         push_conflicts = published.attempts - 1,
+        fetched_full = published.fetches.full,
+        fetched_incremental = published.fetches.incremental,
+        cache_bytes = published.fetches.cache_bytes,
+        phases = %phases.iter().map(|(p, s)| format!("{p}={s:.2}s")).collect::<Vec<_>>().join(" "),
         seconds = started.elapsed().as_secs_f64(),
         "run finished"
     );
@@ -238,6 +306,48 @@ pub async fn run_once(
         replanned: published.replanned,
         aborted_runs,
         resynced_controller,
+        phases,
+        fetches: published.fetches,
+        recorded,
+        pruned_runs,
+    })
+}
+
+/// The history cache of `settings`, or a temporary one (deleted when the guard drops).
+fn open_cache(
+    settings: &RunSettings,
+) -> Result<(HistoryCache, Option<tempfile::TempDir>), RunError> {
+    let workdir_err = |source| RunError::Workdir {
+        dir: settings.workdir.display().to_string(),
+        source,
+    };
+    match &settings.history_cache {
+        Some(dir) => Ok((HistoryCache::open(dir)?, None)),
+        None => {
+            let tmp = tempfile::Builder::new()
+                .prefix("rlc-history-cache")
+                .tempdir()
+                .map_err(workdir_err)?;
+            Ok((HistoryCache::open(tmp.path())?, Some(tmp)))
+        }
+    }
+}
+
+/// The run's summary for its history row: buckets by outcome, fetches, phase times.
+fn summary(
+    plans: &[BucketPlan],
+    fetches: &FetchStats,
+    phases: &[(&str, f64)],
+) -> serde_json::Value {
+    let mut outcomes = std::collections::BTreeMap::<&str, usize>::new();
+    for p in plans {
+        *outcomes.entry(p.guarded.outcome.as_str()).or_default() += 1;
+    }
+    serde_json::json!({
+        "buckets": plans.len(),
+        "outcomes": outcomes,
+        "fetches": { "full": fetches.full, "incremental": fetches.incremental, "cache_bytes": fetches.cache_bytes },
+        "phases": phases.iter().map(|(p, s)| (p.to_string(), serde_json::json!(s))).collect::<serde_json::Map<_, _>>(),
     })
 }
 
@@ -274,6 +384,7 @@ struct Published {
     attempts: u32,
     replanned: Vec<String>,
     store: GitStore,
+    fetches: FetchStats,
 }
 
 /// Reads, plans, renders and pushes; on a branch that moved under the run, reads again and
@@ -283,19 +394,16 @@ struct Published {
 async fn publish(
     settings: &RunSettings,
     source: &dyn MetricsSource,
+    cache: HistoryCache,
     run_id: &str,
     history: &History,
+    progress: &Progress,
 ) -> Result<Published, RunError> {
     let now = settings
         .now
         .unwrap_or_else(|| chrono::Utc::now().timestamp());
-    let mut planner = Planner::new(
-        source,
-        settings.guards.clone(),
-        settings.concurrency,
-        now,
-        run_id,
-    );
+    let mut planner = Planner::new(source, cache, settings, now, run_id, progress);
+    progress.phase("checkout", 0);
     std::fs::create_dir_all(&settings.workdir).map_err(|source| RunError::Workdir {
         dir: settings.workdir.display().to_string(),
         source,
@@ -314,6 +422,7 @@ async fn publish(
     let max_attempts = settings.max_attempts.max(1);
     let mut attempt = 1;
     loop {
+        progress.phase("commit", 0);
         let (proposal, description) = render::proposal(&planned, run_id)?;
         let Some(proposal) = proposal else {
             info!(base = %checkout.commit, "nothing proposed");
@@ -324,6 +433,7 @@ async fn publish(
                 attempts: attempt,
                 replanned,
                 store,
+                fetches: planner.fetch_stats(),
             });
         };
         history.heartbeat(run_id).await?;
@@ -344,6 +454,7 @@ async fn publish(
                     attempts: attempt,
                     replanned,
                     store,
+                    fetches: planner.fetch_stats(),
                 });
             }
         };
@@ -356,6 +467,7 @@ async fn publish(
             "branch moved under the run (someone pushed); re-reading and re-planning changed services"
         );
         attempt += 1;
+        progress.phase("checkout", 0);
         let (s, (co, files)) = with_store(store, read_checkout).await?;
         store = s;
         checkout = co;

@@ -1,20 +1,26 @@
-//! Planning a checkout: each bucket's history is fetched once per run and kept, every
-//! service's buckets are planned, and when the run has to read a newer checkout only the
-//! services whose files changed are planned again (from the history already fetched; only a
-//! bucket whose query or window is new is fetched).
+//! Planning a checkout in two phases — fetch (the history cache brought up to "now", see
+//! [`super::sync`]) then plan (each service planned from its cached series on a blocking
+//! thread) — so that memory holds one service's history at a time, not the fleet's. When
+//! the run has to read a newer checkout, only the services whose files changed are planned
+//! again (their series are already in the cache; only a bucket whose query or window is new
+//! is fetched).
 
 use std::collections::{BTreeMap, HashMap};
 
+use futures::stream::{self, StreamExt};
 use grl_config::{self as config, Bucket, Mode, ServiceConfig, Snapshot};
 use policies::{Point, Series};
 use tracing::{info, warn};
 
-use super::RunError;
+use super::progress::Progress;
+use super::sync::{FetchStats, ServiceWants, Syncer, Want};
+use super::{RunError, RunSettings};
+use crate::cache::{HistoryCache, ServiceLog, grid_ceil};
 use crate::guards::GuardSettings;
 use crate::lifecycle::{self, LifecycleSettings};
 use crate::limits_file;
 use crate::plan::{self, BucketPlan};
-use crate::source::{BucketQuery, Measure, MetricsSource, RangeSeries, fetch_all};
+use crate::source::{BucketQuery, Measure, MetricsSource, RangeSeries};
 
 /// The default window of a computed bucket whose policy does not name one.
 const DEFAULT_WINDOW_SECS: i64 = 28 * 86_400;
@@ -33,6 +39,10 @@ struct Inputs {
 struct ServicePlans {
     inputs: Inputs,
     plans: Vec<BucketPlan>,
+    /// Buckets whose limit is computed from history.
+    computed: usize,
+    /// Of those, buckets whose history held at least one usable value.
+    with_data: usize,
 }
 
 /// A checkout, validated and planned.
@@ -72,40 +82,40 @@ impl Planned {
     }
 }
 
-/// A series fetched for one bucket and measure, from `start` to the run's "now".
-#[derive(Debug)]
-struct Fetched {
-    start: i64,
-    series: RangeSeries,
-}
-
-/// Plans checkouts of one run, keeping the history it fetched.
+/// Plans checkouts of one run: the fetch phase brings the history cache up to "now", the
+/// plan phase reads each service's series back from it and plans the service.
 pub(super) struct Planner<'a> {
-    source: &'a dyn MetricsSource,
+    syncer: Syncer<'a>,
     guards: GuardSettings,
     concurrency: usize,
     now: i64,
     run_id: String,
-    history: HashMap<(BucketQuery, Measure), Fetched>,
+    progress: &'a Progress,
 }
 
 impl<'a> Planner<'a> {
     /// A planner for the run `run_id` at `now` (unix seconds).
     pub(super) fn new(
         source: &'a dyn MetricsSource,
-        guards: GuardSettings,
-        concurrency: usize,
+        cache: HistoryCache,
+        settings: &RunSettings,
         now: i64,
         run_id: &str,
+        progress: &'a Progress,
     ) -> Self {
         Planner {
-            source,
-            guards,
-            concurrency: concurrency.max(1),
+            syncer: Syncer::new(source, cache, now),
+            guards: settings.guards.clone(),
+            concurrency: settings.concurrency.max(1),
             now,
             run_id: run_id.to_string(),
-            history: HashMap::new(),
+            progress,
         }
+    }
+
+    /// Counts of this run's fetches.
+    pub(super) fn fetch_stats(&self) -> FetchStats {
+        self.syncer.stats()
     }
 
     /// Validates the config `files` of `commit` and plans it. With `previous` (an older
@@ -136,29 +146,33 @@ impl<'a> Planner<'a> {
                 Some(old) if old.inputs == inputs => {
                     services.insert(svc.name.clone(), old.clone());
                 }
-                _ => todo.push((svc, inputs)),
+                _ => todo.push((svc.clone(), inputs)),
             }
         }
         let planned: Vec<String> = todo.iter().map(|(s, _)| s.name.clone()).collect();
         if previous.is_some() {
             info!(commit, replanned = ?planned, kept = services.len(), "re-planning changed services");
-        }
-        let fresh = self.plan_services(&todo).await?;
-        for ((svc, inputs), plans) in todo.into_iter().zip(fresh) {
-            services.insert(svc.name.clone(), ServicePlans { inputs, plans });
-        }
-        let mut computed_buckets = 0;
-        let mut buckets_with_data = 0;
-        for svc in snapshot.services.values() {
-            for b in svc.buckets.iter().filter(|b| plan::is_computed(b)) {
-                computed_buckets += 1;
-                let has_data = self
-                    .history
-                    .get(&(query(&svc.name, b), Measure::Offered))
-                    .is_some_and(|f| !f.series.is_empty());
-                buckets_with_data += usize::from(has_data);
+        } else {
+            let cache = self.syncer.cache.clone();
+            let names: Vec<String> = snapshot.services.keys().cloned().collect();
+            let removed = tokio::task::spawn_blocking(move || {
+                cache.retain_services(names.iter().map(String::as_str))
+            })
+            .await??;
+            if removed > 0 {
+                info!(
+                    removed,
+                    "history cache: logs of services gone from the config deleted"
+                );
             }
         }
+        self.fetch(&todo).await?;
+        let fresh = self.plan_services(todo).await?;
+        for (name, plans) in fresh {
+            services.insert(name, plans);
+        }
+        let computed_buckets = services.values().map(|s| s.computed).sum();
+        let buckets_with_data = services.values().map(|s| s.with_data).sum();
         Ok(Planned {
             commit: commit.to_string(),
             files,
@@ -170,51 +184,189 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// Plans the computed buckets of `services` (one list per service, in order).
-    async fn plan_services(
-        &mut self,
-        services: &[(&ServiceConfig, Inputs)],
-    ) -> Result<Vec<Vec<BucketPlan>>, RunError> {
-        let mut targets: Vec<(usize, &Bucket, Option<f64>)> = Vec::new();
-        let mut wanted = Vec::new();
-        for (i, (svc, inputs)) in services.iter().enumerate() {
-            let (previous, _) = plan::previous_limits(svc, inputs.limits_text.as_deref());
-            let computed: Vec<&Bucket> = svc
-                .buckets
-                .iter()
-                .filter(|b| plan::is_computed(b))
-                .collect();
-            let longest = computed
-                .iter()
-                .map(|b| plan::window_secs(b).unwrap_or(DEFAULT_WINDOW_SECS))
-                .max()
-                .unwrap_or(0);
-            for b in computed {
-                targets.push((i, b, previous.get(&b.name).copied()));
-                wanted.push((query(&svc.name, b), self.now - longest));
-            }
+    /// The fetch phase for `services`.
+    async fn fetch(&self, services: &[(ServiceConfig, Inputs)]) -> Result<(), RunError> {
+        let wants: Vec<ServiceWants> = services.iter().map(|(s, _)| self.wants(s)).collect();
+        let total: usize = wants.iter().map(|w| w.buckets.len()).sum();
+        self.progress.phase("fetch", total);
+        info!(buckets = total, services = wants.len(), source = %self.syncer.source.describe(), "fetching history");
+        let mut running = stream::iter(wants)
+            .map(|w| async move {
+                let n = w.buckets.len();
+                self.syncer.sync(w).await.map(|()| n)
+            })
+            .buffer_unordered(self.concurrency);
+        while let Some(n) = running.next().await {
+            self.progress.add(n?);
         }
-        let offered = self.fetch(&wanted, Measure::Offered).await?;
-        let mut out: Vec<Vec<BucketPlan>> = vec![Vec::new(); services.len()];
-        let mut offered_points: Vec<Vec<Vec<(i64, f64)>>> = vec![Vec::new(); services.len()];
-        for ((i, bucket, previous), series) in targets.into_iter().zip(offered) {
-            if series.invalid > 0 {
-                let name = format!("{}/{}", services[i].0.name, bucket.name);
-                warn!(bucket = %name, invalid = series.invalid, "metrics source returned values that are no rate (NaN, infinite or negative); bucket refused");
-                out[i].push(plan::refused(
-                    &services[i].0.name,
+        drop(running);
+        let cache = self.syncer.cache.clone();
+        let bytes = tokio::task::spawn_blocking(move || cache.disk_bytes()).await?;
+        self.syncer.set_cache_bytes(bytes);
+        let stats = self.syncer.stats();
+        info!(
+            full = stats.full,
+            incremental = stats.incremental,
+            reused = stats.reused,
+            cache_bytes = bytes,
+            "history fetched"
+        );
+        Ok(())
+    }
+
+    /// The series `svc` needs: offered over its longest window, drops over the lifecycle
+    /// review's days (shadow buckets: virtual drops; deny buckets: drops).
+    fn wants(&self, svc: &ServiceConfig) -> ServiceWants {
+        let computed: Vec<&Bucket> = svc
+            .buckets
+            .iter()
+            .filter(|b| plan::is_computed(b))
+            .collect();
+        let longest = longest_window(&computed);
+        let review = review_secs();
+        let mut wants = Vec::new();
+        for b in &computed {
+            let q = query(&svc.name, b);
+            wants.push(Want {
+                query: q.clone(),
+                measure: Measure::Offered,
+                start: self.now - longest,
+            });
+            let measure = match b.mode {
+                Mode::Shadow => Measure::ShadowDropped,
+                Mode::Deny => Measure::Dropped,
+            };
+            wants.push(Want {
+                query: q,
+                measure,
+                start: self.now - review,
+            });
+        }
+        ServiceWants {
+            service: svc.name.clone(),
+            wants,
+            keep_secs: longest.max(review),
+            buckets: computed.iter().map(|b| b.name.clone()).collect(),
+        }
+    }
+
+    /// The plan phase: each service planned on a blocking thread from its cached series.
+    async fn plan_services(
+        &self,
+        services: Vec<(ServiceConfig, Inputs)>,
+    ) -> Result<Vec<(String, ServicePlans)>, RunError> {
+        let total = services
+            .iter()
+            .map(|(s, _)| s.buckets.iter().filter(|b| plan::is_computed(b)).count())
+            .sum();
+        self.progress.phase("plan", total);
+        let workers = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+        let mut running = stream::iter(services)
+            .map(|(svc, inputs)| {
+                let job = PlanJob {
+                    log: None,
+                    cache: self.syncer.cache.clone(),
+                    guards: self.guards.clone(),
+                    now: self.now,
+                    run_id: self.run_id.clone(),
+                    fingerprints: svc
+                        .buckets
+                        .iter()
+                        .map(|b| {
+                            (
+                                b.name.clone(),
+                                self.syncer.fingerprint(&query(&svc.name, b)),
+                            )
+                        })
+                        .collect(),
+                    invalid: svc
+                        .buckets
+                        .iter()
+                        .filter_map(|b| {
+                            let bad = self.syncer.invalid(&svc.name, &b.name)?;
+                            Some((b.name.clone(), bad))
+                        })
+                        .collect(),
+                };
+                tokio::task::spawn_blocking(move || job.plan(svc, inputs))
+            })
+            .buffer_unordered(workers);
+        let mut out = Vec::new();
+        while let Some(done) = running.next().await {
+            let (name, plans) = done??;
+            self.progress.add(plans.computed);
+            out.push((name, plans));
+        }
+        Ok(out)
+    }
+}
+
+/// The longest window of `buckets`' policies (28 days for a policy that names none).
+fn longest_window(buckets: &[&Bucket]) -> i64 {
+    buckets
+        .iter()
+        .map(|b| plan::window_secs(b).unwrap_or(DEFAULT_WINDOW_SECS))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The days the lifecycle review looks back, in seconds.
+fn review_secs() -> i64 {
+    (LifecycleSettings::default().min_days * 86_400.0) as i64
+}
+
+/// What planning one service on a blocking thread needs.
+struct PlanJob {
+    log: Option<ServiceLog>,
+    cache: HistoryCache,
+    guards: GuardSettings,
+    now: i64,
+    run_id: String,
+    fingerprints: HashMap<String, u64>,
+    /// Buckets whose offered series held values that are no rate: how many, and whether
+    /// it held usable points besides.
+    invalid: HashMap<String, (usize, bool)>,
+}
+
+impl PlanJob {
+    /// Plans the computed buckets of `svc` from the cache.
+    fn plan(
+        mut self,
+        svc: ServiceConfig,
+        inputs: Inputs,
+    ) -> Result<(String, ServicePlans), RunError> {
+        self.log = Some(self.cache.load(&svc.name)?);
+        let (previous, _) = plan::previous_limits(&svc, inputs.limits_text.as_deref());
+        let computed: Vec<&Bucket> = svc
+            .buckets
+            .iter()
+            .filter(|b| plan::is_computed(b))
+            .collect();
+        let start = self.now - longest_window(&computed);
+        let mut plans = Vec::new();
+        let mut offered_points = Vec::new();
+        let mut with_data = 0;
+        for bucket in &computed {
+            let previous = previous.get(&bucket.name).copied();
+            if let Some(&(invalid, had_points)) = self.invalid.get(&bucket.name) {
+                with_data += usize::from(had_points);
+                let name = format!("{}/{}", svc.name, bucket.name);
+                warn!(bucket = %name, invalid, "metrics source returned values that are no rate (NaN, infinite or negative); bucket refused");
+                plans.push(plan::refused(
+                    &svc.name,
                     bucket,
                     previous,
                     &self.guards,
                     format!(
-                        "the metrics source returned {} value(s) that are no rate (NaN, \
-                         infinite or negative)",
-                        series.invalid
+                        "the metrics source returned {invalid} value(s) that are no rate (NaN, \
+                         infinite or negative)"
                     ),
                 ));
-                offered_points[i].push(Vec::new());
+                offered_points.push(Vec::new());
                 continue;
             }
+            let series = self.cached(&svc.name, &bucket.name, Measure::Offered, start)?;
+            with_data += usize::from(!series.is_empty());
             let history = Series::new(
                 series.step_secs.max(1),
                 series
@@ -223,8 +375,8 @@ impl<'a> Planner<'a> {
                     .map(|&(ts, value)| Point { ts, value })
                     .collect(),
             );
-            out[i].push(plan::plan_bucket(
-                &services[i].0.name,
+            plans.push(plan::plan_bucket(
+                &svc.name,
                 bucket,
                 previous,
                 &history,
@@ -232,29 +384,58 @@ impl<'a> Planner<'a> {
                 &self.guards,
                 &self.run_id,
             ));
-            offered_points[i].push(series.points);
+            offered_points.push(series.points);
         }
-        for (i, (_, inputs)) in services.iter().enumerate() {
-            self.lifecycle(
-                &mut out[i],
-                &offered_points[i],
-                inputs.limits_text.as_deref(),
-            )
-            .await?;
+        self.lifecycle(&mut plans, &offered_points, inputs.limits_text.as_deref())?;
+        let computed = plans.len();
+        Ok((
+            svc.name.clone(),
+            ServicePlans {
+                inputs,
+                plans,
+                computed,
+                with_data,
+            },
+        ))
+    }
+
+    /// The cached series of a bucket from `start` to now (the fetch phase stored it).
+    fn cached(
+        &self,
+        service: &str,
+        bucket: &str,
+        measure: Measure,
+        start: i64,
+    ) -> Result<RangeSeries, RunError> {
+        let log = self.log.as_ref().expect("log loaded");
+        let fp = self.fingerprints.get(bucket).copied().unwrap_or_default();
+        match log.series(bucket, measure, fp, start, self.now) {
+            Some(s) => Ok(s),
+            None if log
+                .entry(bucket, measure)
+                .is_none_or(|e| grid_ceil(start, e.step) > self.now) =>
+            {
+                // Nothing was stored: the range holds no step, or the source returned none.
+                Ok(RangeSeries::empty(
+                    log.entry(bucket, measure).map_or(300, |e| e.step),
+                ))
+            }
+            None => Err(RunError::CacheMiss {
+                series: format!("{service}/{bucket} {}", measure.as_str()),
+            }),
         }
-        Ok(out)
     }
 
     /// Shadow buckets: days in shadow (kept as `shadow_since` evidence) and virtual drops;
     /// enforced buckets: drops against what their backtest predicted.
-    async fn lifecycle(
-        &mut self,
+    fn lifecycle(
+        &self,
         plans: &mut [BucketPlan],
         offered: &[Vec<(i64, f64)>],
         limits_text: Option<&str>,
     ) -> Result<(), RunError> {
         let settings = LifecycleSettings::default();
-        let since = self.now - (settings.min_days * 86_400.0) as i64;
+        let since = self.now - review_secs();
         let Some(service) = plans.first().map(|p| p.service.clone()) else {
             return Ok(());
         };
@@ -263,13 +444,12 @@ impl<'a> Planner<'a> {
             (Measure::ShadowDropped, Mode::Shadow),
             (Measure::Dropped, Mode::Deny),
         ] {
-            let idx: Vec<usize> = (0..plans.len())
-                .filter(|&i| plans[i].mode == mode && plans[i].guarded.limit.is_some())
-                .collect();
-            let wanted: Vec<_> = idx.iter().map(|&i| (query_of(&plans[i]), since)).collect();
-            let drops = self.fetch(&wanted, measure).await?;
-            for (&i, d) in idx.iter().zip(drops) {
-                let fraction = lifecycle::drop_fraction(&offered[i], &d.points, since);
+            for i in 0..plans.len() {
+                if plans[i].mode != mode || plans[i].guarded.limit.is_none() {
+                    continue;
+                }
+                let drops = self.cached(&service, &plans[i].bucket.clone(), measure, since)?;
+                let fraction = lifecycle::drop_fraction(&offered[i], &drops.points, since);
                 let p = &mut plans[i];
                 let verdict = if mode == Mode::Shadow {
                     let shadow_since = previous
@@ -289,73 +469,6 @@ impl<'a> Planner<'a> {
         }
         Ok(())
     }
-
-    /// `measure` for each `(query, start)` up to "now", in order. A series already fetched
-    /// from `start` or earlier is reused (cut at `start`); the others are fetched, queries
-    /// with the same start together.
-    async fn fetch(
-        &mut self,
-        wanted: &[(BucketQuery, i64)],
-        measure: Measure,
-    ) -> Result<Vec<RangeSeries>, RunError> {
-        let mut missing: BTreeMap<i64, Vec<BucketQuery>> = BTreeMap::new();
-        for (q, start) in wanted {
-            let have = self
-                .history
-                .get(&(q.clone(), measure))
-                .is_some_and(|f| f.start <= *start);
-            if !have {
-                let group = missing.entry(*start).or_default();
-                if !group.contains(q) {
-                    group.push(q.clone());
-                }
-            }
-        }
-        for (start, queries) in missing {
-            let total = queries.len();
-            info!(buckets = total, measure = measure.as_str(), source = %self.source.describe(), "fetching history");
-            let fetched = fetch_all(
-                self.source,
-                &queries,
-                measure,
-                start,
-                self.now,
-                self.concurrency,
-                move |done, _| {
-                    if done == total || done % 100 == 0 {
-                        info!(done, total, "history fetched");
-                    }
-                },
-            )
-            .await;
-            for (q, series) in queries.into_iter().zip(fetched) {
-                self.history.insert(
-                    (q, measure),
-                    Fetched {
-                        start,
-                        series: series?,
-                    },
-                );
-            }
-        }
-        Ok(wanted
-            .iter()
-            .map(|(q, start)| {
-                let f = &self.history[&(q.clone(), measure)];
-                RangeSeries {
-                    invalid: f.series.invalid,
-                    step_secs: f.series.step_secs,
-                    points: f
-                        .series
-                        .points
-                        .iter()
-                        .copied()
-                        .filter(|&(ts, _)| ts >= *start)
-                        .collect(),
-                }
-            })
-            .collect())
-    }
 }
 
 fn query(service: &str, b: &Bucket) -> BucketQuery {
@@ -368,14 +481,5 @@ fn query(service: &str, b: &Bucket) -> BucketQuery {
             .procedure
             .as_ref()
             .map(grl_config::ProcedurePattern::as_written),
-    }
-}
-
-fn query_of(p: &BucketPlan) -> BucketQuery {
-    BucketQuery {
-        service: p.service.clone(),
-        bucket: p.bucket.clone(),
-        caller: p.caller.clone(),
-        procedure: p.procedure.clone(),
     }
 }

@@ -246,6 +246,10 @@ impl Env {
             trigger: "test".into(),
             max_attempts: 3,
             github: None,
+            history_cache: None,
+            history_retention: None,
+            progress: crate::run::ProgressMode::Off,
+            metrics: None,
         }
     }
 }

@@ -15,14 +15,16 @@
 //! exactly on a step boundary).
 //!
 //! Use it for the GRL metric with many buckets per service; custom metrics (templates)
-//! need the per-bucket [`super::PrometheusSource`]. Loaded services stay cached for the
-//! life of the source (one RLC run); memory is about 4 bytes × pairs × resolution steps
-//! (250 pairs × 28 days at 60 s ≈ 40 MB).
+//! need the per-bucket [`super::PrometheusSource`]. A run reads each service once through
+//! [`MetricsSource::fetch_service`], which keeps nothing afterwards; services loaded by
+//! single-bucket [`MetricsSource::fetch`] calls stay cached for the life of the source
+//! (until [`BatchedPrometheusSource::clear_cache`]). Memory is about 4 bytes × pairs ×
+//! resolution steps per service loaded (250 pairs × 28 days at 60 s ≈ 40 MB).
 
 use super::range_query::RangeQuerier;
 use super::{
-    BucketQuery, FetchFuture, LABEL_CALLER, LABEL_DECISION, LABEL_PROCEDURE, LABEL_SERVICE,
-    Measure, MetricsSource, PromSettings, REQUESTS_TOTAL, RangeSeries, SourceError,
+    BucketQuery, FetchFuture, FetchManyFuture, LABEL_CALLER, LABEL_DECISION, LABEL_PROCEDURE,
+    LABEL_SERVICE, Measure, MetricsSource, PromSettings, REQUESTS_TOTAL, RangeSeries, SourceError,
     escape_label_value,
 };
 use std::collections::HashMap;
@@ -236,8 +238,40 @@ impl MetricsSource for BatchedPrometheusSource {
         Box::pin(self.fetch_series(q, measure, start, end))
     }
 
+    fn fetch_service<'a>(
+        &'a self,
+        queries: &'a [BucketQuery],
+        measure: Measure,
+        start: i64,
+        end: i64,
+    ) -> FetchManyFuture<'a> {
+        Box::pin(async move {
+            let step = self.settings.step_secs;
+            let (Some((first, last)), Some(q)) = (self.steps(start, end), queries.first()) else {
+                return Ok(queries.iter().map(|_| RangeSeries::empty(step)).collect());
+            };
+            let data = self.load(&q.service, measure, first, last).await?;
+            let res = self.settings.resolution_secs;
+            Ok(queries
+                .iter()
+                .map(|q| assemble(&data, q, res, step, first, last))
+                .collect())
+        })
+    }
+
     fn describe(&self) -> String {
         self.querier.describe()
+    }
+
+    fn cache_identity(&self) -> String {
+        let s = &self.settings;
+        format!(
+            "batched {} rate_window={} resolution={}s step={}s",
+            self.querier.describe(),
+            s.rate_window,
+            s.resolution_secs,
+            s.step_secs
+        )
     }
 }
 

@@ -174,6 +174,19 @@ impl MetricsSource for FileSource {
     fn describe(&self) -> String {
         format!("files at {}", self.path.display())
     }
+
+    fn cache_identity(&self) -> String {
+        format!(
+            "files at {} step={}s resolution={}s",
+            self.path.display(),
+            self.step_secs,
+            self.resolution_secs
+        )
+    }
+
+    fn cacheable(&self) -> bool {
+        false
+    }
 }
 
 /// Reads a bucket's CSV with the project's one CSV reader; missing samples are dropped.

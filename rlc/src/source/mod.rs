@@ -142,6 +142,10 @@ impl Measure {
 pub type FetchFuture<'a> =
     Pin<Box<dyn Future<Output = Result<RangeSeries, SourceError>> + Send + 'a>>;
 
+/// The future returned by [`MetricsSource::fetch_service`].
+pub type FetchManyFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<RangeSeries>, SourceError>> + Send + 'a>>;
+
 /// A store of per-bucket request-rate history.
 pub trait MetricsSource: Send + Sync {
     /// The rate of `measure` for bucket `q` between `start` and `end` (unix seconds), one
@@ -157,4 +161,37 @@ pub trait MetricsSource: Send + Sync {
 
     /// Human description for logs and errors, e.g. `prometheus at http://127.0.0.1:9090`.
     fn describe(&self) -> String;
+
+    /// `measure` for several buckets of one service over the same range, in order; the
+    /// first error fails the whole. The default fetches each bucket in turn; a source that
+    /// reads a service in one query ([`BatchedPrometheusSource`]) overrides it and keeps
+    /// nothing afterwards.
+    fn fetch_service<'a>(
+        &'a self,
+        queries: &'a [BucketQuery],
+        measure: Measure,
+        start: i64,
+        end: i64,
+    ) -> FetchManyFuture<'a> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(queries.len());
+            for q in queries {
+                out.push(self.fetch(q, measure, start, end).await?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Everything besides the bucket's rule that decides what a fetch returns (the URL,
+    /// query template, steps): the history cache refetches a bucket whose cached series was
+    /// read under another identity. Defaults to [`MetricsSource::describe`].
+    fn cache_identity(&self) -> String {
+        self.describe()
+    }
+
+    /// Whether the history it returns for a past step stays the same, so that the history
+    /// cache may keep it (true for Prometheus; false for files, which may be edited).
+    fn cacheable(&self) -> bool {
+        true
+    }
 }

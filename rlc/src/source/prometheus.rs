@@ -258,6 +258,18 @@ impl MetricsSource for PrometheusSource {
     fn describe(&self) -> String {
         self.querier.describe()
     }
+
+    fn cache_identity(&self) -> String {
+        let s = &self.settings;
+        format!(
+            "{} template={} rate_window={} resolution={}s step={}s",
+            self.querier.describe(),
+            s.query_template,
+            s.rate_window,
+            s.resolution_secs,
+            s.step_secs
+        )
+    }
 }
 
 #[cfg(test)]

@@ -82,6 +82,10 @@ pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
         trigger: "demo".into(),
         max_attempts: 3,
         github: None,
+        history_cache: None,
+        history_retention: None,
+        progress: rlc::run::ProgressMode::Off,
+        metrics: None,
     };
     let source = Arc::new(FileSource::open(&history)?);
     let report = run_once(&settings, source)
