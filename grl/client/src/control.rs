@@ -579,7 +579,7 @@ mod tests {
         for (per_second, allowed) in [(2u64, 0.5), (0, 0.125), (5, 1.25)] {
             let (client, mut window) = following_client(allowed);
             // 0 requests a second stands for one every two seconds.
-            let every = if per_second == 0 { 40 } else { 20 / per_second };
+            let every = 20u64.checked_div(per_second).unwrap_or(40);
             window(0);
             for i in 0..(60 * 20) {
                 window(u64::from(i % every == 0));
