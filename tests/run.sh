@@ -59,10 +59,10 @@ gh_venv_ok() {
 }
 gh_pkg="$gh_cache/octokit-openapi-$gh_openapi_version"
 pyvenv="${GRL_TEST_PYVENV:-$PWD/target/pyvenv}"
-py_pkgs=(grpcio==1.85.* xds-protos==1.85.* kubernetes-validate==1.37.*)
+py_pkgs=(grpcio==1.85.* grpcio-tools==1.85.* xds-protos==1.85.* kubernetes-validate==1.37.*)
 py_ok() {
     [[ -x "$pyvenv/bin/python" ]] &&
-        "$pyvenv/bin/python" -c 'import grpc, envoy.service.ratelimit.v3.rls_pb2_grpc, kubernetes_validate' 2>/dev/null
+        "$pyvenv/bin/python" -c 'import grpc, grpc_tools.protoc, envoy.service.ratelimit.v3.rls_pb2_grpc, kubernetes_validate' 2>/dev/null
 }
 
 missing=()
@@ -240,9 +240,9 @@ if ! py_ok; then
     log "creating $pyvenv with ${py_pkgs[*]}"
     python3 -m venv "$pyvenv" >&2
     "$pyvenv/bin/python" -m pip install -q --disable-pip-version-check "${py_pkgs[@]}" >&2
-    py_ok || die "$pyvenv lacks grpcio, xds-protos or kubernetes-validate"
+    py_ok || die "$pyvenv lacks grpcio, grpcio-tools, xds-protos or kubernetes-validate"
 else
-    log "$pyvenv has grpcio, xds-protos and kubernetes-validate"
+    log "$pyvenv has grpcio, grpcio-tools, xds-protos and kubernetes-validate"
 fi
 export GRL_TEST_PYTHON="$pyvenv/bin/python"
 export GRL_TEST_KUBECTL="${GRL_TEST_KUBECTL:-$(command -v kubectl)}"

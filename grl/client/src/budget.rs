@@ -11,6 +11,12 @@
 //! overdraft) or saved (credit) for the next windows, so over a few intervals a client
 //! admits its allowance at any rate and in any shape of traffic.
 //!
+//! A budget admits whole requests: while it holds part of one it waits for the rest, so a
+//! client at a few requests a second admits at a steady cadence instead of by chance. Each
+//! budget starts at a random fraction of a request ([`Budget::starting_at`]), so clients
+//! that got their allowance in the same instant and send in step (a deploy, a cron, a load
+//! generator) admit at spread-out instants rather than all in the same window.
+//!
 //! Bounds: credit is capped at what the caller's normal silences earn ([`Budget::cap`]:
 //! four windows for steady traffic, the longest recent gap for bursty or sparse traffic),
 //! so a steady caller cannot save up for a surge while a bursty one gets its average; an
@@ -30,6 +36,15 @@ impl Budget {
     /// An empty budget (no credit, no overdraft).
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// A budget holding `phase` (taken modulo 1) of a request: where a budget that admits
+    /// whole requests is found at a random instant of its cadence, so each client given a
+    /// different phase (see [`phase_of`]) admits at a different point of it.
+    pub(crate) fn starting_at(phase: f64) -> Self {
+        Self {
+            tokens: phase.rem_euclid(1.0),
+        }
     }
 
     /// Requests the budget holds now (negative: owed).
@@ -68,13 +83,11 @@ impl Budget {
 
     /// The drop ratio for the next window of `window_secs` at allowance `allowed` when it is
     /// expected to offer `expected` requests per second: it admits what the budget and the
-    /// window's refill hold, all of it when that covers the expected requests, nothing
-    /// while the budget is overdrawn beyond the refill. A window is expected to ask for at
-    /// least `at_least` requests (what the caller's non-empty windows usually hold, and at
-    /// least one), so a burst is admitted in the proportion the budget holds of it rather
-    /// than first come first served, and a budget holding part of one request admits with
-    /// that probability: clients that send at the same instants (a cron, a retry storm, a
-    /// load generator in step) then drift apart instead of spending in the same window.
+    /// window's refill hold in whole requests, all of it when that covers the expected
+    /// requests, nothing while it holds less than one request. A window is expected to ask
+    /// for at least `at_least` requests (what the caller's non-empty windows usually hold,
+    /// and at least one), so a burst is admitted in the proportion the budget holds of it
+    /// rather than first come first served.
     pub(crate) fn ratio(
         &self,
         allowed: f64,
@@ -83,16 +96,24 @@ impl Budget {
         at_least: f64,
     ) -> f64 {
         let available = self.tokens + allowed * window_secs;
-        if available <= 0.0 {
+        if available < 1.0 {
             return 1.0;
         }
         let want = (expected * window_secs).max(at_least).max(1.0);
         if want <= available {
             0.0
         } else {
-            1.0 - available / want
+            1.0 - available.floor() / want
         }
     }
+}
+
+/// A phase in `[0, 1)` for the budget of bucket `bucket` at client `client`: a hash with a
+/// per-process random seed, so that clients (and restarts of one client) differ.
+pub(crate) fn phase_of(client: &str, bucket: u32) -> f64 {
+    use std::hash::BuildHasher;
+    let h = foldhash::fast::RandomState::default().hash_one((client, bucket));
+    (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -192,6 +213,22 @@ mod tests {
     }
 
     #[test]
+    fn phases_spread_clients_over_the_cadence() {
+        let phases: Vec<f64> = (0..1000).map(|i| phase_of(&format!("c{i}"), 3)).collect();
+        assert!(phases.iter().all(|p| (0.0..1.0).contains(p)));
+        for q in 0..4 {
+            let lo = f64::from(q) / 4.0;
+            let n = phases
+                .iter()
+                .filter(|p| (lo..lo + 0.25).contains(*p))
+                .count();
+            assert!((200..=300).contains(&n), "quarter {q}: {n} of 1000");
+        }
+        let b = Budget::starting_at(1.75);
+        assert!((b.tokens() - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
     fn credit_and_overdraft_are_bounded() {
         let mut b = Budget::new();
         for _ in 0..100 {
@@ -202,9 +239,22 @@ mod tests {
         assert!((b.ratio(100.0, W, 1000.0, 1.0) - 0.5).abs() < 1e-9);
         let mut part = Budget::new();
         part.settle(1.0, W, 0, -1.0, 1.0);
+        assert_eq!(
+            part.ratio(1.0, W, 0.1, 1.0),
+            1.0,
+            "a tenth of a request waits for the rest"
+        );
+        for _ in 0..18 {
+            part.settle(1.0, W, 0, -1.0, 1.0);
+        }
+        assert_eq!(
+            part.ratio(1.0, W, 0.1, 1.0),
+            0.0,
+            "a whole request is admitted"
+        );
         assert!(
-            (part.ratio(1.0, W, 0.1, 1.0) - 0.9).abs() < 1e-9,
-            "a tenth of a request: admitted with probability 0.1"
+            (part.ratio(1.0, W, 0.1, 4.0) - 0.75).abs() < 1e-9,
+            "one request of a window of four"
         );
         b.settle(100.0, W, 10_000, Budget::floor(100.0, 1.0, 500), 20.0);
         assert_eq!(b.tokens(), -500.0, "owes at most what it admitted recently");

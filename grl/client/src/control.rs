@@ -173,7 +173,7 @@ impl Inner {
             let had = book.allowed.is_some();
             book.allowed = r.allowed.filter(|a| a.is_finite() && *a >= 0.0);
             if !had && book.allowed.is_some() {
-                book.budget = Budget::new();
+                book.budget = Budget::starting_at(crate::budget::phase_of(&self.cfg.id, id));
                 book.unsettled = true;
             }
             if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {

@@ -96,7 +96,6 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Runs the control plane of `inner` forever.
 /// The window a client with `cfg` measures over: its `window`, between 1 ms and the
 /// interval.
 pub(crate) fn window_of(cfg: &crate::ClientConfig) -> Duration {
@@ -106,8 +105,11 @@ pub(crate) fn window_of(cfg: &crate::ClientConfig) -> Duration {
     )
 }
 
+/// Runs the control plane of `inner` forever.
 pub(crate) async fn run(inner: Arc<Inner>) {
     let interval = inner.cfg.interval;
+    // The first window starts now: what was decided before it ends is in it.
+    inner.lock().window_at = Some(Instant::now());
     let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let backoff = reconnect_backoff(interval);
