@@ -71,6 +71,8 @@ pub(crate) struct Resolver {
     matcher: Matcher,
     /// Config bucket index → cell id.
     cell_of: Vec<u32>,
+    /// Config bucket index → whether it applies in addition to a more specific bucket.
+    in_addition: Vec<bool>,
     /// Every cell known when this resolver was built, by id.
     pub(crate) cells: Vec<Arc<BucketCell>>,
 }
@@ -81,6 +83,7 @@ impl Resolver {
         Self {
             matcher: Matcher::default(),
             cell_of: Vec::new(),
+            in_addition: Vec::new(),
             cells,
         }
     }
@@ -90,6 +93,20 @@ impl Resolver {
         self.matcher
             .find(caller, procedure)
             .map_or(UNMATCHED, |i| self.cell_of[i])
+    }
+
+    /// The cell id of the bucket that applies to a pair in addition to its own
+    /// ([`Matcher::find_in_addition`]); [`UNMATCHED`] when none does.
+    pub(crate) fn resolve_in_addition(&self, caller: &str, procedure: &str) -> u32 {
+        let own = self.matcher.find(caller, procedure);
+        self.matcher
+            .find_in_addition(caller, procedure, own, |i| self.in_addition[i])
+            .map_or(UNMATCHED, |i| self.cell_of[i])
+    }
+
+    /// Whether any bucket applies in addition.
+    pub(crate) fn has_in_addition(&self) -> bool {
+        self.in_addition.contains(&true)
     }
 
     /// The cell of a pair.
@@ -104,6 +121,7 @@ pub(crate) struct RuleSet {
     pub(crate) modes: Vec<Mode>,
     rules: Vec<MatchRule>,
     overrides: Vec<bool>,
+    in_addition: Vec<bool>,
 }
 
 impl RuleSet {
@@ -118,6 +136,7 @@ impl RuleSet {
             modes: Vec::new(),
             rules: Vec::new(),
             overrides: Vec::new(),
+            in_addition: Vec::new(),
         };
         for b in config
             .iter()
@@ -128,6 +147,7 @@ impl RuleSet {
             set.names.push(b.name.clone());
             set.rules.push(match_rule(b));
             set.overrides.push(b.is_override);
+            set.in_addition.push(b.in_addition);
         }
         Ok(set)
     }
@@ -138,6 +158,7 @@ impl RuleSet {
         Resolver {
             matcher,
             cell_of,
+            in_addition: self.in_addition.clone(),
             cells,
         }
     }
@@ -187,6 +208,7 @@ mod tests {
             mode: proto::Mode::Deny as i32,
             limit_rps: Some(1.0),
             is_override,
+            in_addition: false,
         }
     }
 

@@ -20,7 +20,7 @@ use super::buckets::{Registry, Resolver, RuleSet, threshold};
 use super::budget::Budget;
 use super::recorded::Recorded;
 use super::shape::Shape;
-use super::table::{DECISIONS, PairEntry};
+use super::table::{DECISIONS, PairEntry, PairTable};
 use super::{BucketTotals, ClientStatus, Inner};
 
 /// Bookkeeping of one cell, by cell id.
@@ -236,15 +236,30 @@ impl Inner {
                 Ordering::Relaxed,
             );
         }
+        for e in self.also.get().into_iter().flat_map(PairTable::iter) {
+            e.cell.store(
+                resolver.resolve_in_addition(e.caller(), e.procedure()),
+                Ordering::Relaxed,
+            );
+        }
+        let also_on = resolver.has_in_addition();
         self.resolver.store(Arc::new(resolver));
+        self.also_on.store(also_on, Ordering::Relaxed);
         debug!(version = %c.version, buckets = c.active.len(), "config applied");
     }
 
     /// Copies every cell's threshold and mode into the pairs that belong to it.
     pub(crate) fn sync_pairs(&self, registry: &Registry) {
-        for e in self.table.iter() {
+        for e in self.pairs() {
             sync_pair(e, &registry.cells);
         }
+    }
+
+    /// Every pair entry: the table's, then those of the buckets that apply in addition.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = &PairEntry> {
+        self.table
+            .iter()
+            .chain(self.also.get().into_iter().flat_map(PairTable::iter))
     }
 
     /// Zeroes the ratios that expired by `now`; fails open when the last instruction did.
@@ -307,7 +322,7 @@ impl Inner {
 
     /// Folds every pair's and cell's new counts into the cells' totals.
     pub(crate) fn collect(&self, c: &mut Control) {
-        for e in self.table.iter() {
+        for e in self.pairs() {
             let now = e.totals();
             let id = e.cell.load(Ordering::Relaxed) as usize;
             for (i, n) in now.iter().enumerate() {

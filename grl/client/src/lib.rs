@@ -82,6 +82,10 @@ use buckets::{BucketCell, Resolver};
 use control::Control;
 use table::{PairEntry, PairTable};
 
+/// A pair's entry in one table: none when no bucket applies, or the resolver and cell id
+/// when the table is full.
+type PairLookup<'a> = Result<Option<&'a PairEntry>, (Arc<Resolver>, u32)>;
+
 /// What to do with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -123,6 +127,16 @@ impl Decision {
     /// Whether the request must be refused.
     pub fn is_drop(self) -> bool {
         self == Decision::Drop
+    }
+
+    /// Two buckets' decisions on one request: refused if either refuses, else a virtual
+    /// drop if either would have refused it.
+    pub(crate) fn and(self, other: Decision) -> Decision {
+        match (self, other) {
+            (Decision::Drop, _) | (_, Decision::Drop) => Decision::Drop,
+            (Decision::ShadowDrop, _) | (_, Decision::ShadowDrop) => Decision::ShadowDrop,
+            _ => Decision::Allow,
+        }
     }
 }
 
@@ -213,6 +227,11 @@ pub struct ClientStatus {
 pub(crate) struct Inner {
     pub(crate) cfg: ClientConfig,
     pub(crate) table: PairTable,
+    /// The pairs' buckets that apply in addition (see [`Resolver::resolve_in_addition`]),
+    /// made when the first config with such a bucket arrives.
+    pub(crate) also: std::sync::OnceLock<PairTable>,
+    /// The current config has a bucket that applies in addition.
+    pub(crate) also_on: AtomicBool,
     pub(crate) resolver: ArcSwap<Resolver>,
     /// Control-plane state; never taken by `decide`.
     pub(crate) control: Mutex<Control>,
@@ -244,6 +263,8 @@ impl Client {
         Client {
             inner: Arc::new(Inner {
                 table: PairTable::new(cfg.max_pairs),
+                also: std::sync::OnceLock::new(),
+                also_on: AtomicBool::new(false),
                 cfg,
                 resolver,
                 control: Mutex::new(control),
@@ -259,15 +280,33 @@ impl Client {
         &self.inner.cfg
     }
 
-    /// Decides one request of `caller` calling `procedure`: the hot path.
+    /// Decides one request of `caller` calling `procedure`: the hot path. Where a bucket
+    /// applies in addition to the one the request falls in, each decides and counts it, and
+    /// the request is refused if either says drop.
     #[inline]
     pub fn decide(&self, caller: &str, procedure: &str) -> Decision {
         let table = &self.inner.table;
         let key = table.key(caller, procedure);
-        match table.get(&key, caller, procedure) {
+        let d = match table.get(&key, caller, procedure) {
             Some(e) => e.decide(),
             None => self.decide_new(caller, procedure),
+        };
+        if self.inner.also_on.load(Ordering::Relaxed) {
+            self.decide_in_addition(caller, procedure, d)
+        } else {
+            d
         }
+    }
+
+    /// The decision of the bucket that applies in addition, combined with `own`'s.
+    #[inline(never)]
+    fn decide_in_addition(&self, caller: &str, procedure: &str, own: Decision) -> Decision {
+        let also = match self.also_pair(caller, procedure) {
+            Ok(None) => return own,
+            Ok(Some(e)) => e.decide(),
+            Err((resolver, id)) => self.decide_overflow(&resolver, id),
+        };
+        own.and(also)
     }
 
     /// Decides one call that stands for `n` requests (e.g. Envoy's `hits_addend`): admitted
@@ -284,8 +323,20 @@ impl Client {
                 Decision::Allow
             };
         }
-        let (pair, id, ratio, shadow) = match self.pair(caller, procedure) {
-            Ok(e) => (
+        let own = self.decide_batch(self.pair(caller, procedure).map(Some), n);
+        if self.inner.also_on.load(Ordering::Relaxed) {
+            own.and(self.decide_batch(self.also_pair(caller, procedure), n))
+        } else {
+            own
+        }
+    }
+
+    /// [`decide_n`](Self::decide_n) in one bucket: the pair's (`Ok(None)`: no bucket
+    /// applies, allowed), or the bucket's overflow when the table is full.
+    fn decide_batch(&self, pair: PairLookup<'_>, n: u64) -> Decision {
+        let (pair, id, ratio, shadow) = match pair {
+            Ok(None) => return Decision::Allow,
+            Ok(Some(e)) => (
                 Some(e),
                 e.cell.load(Ordering::Relaxed),
                 e.ratio(),
@@ -318,35 +369,65 @@ impl Client {
     fn decide_new(&self, caller: &str, procedure: &str) -> Decision {
         match self.pair(caller, procedure) {
             Ok(e) => e.decide(),
-            Err((resolver, id)) => {
-                let cell = resolver.cell(id);
-                let threshold = cell.threshold.load(Ordering::Relaxed);
-                local::claim();
-                let (_, hit) = local::shard_and_hit(threshold);
-                let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
-                    (false, _) => Decision::Allow,
-                    (true, false) => Decision::Drop,
-                    (true, true) => Decision::ShadowDrop,
-                };
-                cell.overflow[d as usize].fetch_add(1, Ordering::Relaxed);
-                self.inner.overflow.fetch_add(1, Ordering::Relaxed);
-                d
-            }
+            Err((resolver, id)) => self.decide_overflow(&resolver, id),
         }
+    }
+
+    /// Decides a request of a pair past `max_pairs` in cell `id`, counted as overflow.
+    #[cold]
+    #[inline(never)]
+    fn decide_overflow(&self, resolver: &Resolver, id: u32) -> Decision {
+        let cell = resolver.cell(id);
+        let threshold = cell.threshold.load(Ordering::Relaxed);
+        local::claim();
+        let (_, hit) = local::shard_and_hit(threshold);
+        let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
+            (false, _) => Decision::Allow,
+            (true, false) => Decision::Drop,
+            (true, true) => Decision::ShadowDrop,
+        };
+        cell.overflow[d as usize].fetch_add(1, Ordering::Relaxed);
+        self.inner.overflow.fetch_add(1, Ordering::Relaxed);
+        d
     }
 
     /// The pair's entry, added to the table if new; the resolver and the pair's cell id
     /// when the table is full.
     fn pair(&self, caller: &str, procedure: &str) -> Result<&PairEntry, (Arc<Resolver>, u32)> {
+        self.pair_in(&self.inner.table, Resolver::resolve, caller, procedure)
+    }
+
+    /// The pair's entry for the bucket that applies in addition (`Ok(None)`: none does).
+    fn also_pair(&self, caller: &str, procedure: &str) -> PairLookup<'_> {
+        let table = self
+            .inner
+            .also
+            .get_or_init(|| PairTable::new(self.inner.cfg.max_pairs));
+        match self.pair_in(table, Resolver::resolve_in_addition, caller, procedure) {
+            Ok(e) if e.cell.load(Ordering::Relaxed) == buckets::UNMATCHED => Ok(None),
+            Ok(e) => Ok(Some(e)),
+            Err((_, buckets::UNMATCHED)) => Ok(None),
+            Err(full) => Err(full),
+        }
+    }
+
+    /// [`pair`](Self::pair) in `table`, whose pairs `resolve` maps to cells.
+    fn pair_in<'a>(
+        &self,
+        table: &'a PairTable,
+        resolve: fn(&Resolver, &str, &str) -> u32,
+        caller: &str,
+        procedure: &str,
+    ) -> Result<&'a PairEntry, (Arc<Resolver>, u32)> {
         let inner = &*self.inner;
-        let key = inner.table.key(caller, procedure);
-        if let Some(e) = inner.table.get(&key, caller, procedure) {
+        let key = table.key(caller, procedure);
+        if let Some(e) = table.get(&key, caller, procedure) {
             return Ok(e);
         }
         let resolver = inner.resolver.load_full();
-        let id = resolver.resolve(caller, procedure);
+        let id = resolve(&resolver, caller, procedure);
         let cell = resolver.cell(id);
-        let entry = inner.table.insert(&key, caller, procedure, || {
+        let entry = table.insert(&key, caller, procedure, || {
             PairEntry::new(
                 key,
                 caller,
@@ -362,7 +443,7 @@ impl Client {
                 if !Arc::ptr_eq(&resolver, &now) {
                     // The config changed while this pair was being added: resolve again.
                     e.cell
-                        .store(now.resolve(caller, procedure), Ordering::Relaxed);
+                        .store(resolve(&now, caller, procedure), Ordering::Relaxed);
                     control::sync_pair(e, &now.cells);
                 }
                 Ok(e)
@@ -376,8 +457,8 @@ impl Client {
     /// [`admission`](Self::admission)): `allowed` let through and `denied` refused. They
     /// count as offered load toward the tiers and in the metrics like decisions of this
     /// client; in a shadow bucket, the share of those let through that the bucket's
-    /// allowance would have refused counts as shadow drops. Not the hot path: it may add the
-    /// pair.
+    /// allowance would have refused counts as shadow drops. They count in the bucket that
+    /// applies in addition too, if any. Not the hot path: it may add the pair.
     pub fn record(
         &self,
         caller: &str,
@@ -386,12 +467,26 @@ impl Client {
         denied: u64,
         elapsed: Duration,
     ) {
-        let total = allowed.saturating_add(denied);
-        if total == 0 {
+        if allowed.saturating_add(denied) == 0 {
             return;
         }
-        let (pair, id) = match self.pair(caller, procedure) {
-            Ok(e) => (Some(e), e.cell.load(Ordering::Relaxed)),
+        self.record_in(
+            self.pair(caller, procedure).map(Some),
+            allowed,
+            denied,
+            elapsed,
+        );
+        if self.inner.also_on.load(Ordering::Relaxed) {
+            self.record_in(self.also_pair(caller, procedure), allowed, denied, elapsed);
+        }
+    }
+
+    /// [`record`](Self::record) in one bucket.
+    fn record_in(&self, pair: PairLookup<'_>, allowed: u64, denied: u64, elapsed: Duration) {
+        let total = allowed.saturating_add(denied);
+        let (pair, id) = match pair {
+            Ok(None) => return,
+            Ok(Some(e)) => (Some(e), e.cell.load(Ordering::Relaxed)),
             Err((_, id)) => (None, id),
         };
         let count = |cell: &BucketCell, shadow: Option<f64>| {
@@ -421,6 +516,14 @@ impl Client {
     pub fn bucket(&self, caller: &str, procedure: &str) -> Option<String> {
         let resolver = self.inner.resolver.load();
         let id = resolver.resolve(caller, procedure);
+        (id != buckets::UNMATCHED).then(|| resolver.cells[id as usize].name.clone())
+    }
+
+    /// The name of the bucket that applies to `caller` calling `procedure` in addition to
+    /// [`bucket`](Self::bucket)'s; `None` when none does. Not the hot path.
+    pub fn bucket_in_addition(&self, caller: &str, procedure: &str) -> Option<String> {
+        let resolver = self.inner.resolver.load();
+        let id = resolver.resolve_in_addition(caller, procedure);
         (id != buckets::UNMATCHED).then(|| resolver.cells[id as usize].name.clone())
     }
 

@@ -14,6 +14,8 @@ use grl_core::metric_names::{
 };
 
 use super::Inner;
+use super::buckets::UNMATCHED;
+use super::table::PairTable;
 
 /// Gauge: 1 while the client holds no valid instruction and lets everything through.
 pub const CLIENT_FAIL_OPEN: &str = "grl_client_fail_open";
@@ -93,7 +95,9 @@ pub(crate) fn encode(inner: &Inner, out: &mut String) {
         "counter",
         "Requests offered to the rate limiter, by decision.",
     );
-    for e in inner.table.iter() {
+    let in_addition = inner.also.get().into_iter().flat_map(PairTable::iter);
+    let applied = in_addition.filter(|e| e.cell.load(Ordering::Relaxed) != UNMATCHED);
+    for e in inner.table.iter().chain(applied) {
         let bucket = name(e.cell.load(Ordering::Relaxed));
         requests_row(out, service, e.caller(), e.procedure(), bucket, e.totals());
     }

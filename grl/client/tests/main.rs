@@ -2,6 +2,7 @@
 //! 127.0.0.1, the tower layer in front of real tonic and axum services, its metrics and its
 //! memory bound.
 
+mod in_addition;
 mod layer;
 mod memory;
 mod metrics;

@@ -305,6 +305,7 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             limit,
             limit_source,
             evidence: serde_json::Map::new(),
+            in_addition: b.in_addition,
         });
     }
     if errors.is_empty() {

@@ -41,6 +41,10 @@ pub struct BucketEntry {
     /// Per-bucket overrides of the configurator's guards (`floor`, `cap`, `max_decrease`…).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub guards: BTreeMap<String, Value>,
+    /// Also count and decide the requests this bucket matches when a more specific bucket
+    /// takes them (a procedure-wide limit that protects the procedure whoever calls it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_addition: bool,
     /// Optional free text for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

@@ -822,3 +822,47 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_bucket_marked_in_addition_applies_beside_the_caller_bucket() {
+    let text = PAYMENTS.replace(
+        "    match: { procedure: Refund }\n",
+        "    match: { procedure: Refund }\n    in_addition: true\n",
+    );
+    let snap = from_files("v", files(&[("services/payments.yaml", &text)])).unwrap();
+    let svc = snap.service("payments").unwrap();
+    assert!(svc.bucket("refunds").unwrap().in_addition);
+    assert!(!svc.bucket("partner-acme").unwrap().in_addition);
+    assert_eq!(
+        svc.find("partner-acme", "Refund").unwrap().name,
+        "partner-acme"
+    );
+    assert_eq!(
+        svc.find_in_addition("partner-acme", "Refund").unwrap().name,
+        "refunds"
+    );
+    assert!(
+        svc.find_in_addition("web", "Refund").is_none(),
+        "a bucket is not applied twice when it is the request's own"
+    );
+    let plain = from_files("v", files(&[("services/payments.yaml", PAYMENTS)])).unwrap();
+    assert!(
+        plain
+            .service("payments")
+            .unwrap()
+            .find_in_addition("partner-acme", "Refund")
+            .is_none()
+    );
+}
+
+#[test]
+fn in_addition_must_be_a_bool() {
+    let text = PAYMENTS.replace(
+        "    match: { procedure: Refund }\n",
+        "    match: { procedure: Refund }\n    in_addition: always\n",
+    );
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert_eq!(e.file, "services/payments.yaml", "{e}");
+    assert_eq!(e.line, Some(15), "{e}");
+    assert!(e.to_string().contains("in_addition"), "{e}");
+}

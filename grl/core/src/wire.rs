@@ -80,6 +80,7 @@ pub fn bucket_rule(b: &Bucket, is_override: bool) -> proto::BucketRule {
         mode: proto::Mode::from(b.mode) as i32,
         limit_rps: b.limit,
         is_override,
+        in_addition: b.in_addition,
     }
 }
 

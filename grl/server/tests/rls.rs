@@ -325,3 +325,68 @@ async fn a_900_kb_caller_and_a_300_kb_path_count_under_bounded_labels_in_their_b
         2.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_procedure_bucket_in_addition_answers_over_limit_to_a_caller_with_its_own_bucket() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    // `partner` has a 1 M rps bucket of its own; `refunds` (2 rps) applies in addition,
+    // from the moment the sidecar holds the config.
+    let start = Instant::now();
+    while !sc
+        .scrape()
+        .await
+        .keys()
+        .any(|k| k.starts_with("grl_client_drop_ratio{") && k.contains("bucket=\"refunds\""))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the sidecar never got its config"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (s, seen) = rls_call(args(
+        &sc.rls,
+        &[
+            "--descriptor",
+            r#"{"entries": [["source_cluster", "partner"], ["path", "/pay.Pay/Refund"]]}"#,
+            "--descriptor",
+            r#"{"entries": [["source_cluster", "partner"], ["path", "/pay.Pay/Card"]]}"#,
+            "--until",
+            "OVER_LIMIT",
+            "--then",
+            "100",
+            "--deadline",
+            "60",
+        ],
+    ))
+    .await;
+    assert!(seen, "never OVER_LIMIT: {s}");
+    let calls = n(&s, "calls");
+    let over = n(&s["overall"], "OVER_LIMIT");
+    assert_eq!(n(&s["statuses"][0], "OVER_LIMIT"), over, "{s}");
+    assert_eq!(n(&s["statuses"][1], "OK"), calls, "{s}");
+    // After the ratio arrived, nearly every refund is refused (2 rps of hundreds a second).
+    assert!(over >= 50, "{s}");
+    let m = sc.scrape().await;
+    let refunds = |decision| {
+        sum(
+            &m,
+            "grl_requests_total",
+            &[
+                ("caller", "partner"),
+                ("bucket", "refunds"),
+                ("decision", decision),
+            ],
+        ) as u64
+    };
+    assert_eq!(refunds("dropped"), over);
+    assert_eq!(refunds("allowed"), calls - over);
+    let partner_dropped = sum(
+        &m,
+        "grl_requests_total",
+        &[("bucket", "partner"), ("decision", "dropped")],
+    );
+    assert_eq!(partner_dropped, 0.0, "the caller's own bucket refused");
+}

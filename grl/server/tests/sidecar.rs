@@ -33,7 +33,8 @@ use super::support;
 const BIN: &str = env!("CARGO_BIN_EXE_grl");
 
 /// Buckets of the sidecar tests: `limited` (caller `limited`, deny) and `shadowed` (caller
-/// `shadowed`, shadow), both 20 rps global.
+/// `shadowed`, shadow), both 20 rps global; `partner` (caller `partner`, 1 M rps) and
+/// `refunds` (procedure `pay.Pay/Refund`, 2 rps, in addition to the caller's bucket).
 const SERVICE_YAML: &str = "service: payments
 buckets:
   - name: limited
@@ -46,6 +47,17 @@ buckets:
     scope: global
     mode: shadow
     policy: { kind: fixed, rps: 20 }
+  - name: partner
+    match: { caller: partner }
+    scope: global
+    mode: deny
+    policy: { kind: fixed, rps: 1000000 }
+  - name: refunds
+    match: { procedure: pay.Pay/Refund }
+    in_addition: true
+    scope: global
+    mode: deny
+    policy: { kind: fixed, rps: 2 }
 ";
 
 /// A controller and a zone-`a` aggregator in region `eu`, in this process, at a 200 ms
@@ -455,6 +467,18 @@ struct Answer {
 /// because curl 7.88 cannot reuse a prior-knowledge connection (its second request fails with
 /// "Error in the HTTP2 framing layer" against any h2c server, tonic's included).
 fn batch(addr: &str, caller: &str, count: u32, h2: bool, dir: &Path) -> Vec<Answer> {
+    batch_to(addr, caller, "pay.Pay/Card", count, h2, dir)
+}
+
+/// [`batch`] to `procedure`.
+fn batch_to(
+    addr: &str,
+    caller: &str,
+    procedure: &str,
+    count: u32,
+    h2: bool,
+    dir: &Path,
+) -> Vec<Answer> {
     let header = format!("rpc-caller: {caller}");
     let w = "%{http_code} %{http_version} %header{retry-after}\\n";
     let out = if h2 {
@@ -463,7 +487,7 @@ fn batch(addr: &str, caller: &str, count: u32, h2: bool, dir: &Path) -> Vec<Answ
             let children: Vec<_> = chunk
                 .iter()
                 .map(|i| {
-                    let url = format!("http://{addr}/pay.Pay/Card?n={i}");
+                    let url = format!("http://{addr}/{procedure}?n={i}");
                     let body = dir.join(format!("body_h2_{i}"));
                     Command::new("curl")
                         .args(["-sS", "--http2-prior-knowledge", "-w", w, "-H", &header])
@@ -483,7 +507,7 @@ fn batch(addr: &str, caller: &str, count: u32, h2: bool, dir: &Path) -> Vec<Answ
         }
         out
     } else {
-        let url = format!("http://{addr}/pay.Pay/Card?n=[1-{count}]");
+        let url = format!("http://{addr}/{procedure}?n=[1-{count}]");
         let out_pattern = dir.join("body_#1").display().to_string();
         curl(&[
             "-w",
@@ -672,6 +696,56 @@ async fn shadow_bucket_forwards_everything_and_counts_virtual_drops() {
         );
     }
     assert_eq!(up.http_requests(), sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_procedure_bucket_in_addition_refuses_a_caller_with_its_own_bucket() {
+    let cp = ControlPlane::start().await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    // `partner` falls in its own 1 M rps bucket; `refunds` (2 rps) applies in addition.
+    let start = Instant::now();
+    while ratio(&sc, "refunds").await < 0.5 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no drop ratio pushed for bucket `refunds`"
+        );
+        batch_to(&sc.addr, "partner", "pay.Pay/Refund", 50, false, dir.path());
+    }
+    let before = sc.scrape().await;
+    let up_before = up.http_requests();
+    let refunds = batch_to(
+        &sc.addr,
+        "partner",
+        "pay.Pay/Refund",
+        100,
+        false,
+        dir.path(),
+    );
+    let cards = batch_to(&sc.addr, "partner", "pay.Pay/Card", 100, false, dir.path());
+    let after = sc.scrape().await;
+    let refused = refunds.iter().filter(|a| a.code == 429).count() as u64;
+    assert!(refused >= 50, "only {refused} of 100 refunds refused");
+    assert!(
+        cards.iter().all(|a| a.code == 200),
+        "the caller's own bucket refused: {cards:?}"
+    );
+    assert_eq!(ratio(&sc, "partner").await, 0.0);
+    let delta = |bucket, decision| {
+        let labels = [
+            ("bucket", bucket),
+            ("procedure", "pay.Pay/Refund"),
+            ("decision", decision),
+        ];
+        (sum(&after, "grl_requests_total", &labels) - sum(&before, "grl_requests_total", &labels))
+            as u64
+    };
+    // Each bucket counts every request under its own decision.
+    assert_eq!(delta("refunds", "dropped"), refused);
+    assert_eq!(delta("refunds", "allowed"), 100 - refused);
+    assert_eq!(delta("partner", "allowed"), 100);
+    assert_eq!(up.http_requests() - up_before, 100 - refused + 100);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,6 +3,11 @@
 //! Order: caller+procedure, then caller only, then procedure only. Among procedure patterns
 //! of the same class an exact procedure beats a prefix (`Pay/*`), and a longer prefix beats
 //! a shorter one. Overrides (incident rules) are tried before ordinary buckets.
+//!
+//! A bucket marked `in_addition` also applies to the requests a more specific bucket takes:
+//! [`Matcher::find_in_addition`] gives, for a request, the most specific such bucket other
+//! than the one it falls in, so a procedure-wide limit protects the procedure whoever calls
+//! it. At most one bucket applies in addition.
 
 use std::collections::HashMap;
 
@@ -94,13 +99,36 @@ impl Matcher {
 
     /// The index of the bucket `caller` calling `procedure` belongs to, if any.
     pub fn find(&self, caller: &str, procedure: &str) -> Option<usize> {
+        self.find_where(caller, procedure, |_| true)
+    }
+
+    /// The bucket that applies to `caller` calling `procedure` in addition to bucket `own`
+    /// (the one [`find`](Self::find) gave): the most specific matching bucket `i` with
+    /// `in_addition(i)`, other than `own`.
+    pub fn find_in_addition(
+        &self,
+        caller: &str,
+        procedure: &str,
+        own: Option<usize>,
+        in_addition: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        self.find_where(caller, procedure, |i| Some(i) != own && in_addition(i))
+    }
+
+    /// The most specific matching bucket `i` with `take(i)`.
+    fn find_where(
+        &self,
+        caller: &str,
+        procedure: &str,
+        take: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
         for (rule, i) in &self.overrides {
-            if rule.matches(caller, procedure) {
+            if take(*i) && rule.matches(caller, procedure) {
                 return Some(*i);
             }
         }
         if let Some(rules) = self.by_caller.get(caller) {
-            for (p, i) in rules {
+            for (p, i) in rules.iter().filter(|(_, i)| take(*i)) {
                 match p {
                     Some(p) if p.matches(procedure) => return Some(*i),
                     None => return Some(*i),
@@ -110,7 +138,7 @@ impl Matcher {
         }
         self.procedure_only
             .iter()
-            .find(|(p, _)| p.matches(procedure))
+            .find(|(p, i)| take(*i) && p.matches(procedure))
             .map(|(_, i)| *i)
     }
 }
@@ -124,6 +152,40 @@ mod tests {
             caller: caller.map(str::to_string),
             procedure: procedure.map(ProcedurePattern::parse),
         }
+    }
+
+    #[test]
+    fn a_bucket_in_addition_applies_beside_a_more_specific_one() {
+        let rules = [
+            rule(Some("partner"), None),
+            rule(None, Some("orders.Orders/Get")),
+            rule(None, Some("orders.Orders/*")),
+        ];
+        let m = Matcher::new(rules.iter().map(|r| (r, false)));
+        let in_addition = |i: usize| i >= 1;
+        let own = m.find("partner", "orders.Orders/Get");
+        assert_eq!(own, Some(0), "the caller bucket is the more specific");
+        assert_eq!(
+            m.find_in_addition("partner", "orders.Orders/Get", own, in_addition),
+            Some(1),
+            "the procedure bucket applies too"
+        );
+        let own = m.find("web", "orders.Orders/Get");
+        assert_eq!(own, Some(1));
+        assert_eq!(
+            m.find_in_addition("web", "orders.Orders/Get", own, in_addition),
+            Some(2),
+            "the next bucket in addition when the request already falls in one"
+        );
+        assert_eq!(
+            m.find_in_addition("partner", "orders.Orders/Get", Some(0), |_| false),
+            None,
+            "no bucket in addition unless marked"
+        );
+        assert_eq!(
+            m.find_in_addition("partner", "billing.B/Get", Some(0), in_addition),
+            None
+        );
     }
 
     #[test]

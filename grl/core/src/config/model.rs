@@ -131,6 +131,9 @@ pub struct Bucket {
     pub limit_source: LimitSource,
     /// Evidence the configurator wrote beside the limit (JSON object, may be empty).
     pub evidence: serde_json::Map<String, serde_json::Value>,
+    /// Applies in addition to a more specific bucket that takes the request (see
+    /// [`Matcher::find_in_addition`]).
+    pub in_addition: bool,
 }
 
 /// One service's buckets, with a matcher over them.
@@ -161,6 +164,15 @@ impl ServiceConfig {
     pub fn find(&self, caller: &str, procedure: &str) -> Option<&Bucket> {
         self.matcher
             .find(caller, procedure)
+            .map(|i| &self.buckets[i])
+    }
+
+    /// The bucket that also applies to `caller` calling `procedure` beside the one
+    /// [`find`](Self::find) gives (see [`Matcher::find_in_addition`]).
+    pub fn find_in_addition(&self, caller: &str, procedure: &str) -> Option<&Bucket> {
+        let own = self.matcher.find(caller, procedure);
+        self.matcher
+            .find_in_addition(caller, procedure, own, |i| self.buckets[i].in_addition)
             .map(|i| &self.buckets[i])
     }
 
