@@ -11,9 +11,9 @@ use crate::ConfigError;
 /// Largest config file accepted, in bytes.
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 /// Largest sum of all config files of one snapshot, in bytes.
-pub const MAX_TOTAL_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_TOTAL_BYTES: usize = 32 * 1024 * 1024;
 /// Most config files in one snapshot.
-pub const MAX_FILES: usize = 2_000;
+pub const MAX_FILES: usize = 12_000;
 /// Deepest nesting of flow collections (`[`, `{`) accepted.
 pub const MAX_FLOW_DEPTH: usize = 32;
 /// Deepest indentation (in columns, `- ` counted as two) accepted.
@@ -23,7 +23,7 @@ pub const MAX_NAME_BYTES: usize = 256;
 /// Most buckets one service may declare.
 pub const MAX_BUCKETS_PER_SERVICE: usize = 1_000;
 /// Most buckets one snapshot may hold over all services.
-pub const MAX_BUCKETS: usize = 20_000;
+pub const MAX_BUCKETS: usize = 60_000;
 /// Smallest limit accepted, in requests per second.
 pub const MIN_LIMIT_RPS: f64 = 1e-3;
 /// Largest limit accepted, in requests per second.

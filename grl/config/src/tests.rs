@@ -490,7 +490,7 @@ fn too_many_buckets_in_a_service_are_refused() {
 }
 
 #[test]
-fn a_snapshot_of_2000_files_is_read_and_one_more_is_refused() {
+fn a_snapshot_of_12000_files_is_read_and_one_more_is_refused() {
     let list = |n: usize| -> Vec<(String, String)> {
         (0..n)
             .map(|s| {
@@ -501,13 +501,13 @@ fn a_snapshot_of_2000_files_is_read_and_one_more_is_refused() {
             })
             .collect()
     };
-    assert_eq!(bounds::MAX_FILES, 2_000);
-    let snap = from_files("v", list(2_000)).unwrap();
-    assert_eq!(snap.services.len(), 2_000);
-    let errs = from_files("v", list(2_001)).expect_err("too many files");
+    assert_eq!(bounds::MAX_FILES, 12_000);
+    let snap = from_files("v", list(12_000)).unwrap();
+    assert_eq!(snap.services.len(), 12_000);
+    let errs = from_files("v", list(12_001)).expect_err("too many files");
     assert!(
         errs.to_string()
-            .contains("2001 config files, more than the 2000 allowed"),
+            .contains("12001 config files, more than the 12000 allowed"),
         "{errs}"
     );
 }
@@ -529,7 +529,7 @@ fn too_many_buckets_in_a_snapshot_are_refused() {
         .collect();
     let errs = from_files("v", list).expect_err("too many buckets");
     assert!(
-        errs.to_string().contains("21000 buckets in all services"),
+        errs.to_string().contains("61000 buckets in all services"),
         "{errs}"
     );
 }

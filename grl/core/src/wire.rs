@@ -2,11 +2,11 @@
 
 /// The largest `Tier` message (a report or an instruction) a tier or client sends or
 /// takes, in bytes: set explicitly on every `Tier` server and client. An instruction carries
-/// the config of the child's services (up to 20,000 buckets), a report at most 10,000 rows.
-pub const MAX_TIER_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
-/// The largest `Control` message (`ApplyConfig` carries every config file, at most 16 MiB
+/// the config of the child's services (up to 60,000 buckets), a report at most 60,000 rows.
+pub const MAX_TIER_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// The largest `Control` message (`ApplyConfig` carries every config file, at most 32 MiB
 /// in all), in bytes: set explicitly on every `Control` server and client.
-pub const MAX_CONTROL_MESSAGE_BYTES: usize = 20 * 1024 * 1024;
+pub const MAX_CONTROL_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
 
 use crate::config::{Bucket, MatchRule, Mode, ProcedurePattern, Scope, Snapshot};
 use crate::proto;

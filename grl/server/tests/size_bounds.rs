@@ -1,6 +1,6 @@
 //! The size bounds the README states, at their figures, on a `grl controller` process: a
-//! config of exactly 16 MiB in all (16 files of the 1 MiB a file may hold) is applied and
-//! one byte more is refused before parsing; a `Control` message of exactly 20 MiB reaches
+//! config of exactly 32 MiB in all (32 files of the 1 MiB a file may hold) is applied and
+//! one byte more is refused before parsing; a `Control` message of exactly 40 MiB reaches
 //! the controller (which refuses it as a config) and one byte more is refused by gRPC,
 //! while the controller keeps its config and keeps serving.
 
@@ -87,20 +87,20 @@ fn apply(version: &str, files: Vec<proto::ConfigFile>) -> proto::ApplyConfigRequ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_config_of_16_mib_in_all_is_applied_and_one_byte_more_is_refused() {
+async fn a_config_of_32_mib_in_all_is_applied_and_one_byte_more_is_refused() {
     let mut ctl = Controller::start().await;
-    let full: Vec<_> = (0..16)
+    let full: Vec<_> = (0..32)
         .map(|i| service_file(&format!("s{i:02}"), MAX_FILE_BYTES))
         .collect();
     let total: usize = full.iter().map(|f| f.content.len()).sum();
-    assert_eq!(total, 16 * 1024 * 1024);
+    assert_eq!(total, 32 * 1024 * 1024);
     assert_eq!(total, MAX_TOTAL_BYTES);
 
     let r = ctl
         .apply(apply("full", full.clone()))
         .await
-        .expect("a config of 16 MiB in all was refused");
-    assert_eq!((r.version.as_str(), r.services), ("full", 16), "{r:?}");
+        .expect("a config of 32 MiB in all was refused");
+    assert_eq!((r.version.as_str(), r.services), ("full", 32), "{r:?}");
     assert_eq!(ctl.version().await, "full");
 
     // One byte more in all, every file still within its 1 MiB.
@@ -113,7 +113,7 @@ async fn a_config_of_16_mib_in_all_is_applied_and_one_byte_more_is_refused() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(
         e.message()
-            .contains("hold 16777217 bytes, more than the 16777216 allowed"),
+            .contains("hold 33554433 bytes, more than the 33554432 allowed"),
         "{}",
         e.message()
     );
@@ -143,12 +143,12 @@ fn message_of(len: usize) -> proto::ApplyConfigRequest {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_control_message_of_20_mib_is_read_and_one_byte_more_is_refused_by_grpc() {
+async fn a_control_message_of_40_mib_is_read_and_one_byte_more_is_refused_by_grpc() {
     let mut ctl = Controller::start().await;
     let before = ctl.version().await;
 
-    // Exactly 20 MiB: read whole, then refused as a config (a file above 1 MiB).
-    let at = message_of(20 * 1024 * 1024);
+    // Exactly 40 MiB: read whole, then refused as a config (a file above 1 MiB).
+    let at = message_of(40 * 1024 * 1024);
     assert_eq!(at.encoded_len(), MAX_CONTROL_MESSAGE_BYTES);
     let e = ctl.apply(at).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
@@ -162,7 +162,7 @@ async fn a_control_message_of_20_mib_is_read_and_one_byte_more_is_refused_by_grp
     assert_eq!(e.code(), tonic::Code::OutOfRange, "{e:?}");
     assert!(
         e.message()
-            .contains("found 20971521 bytes, the limit is: 20971520"),
+            .contains("found 41943041 bytes, the limit is: 41943040"),
         "{}",
         e.message()
     );

@@ -106,9 +106,9 @@ impl Default for ReportLimits {
         Self {
             max_client_rps: 1e6,
             max_child_rps: 1e7,
-            max_rows: 10_000,
+            max_rows: 60_000,
             max_children: 100_000,
-            max_total_rows: 1_000_000,
+            max_total_rows: 4_000_000,
         }
     }
 }
