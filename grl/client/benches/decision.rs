@@ -51,6 +51,7 @@ fn client() -> Client {
         has_config: true,
         config: vec![proto::ServiceRules {
             service: "payments".into(),
+            first_index: None,
             buckets: vec![bucket("gw0"), bucket("gw1")],
         }],
         ratios: ["gw0", "gw1"]

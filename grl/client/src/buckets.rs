@@ -216,6 +216,7 @@ mod tests {
     fn resolves_most_specific_and_overrides_first() {
         let config = vec![proto::ServiceRules {
             service: "svc".into(),
+            first_index: None,
             buckets: vec![
                 rule("gw", "gw", "", false),
                 rule("pay", "", "Pay/*", false),

@@ -445,6 +445,7 @@ mod tests {
             has_config: true,
             config: vec![proto::ServiceRules {
                 service: "payments".into(),
+                first_index: None,
                 buckets: vec![rule],
             }],
             ratios: vec![proto::DropRatio {

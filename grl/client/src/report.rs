@@ -102,6 +102,9 @@ impl Inner {
             seq: c.seq,
             urgent: false,
             learning: false,
+            // A client's few rows go by name (wire version 1): it holds one service's rules.
+            wire_version: 0,
+            packed: None,
         }
     }
 }

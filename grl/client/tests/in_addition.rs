@@ -35,6 +35,7 @@ fn client(
         has_config: true,
         config: vec![proto::ServiceRules {
             service: "orders".into(),
+            first_index: None,
             buckets: vec![rule("partner", "partner", "", proto::Mode::Deny), get],
         }],
         ratios: ratios

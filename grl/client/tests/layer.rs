@@ -33,6 +33,7 @@ fn client(service: &str, buckets: [proto::BucketRule; 2], limited: Option<&str>)
         has_config: true,
         config: vec![proto::ServiceRules {
             service: service.into(),
+            first_index: None,
             buckets: buckets.into(),
         }],
         ..Default::default()

@@ -46,6 +46,7 @@ fn a_million_callers_keep_memory_bounded_and_overflow_is_counted_exactly() {
         has_config: true,
         config: vec![proto::ServiceRules {
             service: "payments".into(),
+            first_index: None,
             buckets: vec![proto::BucketRule {
                 name: "pay".into(),
                 procedure: "Pay/*".into(),

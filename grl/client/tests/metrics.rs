@@ -62,6 +62,7 @@ fn client(max_pairs: usize) -> Client {
         has_config: true,
         config: vec![proto::ServiceRules {
             service: "pay\"ments".into(),
+            first_index: None,
             buckets: vec![
                 rule("deny", "gw", proto::Mode::Deny),
                 rule("shadow", "web", proto::Mode::Shadow),
@@ -168,6 +169,7 @@ fn a_new_config_moves_pairs_to_their_new_bucket() {
         has_config: true,
         config: vec![proto::ServiceRules {
             service: "pay\"ments".into(),
+            first_index: None,
             buckets: vec![proto::BucketRule {
                 name: "cards".into(),
                 procedure: "Pay/Card".into(),

@@ -132,6 +132,7 @@ fn config(version: &str) -> Instruction {
         has_config: true,
         config: vec![proto::ServiceRules {
             service: "payments".into(),
+            first_index: None,
             buckets: vec![
                 rule("a", "alice", proto::Mode::Deny),
                 rule("b", "bob", proto::Mode::Deny),

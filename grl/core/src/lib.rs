@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod config;
 pub mod metric_names;
+pub mod packed;
 pub mod proto;
 #[cfg(feature = "tls")]
 pub mod tls;

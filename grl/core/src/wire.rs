@@ -93,6 +93,7 @@ pub fn service_rules(snapshot: &Snapshot, services: &[String]) -> Vec<proto::Ser
         .map(|s| proto::ServiceRules {
             service: s.name.clone(),
             buckets: s.buckets.iter().map(|b| bucket_rule(b, false)).collect(),
+            first_index: None,
         })
         .collect()
 }

@@ -101,6 +101,8 @@ fn report(id: &str, seq: u64, offered: f64) -> proto::Report {
         seq,
         urgent: false,
         learning: false,
+        wire_version: 0,
+        packed: None,
     }
 }
 
@@ -256,6 +258,7 @@ fn controller_tick() {
         "v1",
         &[proto::ServiceRules {
             service: "svc".into(),
+            first_index: None,
             buckets: (0..buckets)
                 .map(|b| proto::BucketRule {
                     name: format!("b{b}"),

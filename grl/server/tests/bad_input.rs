@@ -115,7 +115,8 @@ async fn fake_reports_are_refused_counted_and_change_nothing() {
         .await
         .unwrap();
     // Too many rows in one report.
-    let rows = (0..10_001).map(|_| row("gateway-pay", 1.0)).collect();
+    let too_many = grl::tier::admission::ReportLimits::default().max_rows + 1;
+    let rows = (0..too_many).map(|_| row("gateway-pay", 1.0)).collect();
     fake.send(report("fake-2", rows)).await.unwrap();
 
     let want = [
@@ -196,7 +197,7 @@ async fn garbage_http1_and_oversized_messages_leave_the_grpc_port_serving() {
         // A report larger than the maximum message size is refused; the port serves on.
         let (tx, rx) = mpsc::channel(1);
         let mut huge = report("huge", Vec::new());
-        huge.services = vec!["s".repeat(200); 50_000];
+        huge.services = vec!["s".repeat(200); 90_000];
         tx.send(huge).await.unwrap();
         let mut big = TierClient::connect(format!("http://{addr}"))
             .await

@@ -35,3 +35,4 @@ mod sidecar_port;
 mod size_bounds;
 mod support;
 mod tls_caps;
+mod wire;

@@ -331,14 +331,14 @@ async fn a_procedure_bucket_in_addition_answers_over_limit_to_a_caller_with_its_
     let cp = ControlPlane::start().await;
     let up = Upstream::start().await;
     let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
-    // `partner` has a 1 M rps bucket of its own; `refunds` (2 rps) applies in addition,
+    // `partner` has a 1 M rps bucket of its own; `voids` (2 rps) applies in addition,
     // from the moment the sidecar holds the config.
     let start = Instant::now();
     while !sc
         .scrape()
         .await
         .keys()
-        .any(|k| k.starts_with("grl_client_drop_ratio{") && k.contains("bucket=\"refunds\""))
+        .any(|k| k.starts_with("grl_client_drop_ratio{") && k.contains("bucket=\"voids\""))
     {
         assert!(
             start.elapsed() < Duration::from_secs(30),
@@ -350,7 +350,7 @@ async fn a_procedure_bucket_in_addition_answers_over_limit_to_a_caller_with_its_
         &sc.rls,
         &[
             "--descriptor",
-            r#"{"entries": [["source_cluster", "partner"], ["path", "/pay.Pay/Refund"]]}"#,
+            r#"{"entries": [["source_cluster", "partner"], ["path", "/pay.Pay/Void"]]}"#,
             "--descriptor",
             r#"{"entries": [["source_cluster", "partner"], ["path", "/pay.Pay/Card"]]}"#,
             "--until",
@@ -370,19 +370,19 @@ async fn a_procedure_bucket_in_addition_answers_over_limit_to_a_caller_with_its_
     // After the ratio arrived, nearly every refund is refused (2 rps of hundreds a second).
     assert!(over >= 50, "{s}");
     let m = sc.scrape().await;
-    let refunds = |decision| {
+    let voids = |decision| {
         sum(
             &m,
             "grl_requests_total",
             &[
                 ("caller", "partner"),
-                ("bucket", "refunds"),
+                ("bucket", "voids"),
                 ("decision", decision),
             ],
         ) as u64
     };
-    assert_eq!(refunds("dropped"), over);
-    assert_eq!(refunds("allowed"), calls - over);
+    assert_eq!(voids("dropped"), over);
+    assert_eq!(voids("allowed"), calls - over);
     let partner_dropped = sum(
         &m,
         "grl_requests_total",

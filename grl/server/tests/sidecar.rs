@@ -34,7 +34,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_grl");
 
 /// Buckets of the sidecar tests: `limited` (caller `limited`, deny) and `shadowed` (caller
 /// `shadowed`, shadow), both 20 rps global; `partner` (caller `partner`, 1 M rps) and
-/// `refunds` (procedure `pay.Pay/Refund`, 2 rps, in addition to the caller's bucket).
+/// `voids` (procedure `pay.Pay/Void`, 2 rps, in addition to the caller's bucket).
 const SERVICE_YAML: &str = "service: payments
 buckets:
   - name: limited
@@ -52,8 +52,8 @@ buckets:
     scope: global
     mode: deny
     policy: { kind: fixed, rps: 1000000 }
-  - name: refunds
-    match: { procedure: pay.Pay/Refund }
+  - name: voids
+    match: { procedure: pay.Pay/Void }
     in_addition: true
     scope: global
     mode: deny
@@ -704,29 +704,22 @@ async fn a_procedure_bucket_in_addition_refuses_a_caller_with_its_own_bucket() {
     let up = Upstream::start().await;
     let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
     let dir = tempfile::tempdir().unwrap();
-    // `partner` falls in its own 1 M rps bucket; `refunds` (2 rps) applies in addition.
+    // `partner` falls in its own 1 M rps bucket; `voids` (2 rps) applies in addition.
     let start = Instant::now();
-    while ratio(&sc, "refunds").await < 0.5 {
+    while ratio(&sc, "voids").await < 0.5 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "no drop ratio pushed for bucket `refunds`"
+            "no drop ratio pushed for bucket `voids`"
         );
-        batch_to(&sc.addr, "partner", "pay.Pay/Refund", 50, false, dir.path());
+        batch_to(&sc.addr, "partner", "pay.Pay/Void", 50, false, dir.path());
     }
     let before = sc.scrape().await;
     let up_before = up.http_requests();
-    let refunds = batch_to(
-        &sc.addr,
-        "partner",
-        "pay.Pay/Refund",
-        100,
-        false,
-        dir.path(),
-    );
+    let voids = batch_to(&sc.addr, "partner", "pay.Pay/Void", 100, false, dir.path());
     let cards = batch_to(&sc.addr, "partner", "pay.Pay/Card", 100, false, dir.path());
     let after = sc.scrape().await;
-    let refused = refunds.iter().filter(|a| a.code == 429).count() as u64;
-    assert!(refused >= 50, "only {refused} of 100 refunds refused");
+    let refused = voids.iter().filter(|a| a.code == 429).count() as u64;
+    assert!(refused >= 50, "only {refused} of 100 voids refused");
     assert!(
         cards.iter().all(|a| a.code == 200),
         "the caller's own bucket refused: {cards:?}"
@@ -735,15 +728,15 @@ async fn a_procedure_bucket_in_addition_refuses_a_caller_with_its_own_bucket() {
     let delta = |bucket, decision| {
         let labels = [
             ("bucket", bucket),
-            ("procedure", "pay.Pay/Refund"),
+            ("procedure", "pay.Pay/Void"),
             ("decision", decision),
         ];
         (sum(&after, "grl_requests_total", &labels) - sum(&before, "grl_requests_total", &labels))
             as u64
     };
     // Each bucket counts every request under its own decision.
-    assert_eq!(delta("refunds", "dropped"), refused);
-    assert_eq!(delta("refunds", "allowed"), 100 - refused);
+    assert_eq!(delta("voids", "dropped"), refused);
+    assert_eq!(delta("voids", "allowed"), 100 - refused);
     assert_eq!(delta("partner", "allowed"), 100);
     assert_eq!(up.http_requests() - up_before, 100 - refused + 100);
 }

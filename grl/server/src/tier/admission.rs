@@ -48,11 +48,14 @@ pub enum Reason {
     BadName,
     /// A report claiming a tier's level (zone, region) at a tier that takes clients only.
     Level,
+    /// Packed rows (wire version 2) that cannot be read: malformed, or keyed by a config
+    /// version this tier no longer holds (the child's previous rates stay).
+    Packed,
 }
 
 impl Reason {
     /// Every reason, in the order of [`Reason::index`].
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::Negative,
         Reason::NotFinite,
         Reason::Implausible,
@@ -62,6 +65,7 @@ impl Reason {
         Reason::DuplicateClient,
         Reason::BadName,
         Reason::Level,
+        Reason::Packed,
     ];
 
     /// The `reason` label value.
@@ -76,6 +80,7 @@ impl Reason {
             Reason::DuplicateClient => "duplicate_client",
             Reason::BadName => "bad_name",
             Reason::Level => "level",
+            Reason::Packed => "packed",
         }
     }
 
@@ -121,6 +126,11 @@ impl RefusalCounts {
     /// Counts `n` refusals for `reason`.
     pub fn add(&self, reason: Reason, n: u64) {
         self.0[reason.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The refusals counted for `reason`.
+    pub fn get(&self, reason: Reason) -> u64 {
+        self.0[reason.index()].load(Ordering::Relaxed)
     }
 
     /// Every reason with its count.
@@ -176,7 +186,8 @@ pub fn check_report(
     if !takes_tiers && speaks_for_tier(r) {
         return Err(Reason::Level);
     }
-    if r.rates.len() > limits.max_rows || r.services.len() > limits.max_rows {
+    let packed = r.packed.as_ref().map_or(0, |p| p.index_delta.len());
+    if r.rates.len() + packed > limits.max_rows || r.services.len() > limits.max_rows {
         return Err(Reason::TooManyRows);
     }
     let names = [&r.reporter_id, &r.zone, &r.region, &r.config_version]
@@ -253,6 +264,7 @@ mod tests {
             "v1",
             &[proto::ServiceRules {
                 service: "pay".into(),
+                first_index: None,
                 buckets: vec![proto::BucketRule {
                     name: "g".into(),
                     limit_rps: Some(100.0),

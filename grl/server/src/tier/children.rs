@@ -105,6 +105,8 @@ pub struct Child<L> {
     pub reports: u64,
     /// Its rates by rule position, see [`Child::refresh_digest`].
     pub digest: Digest,
+    /// The wire version it speaks (2: it takes packed ratios).
+    pub wire_version: u32,
 }
 
 impl<L> Child<L> {
@@ -123,6 +125,7 @@ impl<L> Child<L> {
         self.reports += 1;
         self.last_report = now;
         self.level = level_of(r);
+        self.wire_version = r.wire_version;
     }
 
     /// The child's offered rate in one bucket, summed over its rows whose scope key (see
@@ -316,6 +319,7 @@ impl<L: Liveness> Children<L> {
                     sent: Sent::default(),
                     reports: 1,
                     digest: Digest::default(),
+                    wire_version: r.wire_version,
                 };
                 self.map.insert(r.reporter_id.clone(), child);
                 true
@@ -523,6 +527,7 @@ mod tests {
             "v",
             &[proto::ServiceRules {
                 service: "pay".into(),
+                first_index: None,
                 buckets: buckets.clone(),
             }],
         );
@@ -561,6 +566,7 @@ mod tests {
             "v",
             &[proto::ServiceRules {
                 service: "pay".into(),
+                first_index: None,
                 buckets: vec![proto::BucketRule {
                     name: "g".into(),
                     limit_rps: Some(1.0),

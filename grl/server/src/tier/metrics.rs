@@ -44,7 +44,8 @@ pub const CONTROL_BYTES: &str = "grl_tier_control_bytes";
 pub const APPLY: &str = "grl_controller_apply";
 /// Children's reports (or rows of them) refused: `{reason}` (`negative`, `not_finite`,
 /// `implausible`, `unknown_bucket`, `too_many_rows`, `too_many_children`,
-/// `duplicate_client`, `bad_name`). Exposed as `grl_tier_reports_refused_total`.
+/// `duplicate_client`, `bad_name`, `level`, `packed`). Exposed as
+/// `grl_tier_reports_refused_total`.
 pub const REPORTS_REFUSED: &str = "grl_tier_reports_refused";
 /// Followed config changes (config dir or git commit) refused as invalid; the snapshot in
 /// force stays. Exposed as `grl_controller_config_refused_total`.

@@ -21,6 +21,7 @@ pub mod election;
 pub mod metrics;
 pub mod node;
 pub mod overrides;
+pub mod packing;
 pub mod ratios;
 pub mod rules;
 pub mod service;

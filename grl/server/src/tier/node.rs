@@ -22,6 +22,7 @@ use super::FastMap;
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
 use super::children::{Child, Children, SentRatio};
 use super::election::{self, Role};
+use super::packing::{self, OutRatio};
 use super::ratios::{self, Computed, RatioKey, Totals};
 use super::rules::Rules;
 use grl_config::Scope;
@@ -79,12 +80,17 @@ pub(crate) struct Parent {
     pub connected: bool,
     /// When the parent's latest instruction stops being valid.
     pub valid_until: Option<Instant>,
+    /// The wire version the parent speaks (from its instructions).
+    pub wire_version: u32,
 }
 
 /// The mutable state of a node.
 #[derive(Debug)]
 pub(crate) struct State {
     pub rules: Arc<Rules>,
+    /// The rules before the last change: a child's packed rows sent just before it heard
+    /// of the change are read with them.
+    pub previous_rules: Option<Arc<Rules>>,
     pub config_gen: u64,
     pub children: Children<Link>,
     pub parent: Parent,
@@ -160,6 +166,7 @@ impl Node {
     pub fn new(cfg: NodeConfig) -> Self {
         let state = State {
             rules: Arc::new(Rules::default()),
+            previous_rules: None,
             config_gen: 0,
             children: Children::new(cfg.interval, &ReportLimits::default()),
             parent: Parent::default(),
@@ -227,7 +234,7 @@ impl Node {
                 return;
             }
             info!(version = %rules.version, buckets = rules.bucket_count(), "config in force");
-            s.rules = Arc::new(rules);
+            s.previous_rules = Some(std::mem::replace(&mut s.rules, Arc::new(rules)));
             s.config_gen += 1;
         }
         self.tick(now);
@@ -276,6 +283,18 @@ impl Node {
             }
             return Err(reason);
         }
+        let unpacked = packing::unpack_report(r, &s.rules, s.previous_rules.as_deref());
+        let r = match &unpacked {
+            Ok(None) => r,
+            Ok(Some(named)) => named,
+            Err(reason) => {
+                self.refused.add(*reason, 1);
+                if let Some(unlogged) = s.refusal_log.admit(now) {
+                    warn!(?peer, child = %r.reporter_id, reason = reason.as_str(), unlogged, "packed rows refused");
+                }
+                return Err(*reason);
+            }
+        };
         let rules = s.rules.clone();
         let mut first: Option<Reason> = None;
         let mut refused_rows = 0u64;
@@ -466,6 +485,12 @@ impl Node {
             }
             Sums::LastTick => &s.upward,
         };
+        let (rates, packed) = packing::pack_totals(
+            totals,
+            &s.rules,
+            (&self.cfg.region, &self.cfg.zone),
+            packing::speaks_packed(s.parent.wire_version),
+        );
         proto::Report {
             reporter_id: self.cfg.id.clone(),
             level: self.cfg.level as i32,
@@ -474,10 +499,12 @@ impl Node {
             services: s.children.services(now),
             config_version: s.rules.version.clone(),
             interval_ms: self.cfg.interval.as_millis() as u32,
-            rates: totals.iter().map(|(k, r)| ratios::to_wire(k, r)).collect(),
+            rates,
             seq: s.seq,
             urgent: false,
             learning: Self::learning(&s, now),
+            wire_version: grl_core::packed::WIRE_VERSION,
+            packed,
         }
     }
 
@@ -485,11 +512,18 @@ impl Node {
     /// config, and pass the news down.
     pub fn on_parent_instruction(&self, i: &proto::Instruction, now: Instant) {
         let dflt = Duration::from_millis(u64::from(i.valid_for_ms));
-        let new_rules = {
+        let new_rules = i
+            .has_config
+            .then(|| Rules::from_wire(&i.config_version, &i.config));
+        {
             let mut s = self.lock();
             s.parent.valid_until = Some(now + dflt);
-            s.parent.ratios = i
-                .ratios
+            s.parent.wire_version = i.wire_version;
+            let (named, bad) = packing::unpack_ratios(i, new_rules.as_ref().unwrap_or(&s.rules));
+            if let Some(e) = bad {
+                warn!(error = %e, "the parent's packed ratios could not be read");
+            }
+            s.parent.ratios = named
                 .iter()
                 .map(|r| {
                     let valid = if r.valid_for_ms > 0 {
@@ -507,9 +541,7 @@ impl Node {
                     )
                 })
                 .collect();
-            i.has_config
-                .then(|| Rules::from_wire(&i.config_version, &i.config))
-        };
+        }
         match new_rules {
             Some(r) => self.set_rules(r, now),
             // The children's sums did not move: pass the parent's news on without a tick.
@@ -567,6 +599,8 @@ struct Sources<'a> {
 struct BucketSource<'a> {
     /// [`SentRatio::key_of`] the bucket.
     key: u64,
+    /// Its index in the rules (packed ratios), if known.
+    index: Option<u32>,
     /// The parent's ratio and allowance for it.
     parent: Option<FromParent>,
     /// What all this tier's fresh children offer in it.
@@ -603,10 +637,12 @@ impl<'a> Sources<'a> {
                 .map(|(svc, buckets)| {
                     let per_bucket = buckets
                         .iter()
-                        .map(|b| {
+                        .enumerate()
+                        .map(|(j, b)| {
                             let key = (svc.as_str(), b.name.as_str());
                             BucketSource {
                                 key: SentRatio::key_of(svc, &b.name),
+                                index: rules.index_of(svc, j),
                                 parent: from_parent.get(&key).copied(),
                                 offered: offered.get(&key).copied().unwrap_or(0.0),
                                 global: computed.get(&(key.0, key.1, "")).copied(),
@@ -666,8 +702,8 @@ fn instruct(
     let changed = ratios.len() != c.sent.ratios.len()
         || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
             old.key != r.key
-                || ratios::changed(old.ratio, r.ratio)
-                || ratios::allowance_changed(old.allowed, r.allowed)
+                || ratios::changed(old.ratio, r.out.ratio)
+                || ratios::allowance_changed(old.allowed, r.out.allowed)
         });
     if !(send_config || changed || reinstruct_due(cfg, c, now)) {
         return;
@@ -676,10 +712,18 @@ fn instruct(
         .iter()
         .map(|r| SentRatio {
             key: r.key,
-            ratio: r.ratio,
-            allowed: r.allowed,
+            ratio: r.out.ratio,
+            allowed: r.out.allowed,
         })
         .collect();
+    let valid_for_ms = ratios.iter().map(|r| r.out.valid_for_ms).max().unwrap_or(0);
+    let out: Vec<OutRatio<'_>> = ratios.iter().map(|r| r.out).collect();
+    let (named, packed) = packing::pack_ratios(
+        &out,
+        &rules.version,
+        valid_for_ms,
+        packing::speaks_packed(c.wire_version),
+    );
     let instr = proto::Instruction {
         config_version: rules.version.clone(),
         config: if send_config {
@@ -688,18 +732,11 @@ fn instruct(
             Vec::new()
         },
         has_config: send_config,
-        valid_for_ms: ratios.iter().map(|r| r.valid_for_ms).max().unwrap_or(0),
+        valid_for_ms,
         interval_ms: cfg.interval.as_millis() as u32,
-        ratios: ratios
-            .iter()
-            .map(|r| proto::DropRatio {
-                service: r.service.to_string(),
-                bucket: r.bucket.to_string(),
-                ratio: r.ratio,
-                valid_for_ms: r.valid_for_ms,
-                allowed: r.allowed,
-            })
-            .collect(),
+        ratios: named,
+        wire_version: grl_core::packed::WIRE_VERSION,
+        packed,
     };
     let len = instr.encoded_len() as u64;
     match c.link.try_send(Ok(instr)) {
@@ -721,11 +758,8 @@ fn instruct(
 struct ChildRatio<'a> {
     /// [`SentRatio::key_of`] the bucket.
     key: u64,
-    service: &'a str,
-    bucket: &'a str,
-    ratio: f64,
-    valid_for_ms: u32,
-    allowed: Option<f64>,
+    /// The ratio, as it goes out.
+    out: OutRatio<'a>,
 }
 
 /// The ratios of `c`'s services with their remaining validity: computed here for the scopes
@@ -800,11 +834,14 @@ fn ratios_for<'a>(
             };
             out.push(ChildRatio {
                 key: sources[j].key,
-                service: svc,
-                bucket: &b.name,
-                ratio,
-                valid_for_ms,
-                allowed,
+                out: OutRatio {
+                    index: sources[j].index,
+                    service: svc,
+                    bucket: &b.name,
+                    ratio,
+                    valid_for_ms,
+                    allowed,
+                },
             });
         }
     }
@@ -846,6 +883,83 @@ mod tests {
             interval_ms: 1000,
             ..Default::default()
         }
+    }
+
+    /// A zone aggregator under `controller()`'s kind of parent.
+    fn aggregator() -> Node {
+        Node::new(NodeConfig {
+            level: proto::Level::Zone,
+            id: "agg".into(),
+            zone: "a".into(),
+            region: "eu".into(),
+            interval: Duration::from_secs(1),
+            scopes: vec![Scope::Zone],
+            has_parent: true,
+            validity_intervals: 5,
+        })
+    }
+
+    #[tokio::test]
+    async fn zone_sums_go_up_packed_and_ratios_come_down_packed_between_version_2_tiers() {
+        let yaml = "service: payments\nbuckets:\n  - { name: gw, match: { caller: gw }, scope: global, mode: deny, policy: { kind: fixed, rps: 100 } }\n  - { name: z, match: { caller: zc }, scope: zone, mode: deny, policy: { kind: fixed, rps: 50 } }\n";
+        let snap =
+            grl_config::from_files("v1", [("services/payments.yaml".into(), yaml.into())]).unwrap();
+        let ctl = controller();
+        let agg = aggregator();
+        let t0 = Instant::now();
+        ctl.set_rules(Rules::from_snapshot(&snap, &[], 0), t0);
+        // A client says hello to the aggregator, which says hello to its parent and is
+        // sent the config, by a version-2 parent.
+        let client = |rates| proto::Report {
+            reporter_id: "c1".into(),
+            level: proto::Level::Client as i32,
+            zone: "a".into(),
+            region: "eu".into(),
+            services: vec!["payments".into()],
+            config_version: "v1".into(),
+            interval_ms: 1000,
+            rates,
+            ..Default::default()
+        };
+        let (client_link, _client_down) = mpsc::channel(16);
+        agg.on_report(7, client_link.clone(), &client(Vec::new()), None, t0)
+            .unwrap();
+        let (link, mut down) = mpsc::channel(16);
+        let hello = agg.upward_report(t0, Sums::Live);
+        ctl.on_report(1, link.clone(), &hello, None, t0).unwrap();
+        let i = down.try_recv().unwrap().unwrap();
+        assert!(i.has_config && i.config[0].first_index == Some(0));
+        agg.on_parent_instruction(&i, t0);
+        // The client offers 300 rps in `gw`.
+        let rows = vec![proto::BucketRate {
+            service: "payments".into(),
+            bucket: "gw".into(),
+            offered: 300.0,
+            clients: 1,
+            ..Default::default()
+        }];
+        agg.on_report(7, client_link, &client(rows), None, t0)
+            .unwrap();
+        let up = agg.upward_report(t0, Sums::Live);
+        assert!(up.rates.is_empty(), "rows sent by name: {:?}", up.rates);
+        let p = up.packed.as_ref().expect("no packed rows");
+        assert_eq!(
+            (p.config_version.as_str(), p.index_delta.as_slice()),
+            ("v1", &[0][..])
+        );
+        // The controller reads them as the named rows and instructs by index.
+        let t1 = t0 + Duration::from_millis(10);
+        ctl.on_report(1, link, &up, None, t1).unwrap();
+        ctl.tick(t1);
+        let i = std::iter::from_fn(|| down.try_recv().ok())
+            .last()
+            .unwrap()
+            .unwrap();
+        assert!(i.ratios.is_empty() && i.packed.is_some(), "{i:?}");
+        agg.on_parent_instruction(&i, t1);
+        let p = agg.lock().parent.ratios[&("payments".to_string(), "gw".to_string())];
+        assert!((p.ratio - 200.0 / 300.0).abs() < 1e-6, "{p:?}");
+        assert_eq!(p.allowed.map(f64::round), Some(100.0));
     }
 
     #[tokio::test]

@@ -185,6 +185,7 @@ impl Overrides {
             .into_iter()
             .map(|(s, buckets)| proto::ServiceRules {
                 service: s.to_string(),
+                first_index: None,
                 buckets,
             })
             .collect()

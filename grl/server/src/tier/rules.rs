@@ -1,5 +1,7 @@
 //! The bucket rules a tier holds, in wire form: from a config snapshot (plus incident
-//! overrides) at the top, or from the parent's instructions below it.
+//! overrides) at the top, or from the parent's instructions below it; and each bucket's
+//! index in the version (wire version 2 keys rows and ratios by it, see
+//! `grl_core::packed`): services in name order, each service's buckets in rule order.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,8 @@ pub struct Rules {
     /// Position of each bucket in its service's rules, by service and name (every report
     /// row is checked against it: a linear search made a 1,000-bucket report quadratic).
     index: FastMap<String, Slots>,
+    /// The services with a known first bucket index, by that index (ascending).
+    by_index: Vec<(u32, String)>,
 }
 
 /// Where the buckets of one service sit in its rules.
@@ -30,6 +34,9 @@ pub struct Slots {
     /// For each position, whether it is its name's first (an override ahead of a config
     /// bucket of the same name makes the later one a repeat).
     pub first: Vec<bool>,
+    /// The index of the service's first bucket in the version (`None`: the parent sent
+    /// none, an older sender).
+    pub first_index: Option<u32>,
 }
 
 impl Rules {
@@ -51,27 +58,46 @@ impl Rules {
         } else {
             format!("{}+o{generation}", s.version)
         };
-        Self::new(version, services)
+        let mut next = 0u32;
+        let first_index = services
+            .iter()
+            .map(|(svc, b)| {
+                let first = next;
+                next = next.saturating_add(b.len() as u32);
+                (svc.clone(), first)
+            })
+            .collect();
+        Self::new(version, services, &first_index)
     }
 
     /// Rules received from the parent.
     pub fn from_wire(version: &str, config: &[proto::ServiceRules]) -> Self {
+        let first_index = config
+            .iter()
+            .filter_map(|s| Some((s.service.clone(), s.first_index?)))
+            .collect();
         Self::new(
             version.to_string(),
             config
                 .iter()
                 .map(|s| (s.service.clone(), s.buckets.clone()))
                 .collect(),
+            &first_index,
         )
     }
 
-    fn new(version: String, services: BTreeMap<String, Vec<proto::BucketRule>>) -> Self {
+    fn new(
+        version: String,
+        services: BTreeMap<String, Vec<proto::BucketRule>>,
+        first_index: &FastMap<String, u32>,
+    ) -> Self {
         let index = services
             .iter()
             .map(|(svc, buckets)| {
                 let mut slots = Slots {
                     position: FastMap::with_capacity_and_hasher(buckets.len(), Default::default()),
                     first: Vec::with_capacity(buckets.len()),
+                    first_index: first_index.get(svc).copied(),
                 };
                 for (i, b) in buckets.iter().enumerate() {
                     let first = !slots.position.contains_key(&b.name);
@@ -83,10 +109,17 @@ impl Rules {
                 (svc.clone(), slots)
             })
             .collect();
+        let mut by_index: Vec<(u32, String)> = first_index
+            .iter()
+            .filter(|(svc, _)| services.contains_key(*svc))
+            .map(|(svc, i)| (*i, svc.clone()))
+            .collect();
+        by_index.sort_unstable();
         Self {
             version,
             services,
             index,
+            by_index,
         }
     }
 
@@ -103,6 +136,7 @@ impl Rules {
                 self.services.get(s).map(|b| proto::ServiceRules {
                     service: s.clone(),
                     buckets: b.clone(),
+                    first_index: self.index.get(s).and_then(|slots| slots.first_index),
                 })
             })
             .collect()
@@ -136,6 +170,23 @@ impl Rules {
         self.index.get(service)
     }
 
+    /// The index in this version of the bucket at `position` in `service`'s rules, when
+    /// the service's first index is known.
+    pub fn index_of(&self, service: &str, position: usize) -> Option<u32> {
+        let first = self.index.get(service)?.first_index?;
+        let len = self.services.get(service)?.len();
+        (position < len).then(|| first.checked_add(position as u32))?
+    }
+
+    /// The service and position of the bucket at `index` in this version, if this tier
+    /// holds its service.
+    pub fn locate(&self, index: u32) -> Option<(&str, usize)> {
+        let at = self.by_index.partition_point(|(first, _)| *first <= index);
+        let (first, svc) = self.by_index.get(at.checked_sub(1)?)?;
+        let position = (index - first) as usize;
+        (position < self.services.get(svc)?.len()).then_some((svc.as_str(), position))
+    }
+
     /// Number of buckets.
     pub fn bucket_count(&self) -> usize {
         self.services.values().map(Vec::len).sum()
@@ -160,6 +211,7 @@ mod tests {
         );
         let o = proto::ServiceRules {
             service: "pay".into(),
+            first_index: None,
             buckets: vec![proto::BucketRule {
                 name: "override-1".into(),
                 caller: "bad".into(),
@@ -176,5 +228,35 @@ mod tests {
         assert_eq!(r.bucket_count(), 3);
         let back = Rules::from_wire(&r.version, &r.for_services(&["pay".into()]));
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn every_bucket_has_one_index_that_both_ends_locate() {
+        let ads = PAY.replace("service: pay", "service: ads");
+        let s = grl_config::from_files(
+            "v1",
+            [
+                ("services/pay.yaml".into(), PAY.into()),
+                ("services/ads.yaml".into(), ads),
+            ],
+        )
+        .unwrap();
+        let top = Rules::from_snapshot(&s, &[], 0);
+        assert_eq!(top.index_of("ads", 0), Some(0));
+        assert_eq!(top.index_of("ads", 1), Some(1));
+        assert_eq!(top.index_of("pay", 0), Some(2));
+        assert_eq!(top.index_of("pay", 2), None, "past the service's buckets");
+        assert_eq!(top.locate(3), Some(("pay", 1)));
+        assert_eq!(top.locate(4), None);
+        // A tier below holds only its children's services, with their indices.
+        let below = Rules::from_wire(&top.version, &top.for_services(&["pay".into()]));
+        assert_eq!(below.index_of("pay", 1), Some(3));
+        assert_eq!(below.locate(3), Some(("pay", 1)));
+        assert_eq!(below.locate(1), None, "a service it does not hold");
+        // From an older parent: no index at all.
+        let mut old = top.for_services(&["pay".into()]);
+        old[0].first_index = None;
+        let old = Rules::from_wire(&top.version, &old);
+        assert_eq!((old.index_of("pay", 0), old.locate(2)), (None, None));
     }
 }
