@@ -82,6 +82,9 @@ pub(crate) struct Parent {
     pub valid_until: Option<Instant>,
     /// The wire version the parent speaks (from its instructions).
     pub wire_version: u32,
+    /// The config version of the parent's latest instruction: rows go up packed only
+    /// when this tier holds the same version (a tier following its own config may not).
+    pub config_version: String,
 }
 
 /// The mutable state of a node.
@@ -489,7 +492,8 @@ impl Node {
             totals,
             &s.rules,
             (&self.cfg.region, &self.cfg.zone),
-            packing::speaks_packed(s.parent.wire_version),
+            packing::speaks_packed(s.parent.wire_version)
+                && s.parent.config_version == s.rules.version,
         );
         proto::Report {
             reporter_id: self.cfg.id.clone(),
@@ -519,6 +523,7 @@ impl Node {
             let mut s = self.lock();
             s.parent.valid_until = Some(now + dflt);
             s.parent.wire_version = i.wire_version;
+            s.parent.config_version.clone_from(&i.config_version);
             let (named, bad) = packing::unpack_ratios(i, new_rules.as_ref().unwrap_or(&s.rules));
             if let Some(e) = bad {
                 warn!(error = %e, "the parent's packed ratios could not be read");
