@@ -174,25 +174,26 @@ async fn two_envoy_streams_split_one_share() {
     let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
     // Envoy opens one stream per filter config: two of them, each with one Envoy bucket of
     // the 20 rps GRL bucket of caller `limited`, 100 rps each. Stream b ends 3 s after it
-    // holds a token bucket, stream a 6 s after: b's last assignment is its half of the
-    // share, a's is the whole share once b is gone.
-    let plane = |procedure: &str, then: &'static str| {
-        data_plane(args(
-            &sc.rls,
-            &[
-                "--bucket",
-                &bucket_at("limited", procedure, 100),
-                "--until-bucket",
-                "0",
-                "--then",
-                then,
-                "--deadline",
-                "60",
-            ],
-        ))
+    // holds a token bucket; stream a runs on past that until it holds at least 16 rps (the
+    // lower bound asserted below) or its 60 s deadline: b's last
+    // assignment is its half of the share, a's is the whole share once b is gone.
+    let plane = |procedure: &str, rest: &'static [&'static str]| {
+        let mut a = vec![
+            "--bucket".to_string(),
+            bucket_at("limited", procedure, 100),
+            "--until-bucket".into(),
+            "0".into(),
+            "--deadline".into(),
+            "60".into(),
+        ];
+        a.extend(rest.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        data_plane(args(&sc.rls, &a))
     };
-    let ((a, ok_a), (b, ok_b)) =
-        tokio::join!(plane("pay.Pay/Card", "6"), plane("pay.Pay/Refund", "3"));
+    let ((a, ok_a), (b, ok_b)) = tokio::join!(
+        plane("pay.Pay/Card", &["--then", "4", "--until-rate", "16"]),
+        plane("pay.Pay/Refund", &["--then", "3"])
+    );
     assert!(ok_a && ok_b, "{a}\n{b}");
     let (ra, rb) = (rate(&a["buckets"][0]), rate(&b["buckets"][0]));
     assert!(

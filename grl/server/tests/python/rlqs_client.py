@@ -52,6 +52,9 @@ def main():
     p.add_argument("--until-bucket", type=int, action="append",
                    help="run until these buckets hold a token bucket")
     p.add_argument("--then", type=float, default=0.0, help="seconds to run after --until-bucket")
+    p.add_argument("--until-rate", type=float, default=None,
+                   help="after --then, run on until the --until-bucket buckets hold a token "
+                        "bucket refilled at least this fast (or --deadline)")
     p.add_argument("--seconds", type=float, default=0.0, help="run at least this long")
     p.add_argument("--deadline", type=float, default=30.0)
     args = p.parse_args()
@@ -202,6 +205,10 @@ def main():
         elapsed = now - start
         done = elapsed >= args.seconds and (
             args.until_bucket is None or (until_met is not None and now - until_met >= args.then)
+        ) and (
+            args.until_rate is None
+            or all(state[i]["last"]["rate"] is not None and state[i]["last"]["rate"] >= args.until_rate
+                   for i in args.until_bucket)
         )
         if ended or done or elapsed >= args.deadline:
             break
