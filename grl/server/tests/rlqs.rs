@@ -186,7 +186,7 @@ async fn two_envoy_streams_split_one_share() {
             "--deadline".into(),
             "60".into(),
         ];
-        a.extend(rest.iter().map(|s| s.to_string()));
+        a.extend(rest.iter().map(ToString::to_string));
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
         data_plane(args(&sc.rls, &a))
     };
