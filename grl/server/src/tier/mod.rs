@@ -26,6 +26,7 @@ pub mod ratios;
 pub mod rules;
 pub mod service;
 pub mod status;
+pub mod tick_times;
 pub mod tls;
 pub mod tls_accept;
 mod token;

@@ -8,6 +8,7 @@
 //! An urgent report (a child's rate jumped) wakes the tick at once (coalesced with the
 //! other urgent reports of the same few milliseconds) and, below the top, an upward report.
 
+pub use super::tick_times::TickTimes;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -122,16 +123,6 @@ pub struct Bytes {
     pub reports_in: AtomicU64,
     /// Bytes of instructions sent to children.
     pub instructions_out: AtomicU64,
-}
-
-/// Ticks run and the time they held the node (every report and instruction waits for a
-/// tick: on a busy tier this is what makes rounds late).
-#[derive(Debug, Default)]
-pub struct TickTimes {
-    /// Ticks run.
-    pub ticks: AtomicU64,
-    /// Microseconds they held the node's lock, in all.
-    pub micros: AtomicU64,
 }
 
 /// One aggregator or controller.
@@ -419,10 +410,7 @@ impl Node {
         }
         st.parent.ratios.retain(|_, p| p.expires > now);
         self.instruct_children(st, Round::All, now);
-        self.ticks.ticks.fetch_add(1, Ordering::Relaxed);
-        self.ticks
-            .micros
-            .fetch_add(held.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.ticks.record(held.elapsed());
         drop(s);
         self.ticked.notify_one();
     }
