@@ -27,7 +27,8 @@
 //! `surge_admitted_over_limit`, `other_buckets_dropping`, and a few more.
 //!
 //! `cargo bench -p grl --bench region` (`REGION_ZONES=10 REGION_BUCKETS=5000 ...` for
-//! another size).
+//! another size; `REGION_CONTROLLER_LOG=<file>` keeps the controller's log, `RUST_LOG` its
+//! level).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::{Child, Command, Stdio};
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use grl::tier::rules::Rules;
 use grl::tier::tick_times::BOUNDS_SECONDS;
-use grl_core::packed::{self, IndexedRow};
+use grl_core::packed;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 use prost::Message;
@@ -71,6 +72,8 @@ fn unit(i: u64) -> f64 {
 /// zone's share of every bucket's demand.
 struct Plan {
     services: Vec<String>,
+    /// The services as an aggregator lists its children's: sorted.
+    listed: Vec<String>,
     by_name: HashMap<String, usize>,
     /// Per service, per bucket position: the region's demand in requests per second.
     demand: Vec<Vec<f64>>,
@@ -97,7 +100,10 @@ impl Plan {
         demand[0][0] = SURGE_RPS;
         let raw: Vec<f64> = (0..zones).map(|z| 1.0 + 2.0 * unit(z as u64 + 7)).collect();
         let total: f64 = raw.iter().sum();
+        let mut listed = names.clone();
+        listed.sort();
         Self {
+            listed,
             by_name: names.iter().cloned().zip(0..).collect(),
             services: names,
             demand,
@@ -145,6 +151,8 @@ struct Indexed {
     version: String,
     base: Vec<f64>,
     surge: u32,
+    /// Every index, delta-coded.
+    deltas: Vec<u32>,
 }
 
 impl Indexed {
@@ -161,10 +169,12 @@ impl Indexed {
                 }
             }
         }
+        let deltas = (0..base.len()).map(|i| u32::from(i > 0)).collect();
         Self {
             version: rules.version.clone(),
             base,
             surge,
+            deltas,
         }
     }
 }
@@ -192,7 +202,7 @@ struct Shared {
     surge_on: AtomicBool,
     surge_step: Vec<Notify>,
     last_heard_ms: Vec<AtomicU64>,
-    worst_gap_ms: AtomicU64,
+    worst_gap_ms: Vec<AtomicU64>,
     up_bytes: AtomicU64,
     up_rows: AtomicU64,
     down_bytes: AtomicU64,
@@ -222,34 +232,39 @@ fn zone_report(
     (seq, urgent): (u64, bool),
     (surge, held): (f64, SurgeHeld),
 ) -> proto::Report {
+    // Built column by column, as `grl_core::packed::pack_rows` lays them out (every
+    // bucket, so the index deltas are 0 then 1s): the simulation's own cost stays small
+    // next to the controller's.
     let packed = ix.map(|ix| {
-        let rows: Vec<IndexedRow> = ix
-            .base
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                let (offered, dropped) = if i as u32 == ix.surge {
-                    (b * surge, b * surge - held.admitted(b * surge))
-                } else {
-                    (b * wobble(i, seq), 0.0)
-                };
-                IndexedRow {
-                    index: i as u32,
-                    offered,
-                    dropped,
-                    shadow_dropped: 0.0,
-                    clients: plan.clients_per_row,
-                }
-            })
+        let n = ix.base.len();
+        let s = ix.surge as usize;
+        let mut offered: Vec<f32> = (0..n)
+            .map(|i| (ix.base[i] * wobble(i, seq)) as f32)
             .collect();
-        packed::pack_rows(&ix.version, &rows).unwrap()
+        let demand = ix.base[s] * surge;
+        offered[s] = demand as f32;
+        let dropped = demand - held.admitted(demand);
+        let (dropped_at, dropped) = if dropped > 0.0 {
+            (vec![s as u32], vec![dropped as f32])
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        proto::PackedRows {
+            config_version: ix.version.clone(),
+            index_delta: ix.deltas.clone(),
+            offered,
+            clients: vec![plan.clients_per_row; n],
+            dropped_at,
+            dropped,
+            ..Default::default()
+        }
     });
     proto::Report {
         reporter_id: format!("zone-sim-{z:03}"),
         level: proto::Level::Zone as i32,
         zone: format!("{REGION}-z{z:03}"),
         region: REGION.into(),
-        services: plan.services.clone(),
+        services: plan.listed.clone(),
         config_version: ix.map(|ix| ix.version.clone()).unwrap_or_default(),
         interval_ms: 1000,
         rates: Vec::new(),
@@ -332,7 +347,7 @@ async fn zone(addr: String, z: usize, plan: Arc<Plan>, shared: Arc<Shared>) {
         let before = shared.last_heard_ms[z].swap(now, Relaxed);
         let measuring = shared.measuring.load(Relaxed);
         if measuring && before > 0 {
-            shared.worst_gap_ms.fetch_max(now - before, Relaxed);
+            shared.worst_gap_ms[z].fetch_max(now - before, Relaxed);
         }
         if i.has_config {
             let rules = Rules::from_wire(&i.config_version, &i.config);
@@ -347,17 +362,20 @@ async fn zone(addr: String, z: usize, plan: Arc<Plan>, shared: Arc<Shared>) {
         }
         let Some((_, ix)) = &held else { continue };
         let Some(p) = &i.packed else { continue };
-        let list = packed::unpack_ratios(p, i.valid_for_ms).expect("well-formed ratios");
+        // Read in place (no unpacking of every ratio): the surging bucket's, and which
+        // others drop.
+        let mut index = 0u32;
         let mut dropping = Vec::new();
-        for r in list {
-            if r.index == ix.surge {
-                let mut s = shared.surge[z].lock().unwrap();
-                s.1 = SurgeHeld {
-                    ratio: r.ratio,
-                    allowed: r.allowed,
+        for (k, (d, ratio)) in p.index_delta.iter().zip(&p.ratio).enumerate() {
+            index += d;
+            if index == ix.surge {
+                let allowed = p.allowed.get(k).copied().filter(|a| !a.is_nan());
+                shared.surge[z].lock().unwrap().1 = SurgeHeld {
+                    ratio: f64::from(*ratio),
+                    allowed: allowed.map(f64::from),
                 };
-            } else if r.ratio > 0.0 && measuring {
-                dropping.push(r.index);
+            } else if *ratio > 0.0 && measuring {
+                dropping.push(index);
             }
         }
         if !dropping.is_empty() {
@@ -396,14 +414,28 @@ fn peak_rss_mib(pid: u32) -> f64 {
         / 1024.0
 }
 
-/// The controller's tick histogram: per `le` bound, the cumulative count.
+/// The controller's tick histogram: per `le` bound, the cumulative count; empty when the
+/// controller does not answer within 30 s (a saturated one).
 async fn tick_histogram(metrics: &str) -> BTreeMap<String, f64> {
-    let body = reqwest::get(format!("http://{metrics}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
         .unwrap();
+    let get = async {
+        client
+            .get(format!("http://{metrics}/metrics"))
+            .send()
+            .await?
+            .text()
+            .await
+    };
+    let body = match get.await {
+        Ok(b) => b,
+        Err(e) => {
+            println!("the controller's /metrics did not answer: {e}");
+            return BTreeMap::new();
+        }
+    };
     body.lines()
         .filter_map(|l| l.strip_prefix("grl_tier_tick_duration_seconds_bucket{le=\""))
         .filter_map(|l| {
@@ -482,7 +514,10 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
                 &metrics,
             ])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(match std::env::var("REGION_CONTROLLER_LOG") {
+                Ok(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+                Err(_) => Stdio::null(),
+            })
             .spawn()
             .unwrap(),
     );
@@ -507,7 +542,7 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
         surge_on: AtomicBool::new(false),
         surge_step: (0..zones).map(|_| Notify::new()).collect(),
         last_heard_ms: (0..zones).map(|_| AtomicU64::new(0)).collect(),
-        worst_gap_ms: AtomicU64::new(0),
+        worst_gap_ms: (0..zones).map(|_| AtomicU64::new(0)).collect(),
         up_bytes: AtomicU64::new(0),
         up_rows: AtomicU64::new(0),
         down_bytes: AtomicU64::new(0),
@@ -533,7 +568,7 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     let hist0 = tick_histogram(&metrics).await;
-    let cpu0 = cpu_seconds(pid);
+    let (cpu0, own0) = (cpu_seconds(pid), cpu_seconds(std::process::id()));
     shared.measuring.store(true, Relaxed);
     let t0 = Instant::now();
     let before_step = seconds / 2;
@@ -562,11 +597,15 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    shared.measuring.store(false, Relaxed);
     let span = t0.elapsed().as_secs_f64();
     let cores = (cpu_seconds(pid) - cpu0) / span;
+    let own = (cpu_seconds(std::process::id()) - own0) / span;
     let hist1 = tick_histogram(&metrics).await;
     let rss = peak_rss_mib(pid);
     let (p99, ticks) = quantile(&hist0, &hist1, 0.99);
+    // A histogram that could not be read is no figure (JSON null), not a fast tick.
+    let ms = |s: f64| (ticks > 0.0 && s.is_finite()).then(|| (s * 1e4).round() / 10.0);
     let (p50, _) = quantile(&hist0, &hist1, 0.50);
     let surge: Vec<f64> = per_second
         .iter()
@@ -579,7 +618,14 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
         ratio(&shared.up_bytes, &shared.up_rows),
         ratio(&shared.down_bytes, &shared.down_rows),
     );
-    let gap = shared.worst_gap_ms.load(Relaxed);
+    let mut gaps: Vec<u64> = shared
+        .worst_gap_ms
+        .iter()
+        .map(|g| g.load(Relaxed))
+        .collect();
+    gaps.sort_unstable();
+    let gap = gaps.last().copied().unwrap_or(0);
+    let late = gaps.iter().filter(|&&g| g > 1000).count();
     let dropping = shared.dropping.lock().unwrap().len();
     println!(
         "controller: tick p50 {:.1} ms, p99 {:.1} ms ({:.1} ticks/s), {cores:.2} cores, peak RSS {rss:.0} MiB",
@@ -587,7 +633,10 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
         p99 * 1e3,
         ticks / span
     );
-    println!("zones: longest without an instruction {gap} ms");
+    println!(
+        "zones: longest without an instruction {gap} ms (median zone's longest {} ms; {late} of {zones} zones waited more than an interval); the simulated zones used {own:.2} cores",
+        gaps[gaps.len() / 2]
+    );
     println!("wire: {up:.2} B/row up, {down:.2} B/row down");
     println!(
         "surge x{SURGE_FACTOR} of one bucket ({SURGE_RPS} rps, limit {SURGE_LIMIT}): admitted / limit per second from the step {surge:?}; other buckets told to drop: {dropping}"
@@ -600,12 +649,14 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
             "services": services,
             "region_rps": rps,
             "seconds": seconds,
-            "tick_p50_ms": (p50 * 1e4).round() / 10.0,
-            "tick_p99_ms": (p99 * 1e4).round() / 10.0,
+            "tick_p50_ms": ms(p50),
+            "tick_p99_ms": ms(p99),
             "ticks_per_second": (ticks / span * 10.0).round() / 10.0,
             "controller_cores": (cores * 1000.0).round() / 1000.0,
             "controller_rss_mib": rss.round(),
             "worst_zone_gap_ms": gap,
+            "zones_late": late,
+            "simulation_cores": (own * 1000.0).round() / 1000.0,
             "bytes_per_row_up": (up * 100.0).round() / 100.0,
             "bytes_per_row_down": (down * 100.0).round() / 100.0,
             "surge_admitted_over_limit": surge,

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod admission;
 pub mod aggregator;
 pub mod auth;
+pub mod by_index;
 pub mod children;
 pub mod config_follow;
 pub mod control;
