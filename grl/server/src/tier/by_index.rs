@@ -248,3 +248,188 @@ impl IndexedSums {
         Some(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use grl_config::Scope;
+    use grl_core::{packed, proto};
+    use tokio::sync::mpsc;
+    use tokio::time::Instant;
+
+    use crate::tier::node::{Node, NodeConfig};
+    use crate::tier::rules::Rules;
+
+    /// Three services, each with global, region and zone buckets, one without a limit.
+    fn rules() -> Rules {
+        let files = ["ads", "pay", "search"].map(|svc| {
+            let text = format!(
+                "service: {svc}\nbuckets:\n\
+                 - {{ name: g, match: {{ caller: a }}, scope: global, mode: deny, policy: {{ kind: fixed, rps: 250 }} }}\n\
+                 - {{ name: r, match: {{ caller: b }}, scope: region, mode: deny, policy: {{ kind: fixed, rps: 300 }} }}\n\
+                 - {{ name: z, match: {{ caller: c }}, scope: zone, mode: deny, policy: {{ kind: fixed, rps: 80 }} }}\n\
+                 - {{ name: s, match: {{ caller: d }}, scope: zone, mode: shadow, policy: {{ kind: historical-peak }} }}\n"
+            );
+            (format!("services/{svc}.yaml"), text)
+        });
+        Rules::from_snapshot(&grl_config::from_files("v1", files).unwrap(), &[], 0)
+    }
+
+    fn controller(scopes: Vec<Scope>) -> Node {
+        Node::new(NodeConfig {
+            level: proto::Level::Global,
+            id: "ctl".into(),
+            zone: String::new(),
+            region: String::new(),
+            interval: Duration::from_secs(1),
+            scopes,
+            has_parent: false,
+            validity_intervals: 5,
+        })
+    }
+
+    /// Zone `z`'s report: every bucket of the services it lists, some over their limits,
+    /// by index (`packed`) or by name.
+    fn zone_report(rules: &Rules, z: usize, packed: bool) -> proto::Report {
+        let services: Vec<String> = if z == 2 {
+            vec!["search".into(), "ads".into()]
+        } else {
+            rules.services().keys().cloned().collect()
+        };
+        let mut rows = Vec::new();
+        for svc in &services {
+            for (j, b) in rules.services()[svc].iter().enumerate() {
+                let index = rules.index_of(svc, j).unwrap();
+                let offered = 20.0 + ((index as usize * 7 + z * 13) % 11) as f64 * 17.5;
+                if (index as usize + z).is_multiple_of(5) {
+                    continue;
+                }
+                rows.push((index, svc.clone(), b.name.clone(), offered));
+            }
+        }
+        rows.sort_by_key(|r| r.0);
+        let mut r = proto::Report {
+            reporter_id: format!("zone-{z}"),
+            level: proto::Level::Zone as i32,
+            zone: format!("z{z}"),
+            region: if z < 2 { "eu" } else { "us" }.into(),
+            services,
+            config_version: rules.version.clone(),
+            interval_ms: 1000,
+            wire_version: packed::WIRE_VERSION,
+            ..Default::default()
+        };
+        if packed {
+            let rows: Vec<packed::IndexedRow> = rows
+                .iter()
+                .map(|(index, .., offered)| packed::IndexedRow {
+                    index: *index,
+                    offered: f64::from(*offered as f32),
+                    dropped: 0.0,
+                    shadow_dropped: 0.0,
+                    clients: 3,
+                })
+                .collect();
+            r.packed = packed::pack_rows(&rules.version, &rows);
+        } else {
+            r.rates = rows
+                .iter()
+                .map(|(_, service, bucket, offered)| proto::BucketRate {
+                    service: service.clone(),
+                    bucket: bucket.clone(),
+                    offered: f64::from(*offered as f32),
+                    clients: 3,
+                    ..Default::default()
+                })
+                .collect();
+        }
+        r
+    }
+
+    /// What each zone was last told after a tick: index -> (ratio, allowance).
+    fn told(
+        scopes: Vec<Scope>,
+        packed: bool,
+    ) -> (BTreeMap<usize, BTreeMap<u32, (f32, f32)>>, bool) {
+        let node = controller(scopes);
+        let rules = rules();
+        let t0 = Instant::now();
+        node.set_rules(rules.clone(), t0);
+        let mut downs = Vec::new();
+        for z in 0..4 {
+            let (link, down) = mpsc::channel(64);
+            node.on_report(z as u64, link, &zone_report(&rules, z, packed), None, t0)
+                .unwrap();
+            downs.push(down);
+        }
+        let t1 = t0 + Duration::from_millis(300);
+        node.tick(t1);
+        let by_index = node.lock().indexed.is_some();
+        let told = downs
+            .iter_mut()
+            .enumerate()
+            .map(|(z, down)| {
+                let i = std::iter::from_fn(|| down.try_recv().ok())
+                    .last()
+                    .unwrap()
+                    .unwrap();
+                assert!(i.ratios.is_empty(), "zone {z} told by name: {i:?}");
+                let p = i.packed.as_ref().unwrap();
+                let list = packed::unpack_ratios(p, i.valid_for_ms).unwrap();
+                let m = list
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.index,
+                            (r.ratio as f32, r.allowed.map_or(-1.0, |a| a as f32)),
+                        )
+                    })
+                    .collect();
+                (z, m)
+            })
+            .collect();
+        (told, by_index)
+    }
+
+    #[tokio::test]
+    async fn a_tick_by_index_tells_every_child_what_a_tick_by_name_tells_it() {
+        for scopes in [
+            vec![Scope::Global, Scope::Region],
+            vec![Scope::Global, Scope::Region, Scope::Zone],
+            vec![Scope::Global],
+        ] {
+            let (by_index, was_indexed) = told(scopes.clone(), true);
+            let (by_name, was_named) = told(scopes.clone(), false);
+            assert!(
+                was_indexed,
+                "{scopes:?}: packed reports not worked by index"
+            );
+            assert!(!was_named, "{scopes:?}: named reports worked by index");
+            assert_eq!(by_index.len(), by_name.len());
+            let mut dropping = 0;
+            for (z, named) in &by_name {
+                let indexed = &by_index[z];
+                assert_eq!(
+                    indexed.keys().collect::<Vec<_>>(),
+                    named.keys().collect::<Vec<_>>(),
+                    "{scopes:?} zone {z}: other buckets"
+                );
+                for (i, (ratio, allowed)) in named {
+                    let (r, a) = indexed[i];
+                    dropping += usize::from(*ratio > 0.0);
+                    assert!(
+                        (r - ratio).abs() <= 1e-6
+                            && (a - allowed).abs() <= 1e-3 * allowed.abs().max(1.0),
+                        "{scopes:?} zone {z} bucket {i}: by index ({r}, {a}), by name ({ratio}, {allowed})"
+                    );
+                }
+            }
+            assert!(
+                dropping > 0,
+                "{scopes:?}: no bucket over its limit, nothing compared"
+            );
+        }
+    }
+}
