@@ -9,12 +9,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::children::Child;
-use super::node::{ChildRatio, NodeConfig};
-use super::packing::OutRatio;
+use super::children::{Child, SentRatio};
+use super::node::NodeConfig;
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
 use grl_config::Scope;
+use grl_core::proto;
 
 /// One group of a scope (a region, a zone, or the whole for global): the offered sum of
 /// each bucket over the fresh children in it, NaN where none reported the bucket.
@@ -185,36 +185,49 @@ impl IndexedSums {
 
     /// What child `c` is told, as `ratios_for` by name tells it: per bucket of its
     /// services with a limit in a scope this tier owns, the ratio over the child's group
-    /// and the child's share of the limit by its offered rate. `None` when `c` does not
-    /// report by index at these sums' version. `ordinals`: the child's services as
-    /// positions in the version's service list, ascending ([`Child::service_ordinals`]).
-    pub(crate) fn ratios_for<'a, L>(
-        &'a self,
+    /// and the child's share of the limit by its offered rate; made in one pass straight
+    /// into the packed form, with what to remember as sent and whether anything moved
+    /// enough to tell (as the round by name decides it). `None` when `c` does not report
+    /// by index at these sums' version. `ordinals`: the child's services as positions in
+    /// the version's service list, ascending ([`Child::service_ordinals`]).
+    pub(crate) fn packed_for<L>(
+        &self,
         cfg: &NodeConfig,
         c: &Child<L>,
         ordinals: &[u32],
-    ) -> Option<Vec<ChildRatio<'a>>> {
+    ) -> Option<PackedForChild> {
         if !by_index_at(c, &self.rules) {
             return None;
         }
         let rows = &c.indexed.as_ref()?.rows;
         let dense = self.rules.dense()?;
-        let services: Vec<_> = self.rules.services().iter().collect();
-        let group = |groups: &'a [Group], key: &str| groups.iter().find(|g| g.key == key);
+        let lens: Vec<usize> = self.rules.services().values().map(Vec::len).collect();
+        let group = |groups: &'_ [Group], key: &str| groups.iter().position(|g| g.key == key);
         let (region, zone) = (group(&self.regions, &c.region), group(&self.zones, &c.zone));
         let own_ms = cfg.validity().as_millis() as u32;
-        let mut out = Vec::with_capacity(rows.len());
-        // Ordinals ascend, so do the buckets' indices: one pass over the child's rows.
-        let mut at = 0;
+        let n = rows.len();
+        let mut out = PackedForChild {
+            sent: Vec::with_capacity(n),
+            packed: proto::PackedRatios {
+                config_version: self.rules.version.clone(),
+                index_delta: Vec::with_capacity(n),
+                ratio: Vec::with_capacity(n),
+                allowed: Vec::with_capacity(n),
+                valid_at: Vec::new(),
+                valid_for_ms: Vec::new(),
+            },
+            valid_for_ms: 0,
+            changed: false,
+        };
+        let before = &c.sent.ratios;
+        let (mut at, mut previous) = (0, 0u32);
         for &o in ordinals {
-            let (Some((service, buckets)), Some(&first)) = (
-                services.get(o as usize),
-                dense.service_first.get(o as usize),
-            ) else {
+            let (Some(&len), Some(&first)) =
+                (lens.get(o as usize), dense.service_first.get(o as usize))
+            else {
                 continue;
             };
-            for (j, b) in buckets.iter().enumerate() {
-                let i = first as usize + j;
+            for i in first as usize..first as usize + len {
                 let Some(scope) = dense.limited_scope[i].filter(|s| cfg.scopes.contains(s)) else {
                     continue;
                 };
@@ -227,26 +240,51 @@ impl IndexedSums {
                 };
                 let g = match scope {
                     Scope::Global => self.global.as_ref(),
-                    Scope::Region => region,
-                    Scope::Zone => zone,
+                    Scope::Region => region.map(|at| &self.regions[at]),
+                    Scope::Zone => zone.map(|at| &self.zones[at]),
                 };
                 let sum = g.map_or(0.0, |g| g.sum(i));
                 let limit = dense.limit[i];
-                out.push(ChildRatio {
-                    key: dense.key[i],
-                    out: OutRatio {
-                        index: Some(i as u32),
-                        service,
-                        bucket: &b.name,
-                        ratio: ratios::drop_ratio(sum, limit),
-                        valid_for_ms: own_ms,
-                        allowed: (own > 0.0).then(|| ratios::share(limit, own, sum)),
-                    },
+                let ratio = ratios::drop_ratio(sum, limit);
+                let allowed = (own > 0.0).then(|| ratios::share(limit, own, sum));
+                let key = dense.key[i];
+                out.changed = out.changed
+                    || before.get(out.sent.len()).is_none_or(|old| {
+                        old.key != key
+                            || ratios::changed(old.ratio, ratio)
+                            || ratios::allowance_changed(old.allowed, allowed)
+                    });
+                out.sent.push(SentRatio {
+                    key,
+                    ratio,
+                    allowed,
                 });
+                let p = &mut out.packed;
+                p.index_delta.push(i as u32 - previous);
+                previous = i as u32;
+                p.ratio.push(ratio as f32);
+                p.allowed.push(allowed.map_or(f32::NAN, |a| a as f32));
             }
+        }
+        out.changed |= out.sent.len() != before.len();
+        if !out.sent.is_empty() {
+            out.valid_for_ms = own_ms;
         }
         Some(out)
     }
+}
+
+/// One child's instruction by index, see [`IndexedSums::packed_for`].
+#[derive(Debug)]
+pub(crate) struct PackedForChild {
+    /// What to remember as sent.
+    pub sent: Vec<SentRatio>,
+    /// The ratios and allowances, packed.
+    pub packed: proto::PackedRatios,
+    /// Their validity (every one is computed here: the same).
+    pub valid_for_ms: u32,
+    /// Whether a ratio or an allowance moved enough since the last instruction to tell.
+    pub changed: bool,
 }
 
 #[cfg(test)]

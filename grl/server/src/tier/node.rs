@@ -21,7 +21,7 @@ use tracing::{debug, info, warn};
 
 use super::FastMap;
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
-use super::by_index::IndexedSums;
+use super::by_index::{IndexedSums, PackedForChild};
 use super::children::{Child, Children, SentRatio};
 use super::election::{self, Role};
 use super::packing::{self, OutRatio};
@@ -491,10 +491,10 @@ impl Node {
         let mut send = |c: &mut Child<Link>| {
             let by_index = indexed.and_then(|x| {
                 let ordinals = c.service_ordinals(rules).to_vec();
-                x.ratios_for(&self.cfg, c, &ordinals)
+                x.packed_for(&self.cfg, c, &ordinals)
             });
-            let ratios = match by_index {
-                Some(ratios) => ratios,
+            let made = match by_index {
+                Some(p) => Made::Packed(p),
                 None => {
                     c.refresh_digest(rules, *config_gen);
                     let (computed, offered) = match indexed {
@@ -506,10 +506,10 @@ impl Node {
                     };
                     let from =
                         from.get_or_insert_with(|| Sources::new(rules, computed, offered, parent));
-                    ratios_for(&self.cfg, rules, from, c, now)
+                    Made::Named(ratios_for(&self.cfg, rules, from, c, now))
                 }
             };
-            instruct(&self.cfg, (rules, *config_gen), ratios, c, now, &self.bytes);
+            instruct(&self.cfg, (rules, *config_gen), made, c, now, &self.bytes);
         };
         match round {
             Round::Child(id) => children.get_mut(id).into_iter().for_each(send),
@@ -760,7 +760,7 @@ fn reinstruct_due(cfg: &NodeConfig, c: &Child<Link>, now: Instant) -> bool {
 fn instruct(
     cfg: &NodeConfig,
     (rules, config_gen): (&Rules, u64),
-    ratios: Vec<ChildRatio<'_>>,
+    made: Made<'_>,
     c: &mut Child<Link>,
     now: Instant,
     bytes: &Bytes,
@@ -769,31 +769,42 @@ fn instruct(
         c.config_version != rules.version && c.sent.at.is_none_or(|t| now - t >= cfg.interval * 2);
     let send_config =
         c.sent.config_gen != Some(config_gen) || c.sent.services != c.services || resend_config;
-    let changed = ratios.len() != c.sent.ratios.len()
-        || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
-            old.key != r.key
-                || ratios::changed(old.ratio, r.out.ratio)
-                || ratios::allowance_changed(old.allowed, r.out.allowed)
-        });
+    let changed = match &made {
+        Made::Named(ratios) => {
+            ratios.len() != c.sent.ratios.len()
+                || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
+                    old.key != r.key
+                        || ratios::changed(old.ratio, r.out.ratio)
+                        || ratios::allowance_changed(old.allowed, r.out.allowed)
+                })
+        }
+        Made::Packed(p) => p.changed,
+    };
     if !(send_config || changed || reinstruct_due(cfg, c, now)) {
         return;
     }
-    let sent_ratios = ratios
-        .iter()
-        .map(|r| SentRatio {
-            key: r.key,
-            ratio: r.out.ratio,
-            allowed: r.out.allowed,
-        })
-        .collect();
-    let valid_for_ms = ratios.iter().map(|r| r.out.valid_for_ms).max().unwrap_or(0);
-    let out: Vec<OutRatio<'_>> = ratios.iter().map(|r| r.out).collect();
-    let (named, packed) = packing::pack_ratios(
-        &out,
-        &rules.version,
-        valid_for_ms,
-        packing::speaks_packed(c.wire_version),
-    );
+    let (sent_ratios, valid_for_ms, named, packed) = match made {
+        Made::Named(ratios) => {
+            let sent_ratios = ratios
+                .iter()
+                .map(|r| SentRatio {
+                    key: r.key,
+                    ratio: r.out.ratio,
+                    allowed: r.out.allowed,
+                })
+                .collect();
+            let valid_for_ms = ratios.iter().map(|r| r.out.valid_for_ms).max().unwrap_or(0);
+            let out: Vec<OutRatio<'_>> = ratios.iter().map(|r| r.out).collect();
+            let (named, packed) = packing::pack_ratios(
+                &out,
+                &rules.version,
+                valid_for_ms,
+                packing::speaks_packed(c.wire_version),
+            );
+            (sent_ratios, valid_for_ms, named, packed)
+        }
+        Made::Packed(p) => (p.sent, p.valid_for_ms, Vec::new(), Some(p.packed)),
+    };
     let instr = proto::Instruction {
         config_version: rules.version.clone(),
         config: if send_config {
@@ -821,6 +832,16 @@ fn instruct(
         }
         Err(e) => debug!(child = %c.id, error = %e, "instruction not sent"),
     }
+}
+
+/// What a round made for one child: its ratios by name (turned into the wire form only
+/// when an instruction goes out), or by index, already packed (see
+/// [`IndexedSums::packed_for`]).
+pub(crate) enum Made<'a> {
+    /// By name.
+    Named(Vec<ChildRatio<'a>>),
+    /// By index.
+    Packed(PackedForChild),
 }
 
 /// One bucket's ratio for a child, with borrowed names: built every round for every child,
