@@ -271,6 +271,16 @@ async fn metrics_of_aggregator_and_controller_follow_the_contract() {
             get(m, "grl_tier_tick_seconds_total") > 0.0,
             "{who}: no tick time counted"
         );
+        assert_eq!(
+            get(m, "grl_tier_tick_duration_seconds_count"),
+            get(m, "grl_tier_ticks_total"),
+            "{who}: every tick in the duration histogram"
+        );
+        assert_eq!(
+            get(m, r#"grl_tier_tick_duration_seconds_bucket{le="+Inf"}"#),
+            get(m, "grl_tier_ticks_total"),
+            "{who}"
+        );
     }
     assert_eq!(get(&a, "grl_tier_parent_connected"), 1.0);
     assert_eq!(get(&m, r#"grl_controller_apply_total{result="ok"}"#), 0.0);

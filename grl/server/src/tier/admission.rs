@@ -216,18 +216,23 @@ pub fn speaks_for_tier(r: &proto::Report) -> bool {
 /// How many clients a row of a report counts for: one for a client's report, whatever the
 /// row claims; a tier's claim as it is (its rates are bounded by [`check_row`]).
 pub fn clients_counted(row: &proto::BucketRate, tier: bool) -> u32 {
-    if tier { row.clients.max(1) } else { 1 }
+    counted(row.clients, tier)
 }
 
-/// Checks one row of a report against the bounds and the rules this tier holds; `tier`:
+/// [`clients_counted`] for a row claiming `clients` (named or packed).
+pub fn counted(clients: u32, tier: bool) -> u32 {
+    if tier { clients.max(1) } else { 1 }
+}
+
+/// Checks the numbers of one row, whether named or packed: its offered, dropped and
+/// shadow-dropped `rates` and the clients it counts for (see [`clients_counted`]); `tier`:
 /// the report is a tier's ([`speaks_for_tier`]).
-pub fn check_row(
-    row: &proto::BucketRate,
+pub fn check_rates(
+    rates: [f64; 3],
+    clients: u32,
     tier: bool,
-    rules: &Rules,
     limits: &ReportLimits,
 ) -> Result<(), Reason> {
-    let rates = [row.offered, row.dropped, row.shadow_dropped];
     if rates.iter().any(|v| !v.is_finite()) {
         return Err(Reason::NotFinite);
     }
@@ -239,10 +244,26 @@ pub fn check_row(
     } else {
         limits.max_client_rps
     };
-    if clients_counted(row, tier) as usize > limits.max_children || rates.iter().any(|v| *v > bound)
-    {
+    if clients as usize > limits.max_children || rates.iter().any(|v| *v > bound) {
         return Err(Reason::Implausible);
     }
+    Ok(())
+}
+
+/// Checks one row of a report against the bounds and the rules this tier holds; `tier`:
+/// the report is a tier's ([`speaks_for_tier`]).
+pub fn check_row(
+    row: &proto::BucketRate,
+    tier: bool,
+    rules: &Rules,
+    limits: &ReportLimits,
+) -> Result<(), Reason> {
+    check_rates(
+        [row.offered, row.dropped, row.shadow_dropped],
+        clients_counted(row, tier),
+        tier,
+        limits,
+    )?;
     if rules.bucket(&row.service, &row.bucket).is_none() {
         return Err(Reason::UnknownBucket);
     }

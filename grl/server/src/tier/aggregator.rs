@@ -87,8 +87,7 @@ pub(crate) fn counters(n: &Node, sec: &super::Security) -> Counters {
         config_refused: 0,
         reports_in: n.bytes.reports_in.load(Relaxed),
         instructions_out: n.bytes.instructions_out.load(Relaxed),
-        ticks: n.ticks.ticks.load(Relaxed),
-        tick_seconds: n.ticks.micros.load(Relaxed) as f64 / 1e6,
+        ticks: n.ticks.snapshot(),
         reports_refused: {
             let refused = n.refused.snapshot();
             std::array::from_fn(|i| refused[i].1)

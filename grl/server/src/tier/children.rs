@@ -4,16 +4,18 @@
 //! Pure: time is passed in, and the link to the child is a type parameter.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::FastMap;
 use super::admission::{self, Reason, ReportLimits};
-use super::digest::{Digest, Reported, Summer};
-use super::ratios::{self, Totals};
+use super::digest::{Digest, IndexedRates, Reported, Summer};
+use super::ratios::{self, Rate, Totals};
 use super::rules::Rules;
 use grl_config::Scope;
+use grl_core::packed::IndexedRow;
 use grl_core::proto;
 
 /// Whether the stream to a child is still open (its receiving half not dropped).
@@ -91,8 +93,11 @@ pub struct Child<L> {
     pub services: Vec<String>,
     /// The config version it holds.
     pub config_version: String,
-    /// Its latest rates, with zone and region filled in.
+    /// Its latest rates sent by name, with zone and region filled in.
     pub rates: Totals,
+    /// Its latest rates sent by index (a whole packed report of the version in force), in
+    /// its own zone and region. A report holds one form or the other.
+    pub indexed: Option<IndexedRates>,
     /// When its latest report arrived.
     pub last_report: Instant,
     /// Which stream it reports on (a reconnect replaces the entry).
@@ -107,6 +112,20 @@ pub struct Child<L> {
     pub digest: Digest,
     /// The wire version it speaks (2: it takes packed ratios).
     pub wire_version: u32,
+    /// Bumped when its list of services changes.
+    services_gen: u64,
+    /// Its services as positions in a version's service list, see
+    /// [`Child::service_ordinals`].
+    ordinals: Option<Ordinals>,
+}
+
+/// A child's services as positions in the service list of one version (services in name
+/// order, the order of their indices), made once per change of either.
+#[derive(Debug, Clone)]
+struct Ordinals {
+    rules: Arc<Rules>,
+    services_gen: u64,
+    of: Vec<u32>,
 }
 
 impl<L> Child<L> {
@@ -118,9 +137,41 @@ impl<L> Child<L> {
         self.digest = digest;
     }
 
+    /// The positions of the child's services (those `rules` works by index) in the
+    /// version's service list, ascending, each once: resolved by name once per change of
+    /// the child's services or of the rules, not per round of instructions.
+    pub fn service_ordinals(&mut self, rules: &Arc<Rules>) -> &[u32] {
+        let fresh = self
+            .ordinals
+            .as_ref()
+            .is_some_and(|o| Arc::ptr_eq(&o.rules, rules) && o.services_gen == self.services_gen);
+        if !fresh {
+            let firsts = rules.dense().map_or(&[][..], |d| &d.service_first[..]);
+            let mut of: Vec<u32> = self
+                .services
+                .iter()
+                .filter_map(|svc| {
+                    let first = rules.slots(svc)?.first_index?;
+                    Some(firsts.binary_search(&first).ok()? as u32)
+                })
+                .collect();
+            of.sort_unstable();
+            of.dedup();
+            self.ordinals = Some(Ordinals {
+                rules: rules.clone(),
+                services_gen: self.services_gen,
+                of,
+            });
+        }
+        self.ordinals.as_ref().map_or(&[], |o| &o.of)
+    }
+
     /// Takes what report `r`, received at `now`, says besides its rates.
     fn took_report(&mut self, r: &proto::Report, now: Instant) {
-        self.services.clone_from(&r.services);
+        if self.services != r.services {
+            self.services.clone_from(&r.services);
+            self.services_gen += 1;
+        }
         self.config_version.clone_from(&r.config_version);
         self.reports += 1;
         self.last_report = now;
@@ -131,14 +182,23 @@ impl<L> Child<L> {
     /// The child's offered rate in one bucket, summed over its rows whose scope key (see
     /// [`ratios::scope_key`]) is the given one, or over all its rows.
     pub fn offered(&self, service: &str, bucket: &str, scope: Option<(Scope, &str)>) -> f64 {
-        self.rates
-            .iter()
-            .filter(|(k, _)| k.service == service && k.bucket == bucket)
-            .filter(|(k, _)| {
-                scope.is_none_or(|(s, key)| ratios::scope_key(s, &k.region, &k.zone) == key)
+        self.rows()
+            .filter(|((s, b, ..), _)| *s == service && *b == bucket)
+            .filter(|((_, _, region, zone), _)| {
+                scope.is_none_or(|(s, key)| ratios::scope_key(s, region, zone) == key)
             })
             .map(|(_, r)| r.offered)
             .sum()
+    }
+
+    /// Every row of the child, by name (an indexed row's names are its rules').
+    pub fn rows(&self) -> impl Iterator<Item = (ratios::KeyRef<'_>, &Rate)> + Clone {
+        reported(self).rows()
+    }
+
+    /// How many rows the child holds.
+    pub fn row_count(&self) -> usize {
+        self.rates.len() + self.indexed.as_ref().map_or(0, |x| x.rows.len())
     }
 }
 
@@ -151,6 +211,7 @@ fn level_of(r: &proto::Report) -> proto::Level {
 fn reported<L>(c: &Child<L>) -> Reported<'_> {
     Reported {
         rates: &c.rates,
+        indexed: c.indexed.as_ref(),
         services: &c.services,
         place: (&c.region, &c.zone),
     }
@@ -195,6 +256,14 @@ fn update_in_place(
 /// The key a row of report `r` is kept under, borrowed (see [`ratios::key_of`]).
 fn row_key<'a>(row: &'a proto::BucketRate, r: &'a proto::Report) -> ratios::KeyRef<'a> {
     ratios::key_of(row, &r.zone, &r.region)
+}
+
+/// What [`Children::take_stream`] did with a report.
+enum Taken<L> {
+    /// A restarted tier's partial sums: taken without their rows (true: a new stream).
+    Learning(bool),
+    /// Its rows are to be taken; the link back.
+    Rows(L),
 }
 
 /// All children of a tier.
@@ -246,31 +315,14 @@ impl<L: Liveness> Children<L> {
         now: Instant,
         mut admit: impl FnMut(&proto::BucketRate) -> bool,
     ) -> Result<bool, Reason> {
-        match self.map.get(&r.reporter_id) {
-            Some(c) if c.conn != conn && c.link.is_open() && !self.is_stale(c, now) => {
-                return Err(Reason::DuplicateClient);
-            }
-            None if self.map.len() >= self.max => return Err(Reason::TooManyChildren),
-            _ => {}
-        }
-        if r.learning
-            && let Some(c) = self
-                .map
-                .get_mut(&r.reporter_id)
-                .filter(|c| !c.rates.is_empty())
-        {
-            // A restarted tier's partial sums: its last full ones stand meanwhile. A new
-            // stream is a new process: it has been sent nothing yet.
-            let new = c.conn != conn;
-            if new {
-                c.sent = Sent::default();
-            }
-            c.conn = conn;
-            c.link = link;
-            c.took_report(r, now);
-            return Ok(new);
-        }
-        if let Some(c) = self.map.get_mut(&r.reporter_id).filter(|c| c.conn == conn)
+        let link = match self.take_stream(conn, link, r, now)? {
+            Taken::Learning(new) => return Ok(new),
+            Taken::Rows(link) => link,
+        };
+        if let Some(c) = self
+            .map
+            .get_mut(&r.reporter_id)
+            .filter(|c| c.conn == conn && c.indexed.is_none())
             && update_in_place(&mut c.rates, r, &mut admit)
         {
             c.took_report(r, now);
@@ -292,8 +344,106 @@ impl<L: Liveness> Children<L> {
                 rates.insert(k, *old);
             }
         }
-        let held = self.map.get(&r.reporter_id).map_or(0, |c| c.rates.len());
-        let rows = self.rows - held + rates.len();
+        self.store(conn, link, r, now, (rates, None))
+    }
+
+    /// [`Children::report`] for a report whose rows are all packed, of the version
+    /// `rules` (the one in force): `rows` unpacked, each taken if `admit` accepts it (a
+    /// refused row keeps the child's previous rate for that bucket). The rows stay keyed
+    /// by index: nothing is allocated per row.
+    pub fn report_indexed(
+        &mut self,
+        conn: u64,
+        link: L,
+        r: &proto::Report,
+        (rules, rows): (&Arc<Rules>, &[IndexedRow]),
+        now: Instant,
+        mut admit: impl FnMut(&IndexedRow) -> bool,
+    ) -> Result<bool, Reason> {
+        let link = match self.take_stream(conn, link, r, now)? {
+            Taken::Learning(new) => return Ok(new),
+            Taken::Rows(link) => link,
+        };
+        let tier = admission::speaks_for_tier(r);
+        let previous = self
+            .map
+            .get(&r.reporter_id)
+            .filter(|c| c.conn == conn)
+            .and_then(|c| c.indexed.as_ref())
+            .filter(|p| Arc::ptr_eq(&p.rules, rules));
+        let mut taken = Vec::with_capacity(rows.len());
+        for row in rows {
+            if admit(row) {
+                let rate = Rate {
+                    offered: row.offered,
+                    dropped: row.dropped,
+                    shadow_dropped: row.shadow_dropped,
+                    clients: admission::counted(row.clients, tier),
+                };
+                taken.push((row.index, rate));
+            } else if let Some(old) = previous.and_then(|p| p.get(row.index)) {
+                taken.push((row.index, *old));
+            }
+        }
+        let indexed = IndexedRates {
+            rules: rules.clone(),
+            rows: taken,
+        };
+        self.store(conn, link, r, now, (Totals::new(), Some(indexed)))
+    }
+
+    /// The checks of a report's stream before its rows, and a restarted tier's partial
+    /// sums (taken without their rows).
+    ///
+    /// Refused whole: a report under an id that another stream holds while that stream is
+    /// open and fresh (`DuplicateClient`; a reconnect after the old stream ended or went
+    /// stale replaces it), and a new child beyond the maximum (`TooManyChildren`).
+    fn take_stream(
+        &mut self,
+        conn: u64,
+        link: L,
+        r: &proto::Report,
+        now: Instant,
+    ) -> Result<Taken<L>, Reason> {
+        match self.map.get(&r.reporter_id) {
+            Some(c) if c.conn != conn && c.link.is_open() && !self.is_stale(c, now) => {
+                return Err(Reason::DuplicateClient);
+            }
+            None if self.map.len() >= self.max => return Err(Reason::TooManyChildren),
+            _ => {}
+        }
+        if r.learning
+            && let Some(c) = self
+                .map
+                .get_mut(&r.reporter_id)
+                .filter(|c| c.row_count() > 0)
+        {
+            // A restarted tier's partial sums: its last full ones stand meanwhile. A new
+            // stream is a new process: it has been sent nothing yet.
+            let new = c.conn != conn;
+            if new {
+                c.sent = Sent::default();
+            }
+            c.conn = conn;
+            c.link = link;
+            c.took_report(r, now);
+            return Ok(Taken::Learning(new));
+        }
+        Ok(Taken::Rows(link))
+    }
+
+    /// Keeps `rows` (by name, by index) as the child's latest, within the bound on rows
+    /// over all children. Returns true for a new child.
+    fn store(
+        &mut self,
+        conn: u64,
+        link: L,
+        r: &proto::Report,
+        now: Instant,
+        (rates, indexed): (Totals, Option<IndexedRates>),
+    ) -> Result<bool, Reason> {
+        let held = self.map.get(&r.reporter_id).map_or(0, Child::row_count);
+        let rows = self.rows - held + rates.len() + indexed.as_ref().map_or(0, |x| x.rows.len());
         if rows > self.max_rows {
             return Err(Reason::TooManyRows);
         }
@@ -301,6 +451,7 @@ impl<L: Liveness> Children<L> {
         Ok(match self.map.get_mut(&r.reporter_id) {
             Some(c) if c.conn == conn => {
                 c.rates = rates;
+                c.indexed = indexed;
                 c.took_report(r, now);
                 false
             }
@@ -313,6 +464,7 @@ impl<L: Liveness> Children<L> {
                     services: r.services.clone(),
                     config_version: r.config_version.clone(),
                     rates,
+                    indexed,
                     last_report: now,
                     conn,
                     link,
@@ -320,6 +472,8 @@ impl<L: Liveness> Children<L> {
                     reports: 1,
                     digest: Digest::default(),
                     wire_version: r.wire_version,
+                    services_gen: 0,
+                    ordinals: None,
                 };
                 self.map.insert(r.reporter_id.clone(), child);
                 true
@@ -340,7 +494,7 @@ impl<L: Liveness> Children<L> {
 
     fn remove(&mut self, id: &str) {
         if let Some(c) = self.map.remove(id) {
-            self.rows -= c.rates.len();
+            self.rows -= c.row_count();
         }
     }
 
@@ -393,15 +547,21 @@ impl<L: Liveness> Children<L> {
         self.map
             .values()
             .filter(move |c| !self.is_stale(c, now))
-            .flat_map(|c| ratios::rows_of(&c.rates))
+            .flat_map(Child::rows)
     }
 
     /// The sum of the rates of all fresh children.
     pub fn totals(&self, now: Instant) -> Totals {
         let mut t = Totals::new();
         for c in self.map.values().filter(|c| !self.is_stale(c, now)) {
-            for (k, r) in &c.rates {
-                t.entry(k.clone()).or_default().add(r);
+            for ((service, bucket, region, zone), r) in c.rows() {
+                let k = ratios::RateKey {
+                    service: service.into(),
+                    bucket: bucket.into(),
+                    region: region.into(),
+                    zone: zone.into(),
+                };
+                t.entry(k).or_default().add(r);
             }
         }
         t

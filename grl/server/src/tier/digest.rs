@@ -6,6 +6,8 @@
 //!
 //! Pure: the child's rows and the rules are passed in.
 
+use std::sync::Arc;
+
 use super::FastMap;
 use super::ratios::{self, KeyRef, Rate, Totals};
 use super::rules::{Rules, Slots};
@@ -36,15 +38,51 @@ pub struct Digest {
     pub covers_all_rows: bool,
 }
 
+/// A child's rows keyed by bucket index: a whole packed report of the version `rules`,
+/// every row in the child's own zone and region.
+#[derive(Debug, Clone)]
+pub struct IndexedRates {
+    /// The version the indices belong to.
+    pub rules: Arc<Rules>,
+    /// (index, rate), indices strictly ascending.
+    pub rows: Vec<(u32, Rate)>,
+}
+
+impl IndexedRates {
+    /// The rate of the bucket at `index`, if the child reported it.
+    pub fn get(&self, index: u32) -> Option<&Rate> {
+        let at = self.rows.binary_search_by_key(&index, |(i, _)| *i).ok()?;
+        Some(&self.rows[at].1)
+    }
+}
+
 /// Where a child is and what it reported, as a digest is summed from.
 #[derive(Debug, Clone, Copy)]
 pub struct Reported<'a> {
-    /// Its rows.
+    /// Its rows sent by name.
     pub rates: &'a Totals,
+    /// Its rows sent by index.
+    pub indexed: Option<&'a IndexedRates>,
     /// Its services.
     pub services: &'a [String],
     /// Its region and zone.
     pub place: (&'a str, &'a str),
+}
+
+impl<'a> Reported<'a> {
+    /// Every row, by name (an indexed row's names are its version's), in the child's
+    /// place where the row names none.
+    pub fn rows(self) -> impl Iterator<Item = (KeyRef<'a>, &'a Rate)> + Clone {
+        let (region, zone) = self.place;
+        let indexed = self.indexed.into_iter().flat_map(move |x| {
+            x.rows.iter().filter_map(move |(i, r)| {
+                let (service, position) = x.rules.locate(*i)?;
+                let bucket = x.rules.services().get(service)?.get(position)?;
+                Some(((service, bucket.name.as_str(), region, zone), r))
+            })
+        });
+        ratios::rows_of(self.rates).chain(indexed)
+    }
 }
 
 impl Digest {
@@ -71,15 +109,12 @@ impl Digest {
         let mut covers_all_rows = true;
         // Rows come sorted by service: its rules are looked up once per service, not per row.
         let mut service: Option<(&str, Option<(&Vec<_>, &Slots)>)> = None;
-        for (k, r) in child.rates {
+        for ((k_service, k_bucket, k_region, k_zone), r) in child.rows() {
             let found = match service {
-                Some((name, found)) if name == k.service => found,
+                Some((name, found)) if name == k_service => found,
                 _ => {
-                    let found = rules
-                        .services()
-                        .get(&k.service)
-                        .zip(rules.slots(&k.service));
-                    service = Some((&k.service, found));
+                    let found = rules.services().get(k_service).zip(rules.slots(k_service));
+                    service = Some((k_service, found));
                     found
                 }
             };
@@ -87,18 +122,18 @@ impl Digest {
                 covers_all_rows = false;
                 continue;
             };
-            let Some(&p) = slots.position.get(k.bucket.as_str()) else {
+            let Some(&p) = slots.position.get(k_bucket) else {
                 covers_all_rows = false;
                 continue;
             };
-            let in_place = k.region == region && k.zone == zone;
+            let in_place = k_region == region && k_zone == zone;
             let in_group = in_place
                 || wire::scope_from_wire(buckets[p].scope).is_ok_and(|s| {
-                    ratios::scope_key(s, &k.region, &k.zone) == ratios::scope_key(s, region, zone)
+                    ratios::scope_key(s, k_region, k_zone) == ratios::scope_key(s, region, zone)
                 });
             let mut first = true;
             for (svc, d) in child.services.iter().zip(&mut self.per_service) {
-                if *svc != k.service {
+                if *svc != k_service {
                     continue;
                 }
                 d.all[p] += r.offered;
@@ -130,7 +165,7 @@ impl<'a> Summer<'a> {
     /// Adds one child's rows.
     pub fn add(&mut self, digest: &Digest, child: Reported<'a>) {
         if !digest.covers_all_rows {
-            for (k, r) in ratios::rows_of(child.rates) {
+            for (k, r) in child.rows() {
                 self.rows.entry(k).or_default().add(r);
             }
             return;

@@ -9,6 +9,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 use super::admission::Reason;
+use super::tick_times::TickDurations;
 use grl_config::Scope;
 use grl_core::proto;
 use grl_core::wire;
@@ -65,6 +66,9 @@ pub const TICKS: &str = "grl_tier_ticks";
 /// Seconds ticks held the tier (reports and instructions wait meanwhile); divided by
 /// [`TICKS`], a tick's mean duration. Exposed as `grl_tier_tick_seconds_total`.
 pub const TICK_SECONDS: &str = "grl_tier_tick_seconds";
+/// Ticks by duration, a histogram: `histogram_quantile(0.99, ...)` is a tick's p99.
+/// Exposed as `grl_tier_tick_duration_seconds_{bucket,sum,count}`.
+pub const TICK_DURATION: &str = "grl_tier_tick_duration_seconds";
 
 /// What a controller's leader election did, by `{event}`: `elected`, `stepped_down`,
 /// `backend_error` (a call to etcd or the API server failed or was cut short),
@@ -109,10 +113,8 @@ pub struct Counters {
     pub reports_in: u64,
     /// Instruction bytes sent.
     pub instructions_out: u64,
-    /// Ticks run.
-    pub ticks: u64,
-    /// Seconds they held the tier, in all.
-    pub tick_seconds: f64,
+    /// Ticks run, the seconds they held the tier and their durations.
+    pub ticks: TickDurations,
     /// Refused reports and rows, in the order of [`Reason::ALL`].
     pub reports_refused: [u64; Reason::ALL.len()],
     /// TLS counters and connection gauges (`None` without TLS).
@@ -247,18 +249,23 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         bytes,
     );
     let ticks = Counter::<u64>::default();
-    ticks.inc_by(c.ticks);
+    ticks.inc_by(c.ticks.count);
     reg.register(
         TICKS,
         "Ticks run (recomputation and a round of instructions)",
         ticks,
     );
     let tick_seconds = Counter::<f64, AtomicU64>::default();
-    tick_seconds.inc_by(c.tick_seconds);
+    tick_seconds.inc_by(c.ticks.seconds);
     reg.register(
         TICK_SECONDS,
         "Seconds ticks held the tier (reports and instructions waited)",
         tick_seconds,
+    );
+    reg.register(
+        TICK_DURATION,
+        "How long each tick held the tier",
+        c.ticks.clone(),
     );
     let refused = Family::<Labels, Counter>::default();
     for (reason, n) in Reason::ALL.iter().zip(c.reports_refused) {

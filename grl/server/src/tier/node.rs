@@ -8,6 +8,7 @@
 //! An urgent report (a child's rate jumped) wakes the tick at once (coalesced with the
 //! other urgent reports of the same few milliseconds) and, below the top, an upward report.
 
+pub use super::tick_times::TickTimes;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,12 +21,14 @@ use tracing::{debug, info, warn};
 
 use super::FastMap;
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
+use super::by_index::{IndexedSums, PackedForChild};
 use super::children::{Child, Children, SentRatio};
 use super::election::{self, Role};
 use super::packing::{self, OutRatio};
 use super::ratios::{self, Computed, RatioKey, Totals};
 use super::rules::Rules;
 use grl_config::Scope;
+use grl_core::packed::IndexedRow;
 use grl_core::proto;
 use grl_core::wire;
 
@@ -98,6 +101,8 @@ pub(crate) struct State {
     pub children: Children<Link>,
     pub parent: Parent,
     pub computed: BTreeMap<RatioKey, Computed>,
+    /// The last tick's sums by index, when it was worked so (see [`IndexedSums`]).
+    pub indexed: Option<IndexedSums>,
     /// Offered rate by (service, bucket) over all fresh children, as of the last tick.
     pub bucket_offered: BTreeMap<(String, String), f64>,
     /// What the last tick summed for the parent (see [`Node::upward_report`]): the
@@ -122,16 +127,6 @@ pub struct Bytes {
     pub reports_in: AtomicU64,
     /// Bytes of instructions sent to children.
     pub instructions_out: AtomicU64,
-}
-
-/// Ticks run and the time they held the node (every report and instruction waits for a
-/// tick: on a busy tier this is what makes rounds late).
-#[derive(Debug, Default)]
-pub struct TickTimes {
-    /// Ticks run.
-    pub ticks: AtomicU64,
-    /// Microseconds they held the node's lock, in all.
-    pub micros: AtomicU64,
 }
 
 /// One aggregator or controller.
@@ -174,6 +169,7 @@ impl Node {
             children: Children::new(cfg.interval, &ReportLimits::default()),
             parent: Parent::default(),
             computed: BTreeMap::new(),
+            indexed: None,
             bucket_offered: BTreeMap::new(),
             upward: Totals::new(),
             seq: 0,
@@ -266,16 +262,18 @@ impl Node {
         self.bytes
             .reports_in
             .fetch_add(r.encoded_len() as u64, Ordering::Relaxed);
-        let mut s = self.lock();
-        if !s.role.leading {
-            let _ = link.try_send(Err(election::not_leader(s.role.leader.as_deref())));
-            return Ok(());
-        }
-        let limits = s.limits;
+        let (rules, limits) = {
+            let s = self.lock();
+            if !s.role.leading {
+                let _ = link.try_send(Err(election::not_leader(s.role.leader.as_deref())));
+                return Ok(());
+            }
+            (s.rules.clone(), s.limits)
+        };
         let takes_tiers = self.cfg.level != proto::Level::Zone;
         if let Err(reason) = admission::check_report(r, &limits, takes_tiers) {
             self.refused.add(reason, 1);
-            if let Some(unlogged) = s.refusal_log.admit(now) {
+            if let Some(unlogged) = self.lock().refusal_log.admit(now) {
                 warn!(
                     ?peer,
                     reason = reason.as_str(),
@@ -286,33 +284,52 @@ impl Node {
             }
             return Err(reason);
         }
-        let unpacked = packing::unpack_report(r, &s.rules, s.previous_rules.as_deref());
-        let r = match &unpacked {
-            Ok(None) => r,
-            Ok(Some(named)) => named,
-            Err(reason) => {
-                self.refused.add(*reason, 1);
-                if let Some(unlogged) = s.refusal_log.admit(now) {
-                    warn!(?peer, child = %r.reporter_id, reason = reason.as_str(), unlogged, "packed rows refused");
-                }
-                return Err(*reason);
-            }
-        };
-        let rules = s.rules.clone();
         let mut first: Option<Reason> = None;
         let mut refused_rows = 0u64;
         let tier = admission::speaks_for_tier(r);
-        let admit = |row: &proto::BucketRate| match admission::check_row(row, tier, &rules, &limits)
-        {
-            Ok(()) => true,
-            Err(reason) => {
-                self.refused.add(reason, 1);
-                refused_rows += 1;
-                first.get_or_insert(reason);
-                false
-            }
+        let mut refuse_row = |reason: Reason| {
+            self.refused.add(reason, 1);
+            refused_rows += 1;
+            first.get_or_insert(reason);
         };
-        let new = match s.children.report(conn, link, r, now, admit) {
+        // Rows by index are read and checked before the lock: a zone's report of 22,000
+        // rows does not hold the tick and the other streams meanwhile.
+        let mut refused_at: Vec<u32> = Vec::new();
+        let indexed = indexed_rows(r, &rules).map(|rows| {
+            rows.inspect(|rows| {
+                for row in rows {
+                    let rates = [row.offered, row.dropped, row.shadow_dropped];
+                    let clients = admission::counted(row.clients, tier);
+                    if let Err(reason) = admission::check_rates(rates, clients, tier, &limits) {
+                        refuse_row(reason);
+                        refused_at.push(row.index);
+                    }
+                }
+            })
+        });
+        let mut s = self.lock();
+        let taken = match indexed {
+            Some(rows) if Arc::ptr_eq(&s.rules, &rules) => rows.and_then(|rows| {
+                let admit = |row: &IndexedRow| refused_at.binary_search(&row.index).is_err();
+                s.children
+                    .report_indexed(conn, link, r, (&rules, &rows), now, admit)
+            }),
+            // Read by name, also when the rules changed since the rows were read.
+            _ => match packing::unpack_report(r, &s.rules, s.previous_rules.as_deref()) {
+                Ok(unpacked) => {
+                    let named = unpacked.as_ref().unwrap_or(r);
+                    let rules = s.rules.clone();
+                    let admit = |row: &proto::BucketRate| {
+                        admission::check_row(row, tier, &rules, &limits)
+                            .map_err(&mut refuse_row)
+                            .is_ok()
+                    };
+                    s.children.report(conn, link, named, now, admit)
+                }
+                Err(reason) => Err(reason),
+            },
+        };
+        let new = match taken {
             Ok(new) => new,
             Err(reason) => {
                 self.refused.add(reason, 1);
@@ -404,8 +421,18 @@ impl Node {
         for id in st.children.prune(now) {
             info!(child = %id, "stale, dropped");
         }
-        let limited = st.rules.limited();
-        if self.cfg.has_parent {
+        let fresh: Vec<&Child<Link>> = st
+            .children
+            .iter()
+            .filter(|c| !st.children.is_stale(c, now))
+            .collect();
+        st.indexed = IndexedSums::of(&self.cfg, &st.rules, &fresh);
+        if st.indexed.is_some() {
+            // Made by name only when asked (a scrape, a child reporting by name).
+            st.computed.clear();
+            st.bucket_offered.clear();
+        } else if self.cfg.has_parent {
+            let limited = st.rules.limited();
             // The parent needs the children's sums anyway: the ratios and offered sums are
             // made from that table, smaller than the rows when children share buckets.
             let sums = st.children.sums(&st.rules, st.config_gen, now);
@@ -414,15 +441,13 @@ impl Node {
                 ratios_and_offered(&limited, rows.clone(), &self.cfg);
             st.upward = ratios::regroup(rows, self.cfg.level == proto::Level::Zone);
         } else {
+            let limited = st.rules.limited();
             let rows = st.children.rows(now);
             (st.computed, st.bucket_offered) = ratios_and_offered(&limited, rows, &self.cfg);
         }
         st.parent.ratios.retain(|_, p| p.expires > now);
         self.instruct_children(st, Round::All, now);
-        self.ticks.ticks.fetch_add(1, Ordering::Relaxed);
-        self.ticks
-            .micros
-            .fetch_add(held.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.ticks.record(held.elapsed());
         drop(s);
         self.ticked.notify_one();
     }
@@ -456,11 +481,35 @@ impl Node {
             parent,
             computed,
             bucket_offered,
+            indexed,
             ..
         } = st;
-        let from = Sources::new(rules, computed, bucket_offered, parent);
+        let indexed = indexed.as_ref().filter(|x| Arc::ptr_eq(&x.rules, rules));
+        // Both built for the first child worked by name, if any.
+        let named = std::cell::OnceCell::new();
+        let mut from: Option<Sources<'_>> = None;
         let mut send = |c: &mut Child<Link>| {
-            instruct(&self.cfg, rules, *config_gen, &from, c, now, &self.bytes);
+            let by_index = indexed.and_then(|x| {
+                let ordinals = c.service_ordinals(rules).to_vec();
+                x.packed_for(&self.cfg, c, &ordinals)
+            });
+            let made = match by_index {
+                Some(p) => Made::Packed(p),
+                None => {
+                    c.refresh_digest(rules, *config_gen);
+                    let (computed, offered) = match indexed {
+                        Some(x) => {
+                            let (c, o) = named.get_or_init(|| x.by_name());
+                            (c, o)
+                        }
+                        None => (&*computed, &*bucket_offered),
+                    };
+                    let from =
+                        from.get_or_insert_with(|| Sources::new(rules, computed, offered, parent));
+                    Made::Named(ratios_for(&self.cfg, rules, from, c, now))
+                }
+            };
+            instruct(&self.cfg, (rules, *config_gen), made, c, now, &self.bytes);
         };
         match round {
             Round::Child(id) => children.get_mut(id).into_iter().for_each(send),
@@ -566,6 +615,24 @@ impl Node {
     pub fn fail_open(&self, now: Instant) -> bool {
         self.cfg.has_parent && self.lock().parent.valid_until.is_none_or(|t| t <= now)
     }
+}
+
+/// The rows of report `r` by index when it can be taken so: all its rows packed, of the
+/// version `rules` in force, and that version worked by index ([`Rules::dense`]). `None`:
+/// take it by name. A row that cannot be read refuses the whole report, as by name.
+fn indexed_rows(r: &proto::Report, rules: &Rules) -> Option<Result<Vec<IndexedRow>, Reason>> {
+    let p = r.packed.as_ref()?;
+    let dense = rules.dense()?;
+    if !r.rates.is_empty() || p.config_version.is_empty() || p.config_version != rules.version {
+        return None;
+    }
+    Some(match grl_core::packed::unpack_rows(p) {
+        Err(_) => Err(Reason::Packed),
+        Ok(rows) if rows.last().is_some_and(|x| x.index as usize >= dense.len()) => {
+            Err(Reason::UnknownBucket)
+        }
+        Ok(rows) => Ok(rows),
+    })
 }
 
 /// A tick's ratios of the scopes `cfg` owns, and its offered rate by (service, bucket),
@@ -687,48 +754,57 @@ fn reinstruct_due(cfg: &NodeConfig, c: &Child<Link>, now: Instant) -> bool {
         .is_none_or(|t| now - t >= cfg.interval.mul_f64(REINSTRUCT_AFTER))
 }
 
-/// Sends `c` an instruction if its config is out of date, its ratios or allowances changed,
-/// or it heard nothing for [`REINSTRUCT_AFTER`] of an interval.
+/// Sends `c` an instruction of `ratios` (made for it by name or by index) if its config is
+/// out of date, its ratios or allowances changed, or it heard nothing for
+/// [`REINSTRUCT_AFTER`] of an interval.
 fn instruct(
     cfg: &NodeConfig,
-    rules: &Rules,
-    config_gen: u64,
-    from: &Sources<'_>,
+    (rules, config_gen): (&Rules, u64),
+    made: Made<'_>,
     c: &mut Child<Link>,
     now: Instant,
     bytes: &Bytes,
 ) {
-    c.refresh_digest(rules, config_gen);
-    let ratios = ratios_for(cfg, rules, from, c, now);
     let resend_config =
         c.config_version != rules.version && c.sent.at.is_none_or(|t| now - t >= cfg.interval * 2);
     let send_config =
         c.sent.config_gen != Some(config_gen) || c.sent.services != c.services || resend_config;
-    let changed = ratios.len() != c.sent.ratios.len()
-        || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
-            old.key != r.key
-                || ratios::changed(old.ratio, r.out.ratio)
-                || ratios::allowance_changed(old.allowed, r.out.allowed)
-        });
+    let changed = match &made {
+        Made::Named(ratios) => {
+            ratios.len() != c.sent.ratios.len()
+                || ratios.iter().zip(&c.sent.ratios).any(|(r, old)| {
+                    old.key != r.key
+                        || ratios::changed(old.ratio, r.out.ratio)
+                        || ratios::allowance_changed(old.allowed, r.out.allowed)
+                })
+        }
+        Made::Packed(p) => p.changed,
+    };
     if !(send_config || changed || reinstruct_due(cfg, c, now)) {
         return;
     }
-    let sent_ratios = ratios
-        .iter()
-        .map(|r| SentRatio {
-            key: r.key,
-            ratio: r.out.ratio,
-            allowed: r.out.allowed,
-        })
-        .collect();
-    let valid_for_ms = ratios.iter().map(|r| r.out.valid_for_ms).max().unwrap_or(0);
-    let out: Vec<OutRatio<'_>> = ratios.iter().map(|r| r.out).collect();
-    let (named, packed) = packing::pack_ratios(
-        &out,
-        &rules.version,
-        valid_for_ms,
-        packing::speaks_packed(c.wire_version),
-    );
+    let (sent_ratios, valid_for_ms, named, packed) = match made {
+        Made::Named(ratios) => {
+            let sent_ratios = ratios
+                .iter()
+                .map(|r| SentRatio {
+                    key: r.key,
+                    ratio: r.out.ratio,
+                    allowed: r.out.allowed,
+                })
+                .collect();
+            let valid_for_ms = ratios.iter().map(|r| r.out.valid_for_ms).max().unwrap_or(0);
+            let out: Vec<OutRatio<'_>> = ratios.iter().map(|r| r.out).collect();
+            let (named, packed) = packing::pack_ratios(
+                &out,
+                &rules.version,
+                valid_for_ms,
+                packing::speaks_packed(c.wire_version),
+            );
+            (sent_ratios, valid_for_ms, named, packed)
+        }
+        Made::Packed(p) => (p.sent, p.valid_for_ms, Vec::new(), Some(p.packed)),
+    };
     let instr = proto::Instruction {
         config_version: rules.version.clone(),
         config: if send_config {
@@ -758,13 +834,23 @@ fn instruct(
     }
 }
 
+/// What a round made for one child: its ratios by name (turned into the wire form only
+/// when an instruction goes out), or by index, already packed (see
+/// [`IndexedSums::packed_for`]).
+pub(crate) enum Made<'a> {
+    /// By name.
+    Named(Vec<ChildRatio<'a>>),
+    /// By index.
+    Packed(PackedForChild),
+}
+
 /// One bucket's ratio for a child, with borrowed names: built every round for every child,
 /// turned into the wire form only when an instruction goes out.
-struct ChildRatio<'a> {
+pub(crate) struct ChildRatio<'a> {
     /// [`SentRatio::key_of`] the bucket.
-    key: u64,
+    pub key: u64,
     /// The ratio, as it goes out.
-    out: OutRatio<'a>,
+    pub out: OutRatio<'a>,
 }
 
 /// The ratios of `c`'s services with their remaining validity: computed here for the scopes
@@ -777,14 +863,14 @@ fn ratios_for<'a>(
     cfg: &NodeConfig,
     rules: &'a Rules,
     from: &Sources<'_>,
-    c: &'a Child<Link>,
+    c: &Child<Link>,
     now: Instant,
 ) -> Vec<ChildRatio<'a>> {
     let own_ms = cfg.validity().as_millis() as u32;
     let mut out = Vec::new();
     for (svc, d) in c.services.iter().zip(&c.digest.per_service) {
-        let (Some(buckets), Some(slots), Some(sources)) = (
-            rules.services().get(svc),
+        let (Some((svc, buckets)), Some(slots), Some(sources)) = (
+            rules.services().get_key_value(svc),
             rules.slots(svc),
             from.services.get(svc.as_str()),
         ) else {

@@ -147,7 +147,9 @@ pub fn pack_ratios(
             })
             .collect();
         if let Some(list) = indexed.as_mut() {
-            list.sort_unstable_by_key(|r| r.index);
+            if !list.is_sorted_by_key(|r| r.index) {
+                list.sort_unstable_by_key(|r| r.index);
+            }
             if let Some(p) = packed::pack_ratios(version, list, valid_for_ms) {
                 return (Vec::new(), Some(p));
             }

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use super::FastMap;
 
+use super::children::SentRatio;
 use super::ratios::Limited;
-use grl_config::Snapshot;
+use grl_config::{Scope, Snapshot};
 use grl_core::proto;
 use grl_core::wire;
 
@@ -24,6 +25,26 @@ pub struct Rules {
     index: FastMap<String, Slots>,
     /// The services with a known first bucket index, by that index (ascending).
     by_index: Vec<(u32, String)>,
+    /// Every bucket by index, when the version can be worked by index (see [`Dense`]).
+    dense: Option<Dense>,
+}
+
+/// What a tier needs of each bucket to work a version by index, without a name: arrays
+/// indexed by the bucket's index. Built only when every service's first index is known,
+/// the services tile the indices from 0 without gaps, and no service repeats a bucket name
+/// (an incident override of a config bucket): otherwise the tier works by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Dense {
+    /// The bucket's scope, `None` when it has no limit (nothing to compute) or an unknown
+    /// scope.
+    pub limited_scope: Vec<Option<Scope>>,
+    /// Its limit (meaningful where `limited_scope` is set).
+    pub limit: Vec<f64>,
+    /// [`SentRatio::key_of`] its service and name.
+    pub key: Vec<u64>,
+    /// The first index of each service, in index order (which is [`Rules::services`]
+    /// order).
+    pub service_first: Vec<u32>,
 }
 
 /// Where the buckets of one service sit in its rules.
@@ -115,12 +136,19 @@ impl Rules {
             .map(|(svc, i)| (*i, svc.clone()))
             .collect();
         by_index.sort_unstable();
+        let dense = Dense::of(&services, &index, &by_index);
         Self {
             version,
             services,
             index,
             by_index,
+            dense,
         }
+    }
+
+    /// The version by index, when it can be worked so (see [`Dense`]).
+    pub fn dense(&self) -> Option<&Dense> {
+        self.dense.as_ref()
     }
 
     /// Rules by service, in config order (overrides first).
@@ -193,6 +221,43 @@ impl Rules {
     }
 }
 
+impl Dense {
+    fn of(
+        services: &BTreeMap<String, Vec<proto::BucketRule>>,
+        index: &FastMap<String, Slots>,
+        by_index: &[(u32, String)],
+    ) -> Option<Self> {
+        if by_index.len() != services.len() || index.values().any(|s| s.first.contains(&false)) {
+            return None;
+        }
+        let mut d = Dense::default();
+        for ((first, svc), (name, buckets)) in by_index.iter().zip(services) {
+            if svc != name || *first as usize != d.key.len() {
+                return None;
+            }
+            d.service_first.push(*first);
+            for b in buckets {
+                let scope = wire::scope_from_wire(b.scope).ok();
+                d.limited_scope
+                    .push(scope.filter(|_| b.limit_rps.is_some()));
+                d.limit.push(b.limit_rps.unwrap_or(f64::INFINITY));
+                d.key.push(SentRatio::key_of(svc, &b.name));
+            }
+        }
+        Some(d)
+    }
+
+    /// Number of buckets.
+    pub fn len(&self) -> usize {
+        self.key.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.key.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +323,55 @@ mod tests {
         old[0].first_index = None;
         let old = Rules::from_wire(&top.version, &old);
         assert_eq!((old.index_of("pay", 0), old.locate(2)), (None, None));
+    }
+
+    #[test]
+    fn a_whole_version_is_worked_by_index_and_a_part_or_an_override_by_name() {
+        let ads = PAY.replace("service: pay", "service: ads");
+        let s = grl_config::from_files(
+            "v1",
+            [
+                ("services/pay.yaml".into(), PAY.into()),
+                ("services/ads.yaml".into(), ads),
+            ],
+        )
+        .unwrap();
+        let top = Rules::from_snapshot(&s, &[], 0);
+        let d = top.dense().expect("a whole snapshot works by index");
+        assert_eq!(d.len(), top.bucket_count());
+        assert_eq!(d.service_first, [0, 2]);
+        for i in 0..d.len() as u32 {
+            let (svc, position) = top.locate(i).unwrap();
+            let b = &top.services()[svc][position];
+            assert_eq!(d.key[i as usize], SentRatio::key_of(svc, &b.name));
+            assert_eq!(d.limit[i as usize], b.limit_rps.unwrap_or(f64::INFINITY));
+        }
+        assert_eq!(
+            d.limited_scope,
+            [Some(Scope::Global), None, Some(Scope::Global), None],
+            "a bucket without a limit has nothing to compute"
+        );
+        let whole = Rules::from_wire(
+            &top.version,
+            &top.for_services(&["ads".into(), "pay".into()]),
+        );
+        assert_eq!(whole.dense(), top.dense(), "the same arrays below");
+        let part = Rules::from_wire(&top.version, &top.for_services(&["pay".into()]));
+        assert!(part.dense().is_none(), "indices 2.. only: worked by name");
+        let again = proto::ServiceRules {
+            service: "pay".into(),
+            first_index: None,
+            buckets: vec![proto::BucketRule {
+                name: "g".into(),
+                scope: proto::Scope::Global as i32,
+                limit_rps: Some(5.0),
+                is_override: true,
+                ..Default::default()
+            }],
+        };
+        assert!(
+            Rules::from_snapshot(&s, &[again], 1).dense().is_none(),
+            "an override repeating a bucket's name: worked by name"
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use tokio::time::Instant;
 
+use super::FastMap;
 use super::node::Node;
 use grl_core::proto;
 
@@ -11,7 +12,6 @@ impl Node {
     pub fn status(&self, now: Instant) -> proto::StatusResponse {
         let fail_open = self.fail_open(now);
         let s = self.lock();
-        let totals = s.children.totals(now);
         let children = s
             .children
             .iter()
@@ -23,37 +23,55 @@ impl Node {
                 stale: s.children.is_stale(c, now),
             })
             .collect();
-        let mut buckets = Vec::new();
-        for (svc, rules) in s.rules.services() {
-            for b in rules {
-                let offered: f64 = totals
-                    .iter()
-                    .filter(|(k, _)| &k.service == svc && k.bucket == b.name)
-                    .map(|(_, r)| r.offered)
-                    .sum();
-                let own = s
-                    .computed
-                    .iter()
-                    .filter(|(k, _)| &k.0 == svc && k.1 == b.name)
-                    .map(|(_, c)| c.ratio)
-                    .reduce(f64::max);
+        let buckets = match &s.indexed {
+            Some(x) if std::sync::Arc::ptr_eq(&x.rules, &s.rules) => {
+                // As of the last tick, from its sums by index (a quarter of an interval old
+                // at most): a scrape must not walk every child's rows under the lock.
+                let mut i = 0;
+                let mut buckets = Vec::with_capacity(s.rules.bucket_count());
+                for (svc, rules) in s.rules.services() {
+                    for b in rules {
+                        let (offered, own) = x.bucket_status(i);
+                        buckets.push(bucket_status(svc, b, offered, own));
+                        i += 1;
+                    }
+                }
+                buckets
+            }
+            _ => {
+                let mut offered_by: FastMap<(&str, &str), f64> = FastMap::default();
+                for ((service, bucket, ..), r) in s.children.rows(now) {
+                    *offered_by.entry((service, bucket)).or_default() += r.offered;
+                }
+                let mut own_by: FastMap<(&str, &str), f64> = FastMap::default();
+                for ((service, bucket, _), c) in &s.computed {
+                    let r = own_by.entry((service, bucket)).or_insert(c.ratio);
+                    *r = r.max(c.ratio);
+                }
+                let mut buckets = Vec::new();
+                for (svc, rules) in s.rules.services() {
+                    for b in rules {
+                        let key = (svc.as_str(), b.name.as_str());
+                        let offered = offered_by.get(&key).copied().unwrap_or(0.0);
+                        buckets.push(bucket_status(svc, b, offered, own_by.get(&key).copied()));
+                    }
+                }
+                buckets
+            }
+        };
+        let buckets = buckets
+            .into_iter()
+            .map(|(mut b, own)| {
                 let from_parent = s
                     .parent
                     .ratios
-                    .get(&(svc.clone(), b.name.clone()))
+                    .get(&(b.service.clone(), b.bucket.clone()))
                     .filter(|p| p.expires > now)
                     .map(|p| p.ratio);
-                buckets.push(proto::BucketStatus {
-                    service: svc.clone(),
-                    bucket: b.name.clone(),
-                    scope: b.scope,
-                    mode: b.mode,
-                    limit_rps: b.limit_rps,
-                    offered,
-                    drop_ratio: own.or(from_parent).unwrap_or(0.0),
-                });
-            }
-        }
+                b.drop_ratio = own.or(from_parent).unwrap_or(0.0);
+                b
+            })
+            .collect();
         proto::StatusResponse {
             level: self.cfg.level as i32,
             zone: self.cfg.zone.clone(),
@@ -70,6 +88,25 @@ impl Node {
             learning: s.learn_until.is_some_and(|t| now < t),
         }
     }
+}
+
+/// A bucket's status line, and the ratio computed here for it (if any).
+fn bucket_status(
+    service: &str,
+    b: &proto::BucketRule,
+    offered: f64,
+    own: Option<f64>,
+) -> (proto::BucketStatus, Option<f64>) {
+    let status = proto::BucketStatus {
+        service: service.to_string(),
+        bucket: b.name.clone(),
+        scope: b.scope,
+        mode: b.mode,
+        limit_rps: b.limit_rps,
+        offered,
+        drop_ratio: 0.0,
+    };
+    (status, own)
 }
 
 /// The offered sum of one bucket over this tier's fresh children (for tests and tools).
