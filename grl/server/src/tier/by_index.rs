@@ -386,11 +386,11 @@ mod tests {
         r
     }
 
-    /// What each zone was last told after a tick: index -> (ratio, allowance).
-    fn told(
-        scopes: Vec<Scope>,
-        packed: bool,
-    ) -> (BTreeMap<usize, BTreeMap<u32, (f32, f32)>>, bool) {
+    /// Per zone, per bucket index: the ratio and allowance (-1: none) it was told.
+    type Told = BTreeMap<usize, BTreeMap<u32, (f32, f32)>>;
+
+    /// What each zone was last told after a tick, and whether the tick was by index.
+    fn told(scopes: Vec<Scope>, packed: bool) -> (Told, bool) {
         let node = controller(scopes);
         let rules = rules();
         let t0 = Instant::now();
