@@ -26,6 +26,9 @@
 //! `controller_rss_mib`, `worst_zone_gap_ms`, `bytes_per_row_up`, `bytes_per_row_down`,
 //! `surge_admitted_over_limit`, `other_buckets_dropping`, and a few more.
 //!
+//! `REGION_CHILDREN=regions` simulates the level above instead: a global controller (no
+//! region of its own) fed by `REGION_ZONES` region controllers, every bucket global.
+//!
 //! `cargo bench -p grl --bench region` (`REGION_ZONES=10 REGION_BUCKETS=5000 ...` for
 //! another size; `REGION_CONTROLLER_LOG=<file>` keeps the controller's log, `RUST_LOG` its
 //! level).
@@ -79,10 +82,13 @@ struct Plan {
     demand: Vec<Vec<f64>>,
     zone_share: Vec<f64>,
     clients_per_row: u32,
+    /// The children are regions under a global controller (`REGION_CHILDREN=regions`), not
+    /// zones under a region's.
+    regions: bool,
 }
 
 impl Plan {
-    fn new(zones: usize, buckets: usize, services: usize, rps: f64) -> Self {
+    fn new(zones: usize, buckets: usize, services: usize, rps: f64, regions: bool) -> Self {
         let names: Vec<String> = (0..services)
             .map(|s| format!("team{:03}-service-{s:04}", s % 97))
             .collect();
@@ -109,16 +115,39 @@ impl Plan {
             demand,
             zone_share: raw.iter().map(|r| r / total).collect(),
             clients_per_row: INSTANCES_PER_ZONE.div_ceil(services) as u32,
+            regions,
         }
     }
 
-    fn scope(position: usize) -> &'static str {
+    /// Mixed scopes under a region's controller (4 global, 4 region, 2 zone in 10); every
+    /// bucket global under the global controller.
+    fn scope(&self, position: usize) -> &'static str {
+        if self.regions {
+            return "global";
+        }
         [
             "global", "global", "global", "global", "region", "region", "region", "region",
         ]
         .get(position % 10)
         .copied()
         .unwrap_or("zone")
+    }
+
+    /// Child `z`'s level, zone and region.
+    fn place(&self, z: usize) -> (proto::Level, String, String) {
+        if self.regions {
+            (
+                proto::Level::Region,
+                String::new(),
+                format!("region-{z:03}"),
+            )
+        } else {
+            (
+                proto::Level::Zone,
+                format!("{REGION}-z{z:03}"),
+                REGION.into(),
+            )
+        }
     }
 
     /// The config repo: one file per service, every bucket's limit twice its demand (a
@@ -129,7 +158,7 @@ impl Plan {
         for (s, name) in self.services.iter().enumerate() {
             let mut text = format!("service: {name}\nbuckets:\n");
             for (b, d) in self.demand[s].iter().enumerate() {
-                let scope = Self::scope(b);
+                let scope = self.scope(b);
                 let limit = match (s, b, scope) {
                     (0, 0, _) => SURGE_LIMIT,
                     (_, _, "zone") => 2.0 * d * top_zone * 1.05,
@@ -259,11 +288,12 @@ fn zone_report(
             ..Default::default()
         }
     });
+    let (level, zone, region) = plan.place(z);
     proto::Report {
-        reporter_id: format!("zone-sim-{z:03}"),
-        level: proto::Level::Zone as i32,
-        zone: format!("{REGION}-z{z:03}"),
-        region: REGION.into(),
+        reporter_id: format!("sim-{z:03}"),
+        level: level as i32,
+        zone,
+        region,
         services: plan.listed.clone(),
         config_version: ix.map(|ix| ix.version.clone()).unwrap_or_default(),
         interval_ms: 1000,
@@ -484,17 +514,24 @@ fn main() {
     let services: usize = env("REGION_SERVICES", 1_100).clamp(1, buckets);
     let seconds: u64 = env("REGION_SECONDS", 10).max(2);
     let rps: f64 = env("REGION_RPS", 80e6);
+    let regions = std::env::var("REGION_CHILDREN").is_ok_and(|v| v == "regions");
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(run(zones, buckets, services, seconds, rps));
+    rt.block_on(run(zones, buckets, services, seconds, (rps, regions)));
 }
 
-async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f64) {
-    let plan = Arc::new(Plan::new(zones, buckets, services, rps));
+async fn run(
+    zones: usize,
+    buckets: usize,
+    services: usize,
+    seconds: u64,
+    (rps, regions): (f64, bool),
+) {
+    let plan = Arc::new(Plan::new(zones, buckets, services, rps, regions));
     let dir = tempfile::tempdir().unwrap();
     plan.write_config(dir.path());
     let (port, mport) = (free_port(), free_port());
@@ -509,7 +546,7 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
                 "--config",
                 &config,
                 "--region",
-                REGION,
+                if regions { "" } else { REGION },
                 "--metrics-listen",
                 &metrics,
             ])
@@ -645,6 +682,7 @@ async fn run(zones: usize, buckets: usize, services: usize, seconds: u64, rps: f
         "{}",
         serde_json::json!({
             "zones": zones,
+            "children": if regions { "regions" } else { "zones" },
             "buckets": plan.demand.iter().map(Vec::len).sum::<usize>(),
             "services": services,
             "region_rps": rps,
