@@ -232,6 +232,10 @@ struct Shared {
     surge_step: Vec<Notify>,
     last_heard_ms: Vec<AtomicU64>,
     worst_gap_ms: Vec<AtomicU64>,
+    /// The longest gap of any zone before the window (after the config arrived).
+    warmup_gap_ms: AtomicU64,
+    /// When each zone's longest gap ended (ms since the epoch).
+    worst_gap_at_ms: Vec<AtomicU64>,
     up_bytes: AtomicU64,
     up_rows: AtomicU64,
     down_bytes: AtomicU64,
@@ -376,8 +380,13 @@ async fn zone(addr: String, z: usize, plan: Arc<Plan>, shared: Arc<Shared>) {
         let now = shared.ms();
         let before = shared.last_heard_ms[z].swap(now, Relaxed);
         let measuring = shared.measuring.load(Relaxed);
+        if !measuring && before > 0 {
+            shared.warmup_gap_ms.fetch_max(now - before, Relaxed);
+        }
         if measuring && before > 0 {
-            shared.worst_gap_ms[z].fetch_max(now - before, Relaxed);
+            if shared.worst_gap_ms[z].fetch_max(now - before, Relaxed) < now - before {
+                shared.worst_gap_at_ms[z].store(now, Relaxed);
+            }
         }
         if i.has_config {
             let rules = Rules::from_wire(&i.config_version, &i.config);
@@ -580,6 +589,8 @@ async fn run(
         surge_step: (0..zones).map(|_| Notify::new()).collect(),
         last_heard_ms: (0..zones).map(|_| AtomicU64::new(0)).collect(),
         worst_gap_ms: (0..zones).map(|_| AtomicU64::new(0)).collect(),
+        worst_gap_at_ms: (0..zones).map(|_| AtomicU64::new(0)).collect(),
+        warmup_gap_ms: AtomicU64::new(0),
         up_bytes: AtomicU64::new(0),
         up_rows: AtomicU64::new(0),
         down_bytes: AtomicU64::new(0),
@@ -605,6 +616,11 @@ async fn run(
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     let hist0 = tick_histogram(&metrics).await;
+    // A gap is measured inside the window: from its start, not from the warm-up.
+    let start_ms = shared.ms();
+    for t in &shared.last_heard_ms {
+        t.store(start_ms, Relaxed);
+    }
     let (cpu0, own0) = (cpu_seconds(pid), cpu_seconds(std::process::id()));
     shared.measuring.store(true, Relaxed);
     let t0 = Instant::now();
@@ -663,12 +679,33 @@ async fn run(
     gaps.sort_unstable();
     let gap = gaps.last().copied().unwrap_or(0);
     let late = gaps.iter().filter(|&&g| g > 1000).count();
+    let window_start = shared.ms() - (span * 1000.0) as u64;
+    let late_at: Vec<String> = (0..zones)
+        .filter(|&z| shared.worst_gap_ms[z].load(Relaxed) > 1000)
+        .map(|z| {
+            let end = shared.worst_gap_at_ms[z]
+                .load(Relaxed)
+                .saturating_sub(window_start);
+            format!(
+                "{:.1}s-{:.1}s",
+                (end - shared.worst_gap_ms[z].load(Relaxed).min(end)) as f64 / 1e3,
+                end as f64 / 1e3
+            )
+        })
+        .collect();
+    if !late_at.is_empty() {
+        println!("late zones' longest gaps, from the window's start: {late_at:?}");
+    }
     let dropping = shared.dropping.lock().unwrap().len();
     println!(
         "controller: tick p50 {:.1} ms, p99 {:.1} ms ({:.1} ticks/s), {cores:.2} cores, peak RSS {rss:.0} MiB",
         p50 * 1e3,
         p99 * 1e3,
         ticks / span
+    );
+    println!(
+        "warm-up: longest gap between two instructions to a zone {} ms",
+        shared.warmup_gap_ms.load(Relaxed)
     );
     println!(
         "zones: longest without an instruction {gap} ms (median zone's longest {} ms; {late} of {zones} zones waited more than an interval); the simulated zones used {own:.2} cores",
