@@ -1,0 +1,186 @@
+//! What a tier keeps from its parent: per bucket, the parent's ratio and this tier's
+//! allowance with their expiry; whether the stream to the parent is up; how long the
+//! latest instruction holds (past it, the children fail open); and a new instruction
+//! taken in and passed down.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::instruct::Round;
+use super::node::Node;
+use super::packing;
+use super::rules::Rules;
+use grl_core::proto;
+
+/// One bucket's instruction from the parent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FromParent {
+    /// The drop ratio.
+    pub ratio: f64,
+    /// When it stops being valid.
+    pub expires: Instant,
+    /// This tier's allowance, when the parent gave one (valid as long as the ratio).
+    pub allowed: Option<f64>,
+}
+
+/// What came from the parent.
+#[derive(Debug, Default)]
+pub(crate) struct Parent {
+    /// Ratios and allowances by (service, bucket).
+    pub ratios: BTreeMap<(String, String), FromParent>,
+    /// Whether the stream to the parent is up.
+    pub connected: bool,
+    /// When the parent's latest instruction stops being valid.
+    pub valid_until: Option<Instant>,
+    /// The wire version the parent speaks (from its instructions).
+    pub wire_version: u32,
+    /// The config version of the parent's latest instruction: rows go up packed only
+    /// when this tier holds the same version (a tier following its own config may not).
+    pub config_version: String,
+}
+
+impl Node {
+    /// An instruction from the parent arrived: keep its ratios with their expiry, take its
+    /// config, and pass the news down.
+    pub fn on_parent_instruction(&self, i: &proto::Instruction, now: Instant) {
+        let dflt = Duration::from_millis(u64::from(i.valid_for_ms));
+        let new_rules = i
+            .has_config
+            .then(|| Rules::from_wire(&i.config_version, &i.config));
+        {
+            let mut s = self.lock();
+            s.parent.valid_until = Some(now + dflt);
+            s.parent.wire_version = i.wire_version;
+            s.parent.config_version.clone_from(&i.config_version);
+            let (named, bad) = packing::unpack_ratios(i, new_rules.as_ref().unwrap_or(&s.rules));
+            if let Some(e) = bad {
+                warn!(error = %e, "the parent's packed ratios could not be read");
+            }
+            s.parent.ratios = named
+                .iter()
+                .map(|r| {
+                    let valid = if r.valid_for_ms > 0 {
+                        Duration::from_millis(u64::from(r.valid_for_ms))
+                    } else {
+                        dflt
+                    };
+                    (
+                        (r.service.clone(), r.bucket.clone()),
+                        FromParent {
+                            ratio: r.ratio,
+                            expires: now + valid,
+                            allowed: r.allowed,
+                        },
+                    )
+                })
+                .collect();
+        }
+        match new_rules {
+            Some(r) => self.set_rules(r, now),
+            // The children's sums did not move: pass the parent's news on without a tick.
+            None => {
+                let mut s = self.lock();
+                self.instruct_children(&mut s, Round::All, now);
+            }
+        }
+    }
+
+    /// Marks the stream to the parent up or down.
+    pub fn set_parent_connected(&self, up: bool) {
+        self.lock().parent.connected = up;
+    }
+
+    /// Whether this tier has a parent whose instructions have expired (children fail open).
+    pub fn fail_open(&self, now: Instant) -> bool {
+        self.cfg.has_parent && self.lock().parent.valid_until.is_none_or(|t| t <= now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier::node::tests::controller;
+    use crate::tier::node::{NodeConfig, Sums};
+    use grl_config::Scope;
+    use tokio::sync::mpsc;
+
+    /// A zone aggregator under `controller()`'s kind of parent.
+    fn aggregator() -> Node {
+        Node::new(NodeConfig {
+            level: proto::Level::Zone,
+            id: "agg".into(),
+            zone: "a".into(),
+            region: "eu".into(),
+            interval: Duration::from_secs(1),
+            scopes: vec![Scope::Zone],
+            has_parent: true,
+            validity_intervals: 5,
+        })
+    }
+
+    #[tokio::test]
+    async fn zone_sums_go_up_packed_and_ratios_come_down_packed_between_version_2_tiers() {
+        let yaml = "service: payments\nbuckets:\n  - { name: gw, match: { caller: gw }, scope: global, mode: deny, policy: { kind: fixed, rps: 100 } }\n  - { name: z, match: { caller: zc }, scope: zone, mode: deny, policy: { kind: fixed, rps: 50 } }\n";
+        let snap =
+            grl_config::from_files("v1", [("services/payments.yaml".into(), yaml.into())]).unwrap();
+        let ctl = controller();
+        let agg = aggregator();
+        let t0 = Instant::now();
+        ctl.set_rules(Rules::from_snapshot(&snap, &[], 0), t0);
+        // A client says hello to the aggregator, which says hello to its parent and is
+        // sent the config, by a version-2 parent.
+        let client = |rates| proto::Report {
+            reporter_id: "c1".into(),
+            level: proto::Level::Client as i32,
+            zone: "a".into(),
+            region: "eu".into(),
+            services: vec!["payments".into()],
+            config_version: "v1".into(),
+            interval_ms: 1000,
+            rates,
+            ..Default::default()
+        };
+        let (client_link, _client_down) = mpsc::channel(16);
+        agg.on_report(7, client_link.clone(), &client(Vec::new()), None, t0)
+            .unwrap();
+        let (link, mut down) = mpsc::channel(16);
+        let hello = agg.upward_report(t0, Sums::Live);
+        ctl.on_report(1, link.clone(), &hello, None, t0).unwrap();
+        let i = down.try_recv().unwrap().unwrap();
+        assert!(i.has_config && i.config[0].first_index == Some(0));
+        agg.on_parent_instruction(&i, t0);
+        // The client offers 300 rps in `gw`.
+        let rows = vec![proto::BucketRate {
+            service: "payments".into(),
+            bucket: "gw".into(),
+            offered: 300.0,
+            clients: 1,
+            ..Default::default()
+        }];
+        agg.on_report(7, client_link, &client(rows), None, t0)
+            .unwrap();
+        let up = agg.upward_report(t0, Sums::Live);
+        assert!(up.rates.is_empty(), "rows sent by name: {:?}", up.rates);
+        let p = up.packed.as_ref().expect("no packed rows");
+        assert_eq!(
+            (p.config_version.as_str(), p.index_delta.as_slice()),
+            ("v1", &[0][..])
+        );
+        // The controller reads them as the named rows and instructs by index.
+        let t1 = t0 + Duration::from_millis(10);
+        ctl.on_report(1, link, &up, None, t1).unwrap();
+        ctl.tick(t1);
+        let i = std::iter::from_fn(|| down.try_recv().ok())
+            .last()
+            .unwrap()
+            .unwrap();
+        assert!(i.ratios.is_empty() && i.packed.is_some(), "{i:?}");
+        agg.on_parent_instruction(&i, t1);
+        let p = agg.lock().parent.ratios[&("payments".to_string(), "gw".to_string())];
+        assert!((p.ratio - 200.0 / 300.0).abs() < 1e-6, "{p:?}");
+        assert_eq!(p.allowed.map(f64::round), Some(100.0));
+    }
+}
