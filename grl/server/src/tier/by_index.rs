@@ -69,6 +69,15 @@ fn by_index_at<L>(c: &Child<L>, rules: &Arc<Rules>) -> bool {
             .is_some_and(|x| Arc::ptr_eq(&x.rules, rules))
 }
 
+/// Whether `c`'s rows can be summed by index at `rules`: by index, or none at all (a child
+/// that has not had the config yet: it is told by name, and adds nothing).
+fn summable_at<L>(c: &Child<L>, rules: &Arc<Rules>) -> bool {
+    c.rates.is_empty()
+        && c.indexed
+            .as_ref()
+            .is_none_or(|x| Arc::ptr_eq(&x.rules, rules))
+}
+
 /// The position of the group `key` in `groups`, added if new.
 fn group_at(groups: &mut Vec<Group>, key: &str, n: usize) -> usize {
     groups.iter().position(|g| g.key == key).unwrap_or_else(|| {
@@ -80,10 +89,11 @@ fn group_at(groups: &mut Vec<Group>, key: &str, n: usize) -> usize {
 impl IndexedSums {
     /// The sums of `children` (the fresh ones) by index, or `None` when the tick must be
     /// worked by name: the version is not worked by index, this tier has a parent, or a
-    /// child reported by name or at another version.
+    /// child reported rows by name or at another version (a child without rows, one that
+    /// has not had the config yet, does not count).
     pub fn of<L>(cfg: &NodeConfig, rules: &Arc<Rules>, children: &[&Child<L>]) -> Option<Self> {
         let dense = rules.dense()?;
-        if cfg.has_parent || !children.iter().all(|c| by_index_at(c, rules)) {
+        if cfg.has_parent || !children.iter().all(|c| summable_at(c, rules)) {
             return None;
         }
         let n = dense.len();
@@ -396,10 +406,15 @@ mod tests {
         let t0 = Instant::now();
         node.set_rules(rules.clone(), t0);
         let mut downs = Vec::new();
-        for z in 0..4 {
+        // Zone 4 has not had the config yet: a hello without rows.
+        for z in 0..5 {
             let (link, down) = mpsc::channel(64);
-            node.on_report(z as u64, link, &zone_report(&rules, z, packed), None, t0)
-                .unwrap();
+            let mut r = zone_report(&rules, z, packed);
+            if z == 4 {
+                (r.rates, r.packed) = (Vec::new(), None);
+                r.config_version.clear();
+            }
+            node.on_report(z as u64, link, &r, None, t0).unwrap();
             downs.push(down);
         }
         let t1 = t0 + Duration::from_millis(300);
