@@ -383,10 +383,11 @@ async fn zone(addr: String, z: usize, plan: Arc<Plan>, shared: Arc<Shared>) {
         if !measuring && before > 0 {
             shared.warmup_gap_ms.fetch_max(now - before, Relaxed);
         }
-        if measuring && before > 0 {
-            if shared.worst_gap_ms[z].fetch_max(now - before, Relaxed) < now - before {
-                shared.worst_gap_at_ms[z].store(now, Relaxed);
-            }
+        if measuring
+            && before > 0
+            && shared.worst_gap_ms[z].fetch_max(now - before, Relaxed) < now - before
+        {
+            shared.worst_gap_at_ms[z].store(now, Relaxed);
         }
         if i.has_config {
             let rules = Rules::from_wire(&i.config_version, &i.config);
