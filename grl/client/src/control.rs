@@ -1,6 +1,6 @@
 //! The control-plane state of the client: the books of every bucket (counts, allowance,
-//! expiry, traffic shape, budget), applying instructions and configs, expiring ratios
-//! (fail-open) and folding the pairs' counters into per-bucket totals.
+//! expiry, traffic shape, budget), expiring ratios (fail-open) and folding the pairs'
+//! counters into per-bucket totals. Applying instructions and configs is in `apply`.
 //!
 //! Everything here runs on the background task (or a test driving it) under one lock that
 //! the hot path never takes. The hot path only reads the thresholds written here; how they
@@ -12,15 +12,13 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use grl_core::proto;
-
-use super::buckets::{Registry, Resolver, RuleSet, threshold};
+use super::buckets::{Registry, Resolver};
 use super::budget::Budget;
 use super::recorded::Recorded;
 use super::shape::Shape;
-use super::table::{DECISIONS, PairEntry, PairTable};
+use super::table::{DECISIONS, PairEntry};
 use super::{BucketTotals, ClientStatus, Inner};
 
 /// Bookkeeping of one cell, by cell id.
@@ -78,7 +76,7 @@ impl Book {
     }
 
     /// Drops the allowance and what it had earned or owed (expired, or out of the config).
-    fn forget_allowance(&mut self) {
+    pub(crate) fn forget_allowance(&mut self) {
         self.expires = None;
         self.allowed = None;
         self.budget = Budget::new();
@@ -93,7 +91,7 @@ pub(crate) struct Control {
     pub(crate) active: Vec<u32>,
     pub(crate) version: String,
     /// Until when the last instruction keeps the client out of fail-open.
-    valid_until: Option<Instant>,
+    pub(crate) valid_until: Option<Instant>,
     pub(crate) seq: u64,
     /// When the last window ended.
     pub(crate) window_at: Option<Instant>,
@@ -130,7 +128,8 @@ impl Control {
         Resolver::empty(self.registry.cells.clone())
     }
 
-    fn id(&mut self, name: &str) -> u32 {
+    /// The cell id of bucket `name`, with a book for it.
+    pub(crate) fn id(&mut self, name: &str) -> u32 {
         let id = self.registry.id(name);
         if self.books.len() <= id as usize {
             self.books.resize(id as usize + 1, Book::new(self.windows));
@@ -145,121 +144,6 @@ impl Inner {
         self.control
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Applies one instruction received at `now`.
-    pub(crate) fn apply_instruction(&self, ins: &proto::Instruction, now: Instant) {
-        let mut c = self.lock();
-        let default_valid = if ins.valid_for_ms > 0 {
-            Duration::from_millis(ins.valid_for_ms.into())
-        } else {
-            self.cfg.interval * self.cfg.expiry_intervals
-        };
-        if ins.has_config {
-            self.apply_config(&mut c, ins);
-        }
-        for r in ins.ratios.iter().filter(|r| r.service == self.cfg.service) {
-            let Some(id) = c.registry.get(&r.bucket).filter(|id| c.active.contains(id)) else {
-                debug!(bucket = %r.bucket, "ratio for a bucket not in the config, ignored");
-                continue;
-            };
-            let valid = if r.valid_for_ms > 0 {
-                Duration::from_millis(r.valid_for_ms.into())
-            } else {
-                default_valid
-            };
-            let book = &mut c.books[id as usize];
-            book.expires = Some(now + valid);
-            let had = book.allowed.is_some();
-            book.allowed = r.allowed.filter(|a| a.is_finite() && *a >= 0.0);
-            if !had && book.allowed.is_some() {
-                book.budget = Budget::starting_at(crate::budget::phase_of(&self.cfg.id, id));
-                book.unsettled = true;
-            }
-            if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {
-                if now < until {
-                    book.allowed = Some(a.max(held));
-                } else {
-                    book.hold = None;
-                }
-            }
-            let ratio = match book.allowed {
-                Some(a) => book.budget.ratio(
-                    book.local_share(a),
-                    self.window_secs(),
-                    book.shape.expected(),
-                    book.shape.typical_window(),
-                ),
-                None => r.ratio,
-            };
-            c.registry.cells[id as usize]
-                .threshold
-                .store(threshold(ratio), Ordering::Relaxed);
-        }
-        c.valid_until = Some(now + default_valid);
-        self.fail_open.store(false, Ordering::Relaxed);
-        self.sync_pairs(&c.registry);
-    }
-
-    fn apply_config(&self, c: &mut Control, ins: &proto::Instruction) {
-        let rules = match RuleSet::from_wire(&ins.config, &self.cfg.service) {
-            Ok(rules) => rules,
-            Err(e) => {
-                warn!(version = %ins.config_version, error = %e, "config refused, keeping the last one");
-                return;
-            }
-        };
-        // Fold counts under the old bucket mapping before pairs move.
-        self.collect(c);
-        let ids: Vec<u32> = rules.names.iter().map(|n| c.id(n)).collect();
-        for &old in &c.active {
-            if !ids.contains(&old) {
-                c.registry.cells[old as usize]
-                    .threshold
-                    .store(0, Ordering::Relaxed);
-                c.books[old as usize].forget_allowance();
-                c.books[old as usize].shape.clear();
-            }
-        }
-        for (id, mode) in ids.iter().zip(&rules.modes) {
-            let shadow = *mode == grl_core::config::Mode::Shadow;
-            c.registry.cells[*id as usize]
-                .shadow
-                .store(shadow, Ordering::Relaxed);
-        }
-        let resolver = rules.resolver(ids.clone(), c.registry.cells.clone());
-        c.active = ids;
-        c.version = ins.config_version.clone();
-        for e in self.table.iter() {
-            e.cell.store(
-                resolver.resolve(e.caller(), e.procedure()),
-                Ordering::Relaxed,
-            );
-        }
-        for e in self.also.get().into_iter().flat_map(PairTable::iter) {
-            e.cell.store(
-                resolver.resolve_in_addition(e.caller(), e.procedure()),
-                Ordering::Relaxed,
-            );
-        }
-        let also_on = resolver.has_in_addition();
-        self.resolver.store(Arc::new(resolver));
-        self.also_on.store(also_on, Ordering::Relaxed);
-        debug!(version = %c.version, buckets = c.active.len(), "config applied");
-    }
-
-    /// Copies every cell's threshold and mode into the pairs that belong to it.
-    pub(crate) fn sync_pairs(&self, registry: &Registry) {
-        for e in self.pairs() {
-            sync_pair(e, &registry.cells);
-        }
-    }
-
-    /// Every pair entry: the table's, then those of the buckets that apply in addition.
-    pub(crate) fn pairs(&self) -> impl Iterator<Item = &PairEntry> {
-        self.table
-            .iter()
-            .chain(self.also.get().into_iter().flat_map(PairTable::iter))
     }
 
     /// Zeroes the ratios that expired by `now`; fails open when the last instruction did.
@@ -427,6 +311,7 @@ pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<super::buckets::BucketCell>]
 mod tests {
     use super::*;
     use crate::Decision;
+    use grl_core::proto;
 
     /// A client with bucket `b` (caller `gateway`, `mode`) allowed `allowed` rps, and a
     /// function that offers `n` requests and ends the window 50 ms after the last one;

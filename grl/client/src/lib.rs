@@ -48,6 +48,7 @@
 //! assert_eq!(client.decide("gateway", "pay.Pay/Card"), Decision::Allow);
 //! ```
 
+mod apply;
 mod buckets;
 mod budget;
 mod control;

@@ -1,0 +1,136 @@
+//! Applying what the control plane says: an instruction's config (the service's bucket
+//! rules: books, cells and the pair table rebuilt), its ratios and allowances per bucket,
+//! and the thresholds the hot path reads, written into every pair that belongs to a
+//! bucket. Runs under the control lock ([`Inner::lock`]), never on the hot path.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use grl_core::proto;
+
+use super::Inner;
+use super::buckets::{Registry, RuleSet, threshold};
+use super::budget::Budget;
+use super::control::{Control, sync_pair};
+use super::table::{PairEntry, PairTable};
+
+impl Inner {
+    /// Applies one instruction received at `now`.
+    pub(crate) fn apply_instruction(&self, ins: &proto::Instruction, now: Instant) {
+        let mut c = self.lock();
+        let default_valid = if ins.valid_for_ms > 0 {
+            Duration::from_millis(ins.valid_for_ms.into())
+        } else {
+            self.cfg.interval * self.cfg.expiry_intervals
+        };
+        if ins.has_config {
+            self.apply_config(&mut c, ins);
+        }
+        for r in ins.ratios.iter().filter(|r| r.service == self.cfg.service) {
+            let Some(id) = c.registry.get(&r.bucket).filter(|id| c.active.contains(id)) else {
+                debug!(bucket = %r.bucket, "ratio for a bucket not in the config, ignored");
+                continue;
+            };
+            let valid = if r.valid_for_ms > 0 {
+                Duration::from_millis(r.valid_for_ms.into())
+            } else {
+                default_valid
+            };
+            let book = &mut c.books[id as usize];
+            book.expires = Some(now + valid);
+            let had = book.allowed.is_some();
+            book.allowed = r.allowed.filter(|a| a.is_finite() && *a >= 0.0);
+            if !had && book.allowed.is_some() {
+                book.budget = Budget::starting_at(crate::budget::phase_of(&self.cfg.id, id));
+                book.unsettled = true;
+            }
+            if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {
+                if now < until {
+                    book.allowed = Some(a.max(held));
+                } else {
+                    book.hold = None;
+                }
+            }
+            let ratio = match book.allowed {
+                Some(a) => book.budget.ratio(
+                    book.local_share(a),
+                    self.window_secs(),
+                    book.shape.expected(),
+                    book.shape.typical_window(),
+                ),
+                None => r.ratio,
+            };
+            c.registry.cells[id as usize]
+                .threshold
+                .store(threshold(ratio), Ordering::Relaxed);
+        }
+        c.valid_until = Some(now + default_valid);
+        self.fail_open.store(false, Ordering::Relaxed);
+        self.sync_pairs(&c.registry);
+    }
+
+    fn apply_config(&self, c: &mut Control, ins: &proto::Instruction) {
+        let rules = match RuleSet::from_wire(&ins.config, &self.cfg.service) {
+            Ok(rules) => rules,
+            Err(e) => {
+                warn!(version = %ins.config_version, error = %e, "config refused, keeping the last one");
+                return;
+            }
+        };
+        // Fold counts under the old bucket mapping before pairs move.
+        self.collect(c);
+        let ids: Vec<u32> = rules.names.iter().map(|n| c.id(n)).collect();
+        for &old in &c.active {
+            if !ids.contains(&old) {
+                c.registry.cells[old as usize]
+                    .threshold
+                    .store(0, Ordering::Relaxed);
+                c.books[old as usize].forget_allowance();
+                c.books[old as usize].shape.clear();
+            }
+        }
+        for (id, mode) in ids.iter().zip(&rules.modes) {
+            let shadow = *mode == grl_core::config::Mode::Shadow;
+            c.registry.cells[*id as usize]
+                .shadow
+                .store(shadow, Ordering::Relaxed);
+        }
+        let resolver = rules.resolver(ids.clone(), c.registry.cells.clone());
+        c.active = ids;
+        c.version = ins.config_version.clone();
+        for e in self.table.iter() {
+            e.cell.store(
+                resolver.resolve(e.caller(), e.procedure()),
+                Ordering::Relaxed,
+            );
+        }
+        for e in self.also.get().into_iter().flat_map(PairTable::iter) {
+            e.cell.store(
+                resolver.resolve_in_addition(e.caller(), e.procedure()),
+                Ordering::Relaxed,
+            );
+        }
+        let also_on = resolver.has_in_addition();
+        self.resolver.store(Arc::new(resolver));
+        self.also_on.store(also_on, Ordering::Relaxed);
+        debug!(version = %c.version, buckets = c.active.len(), "config applied");
+    }
+
+    /// Copies every cell's threshold and mode into the pairs that belong to it.
+    pub(crate) fn sync_pairs(&self, registry: &Registry) {
+        for e in self.pairs() {
+            sync_pair(e, &registry.cells);
+        }
+    }
+
+    /// Every pair entry: the table's, then those of the buckets that apply in addition.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = &PairEntry> {
+        self.table
+            .iter()
+            .chain(self.also.get().into_iter().flat_map(PairTable::iter))
+    }
+}
