@@ -81,6 +81,18 @@ impl Budget {
         self.tokens = t.min(cap).max(floor.min(0.0).min(refilled));
     }
 
+    /// Whether the budget, with what allowance `allowed` refilled over the `since` seconds
+    /// of the current window, holds `need` requests.
+    pub(crate) fn covers(&self, allowed: f64, since: f64, need: f64) -> bool {
+        self.tokens + allowed * since >= need
+    }
+
+    /// Spends `n` requests at once (a batch admitted whole); the window that counts them
+    /// must not spend them again.
+    pub(crate) fn charge(&mut self, n: f64) {
+        self.tokens -= n;
+    }
+
     /// The drop ratio for the next window of `window_secs` at allowance `allowed` when it is
     /// expected to offer `expected` requests per second: it admits what the budget and the
     /// window's refill hold in whole requests, all of it when that covers the expected

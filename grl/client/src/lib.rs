@@ -312,10 +312,12 @@ impl Client {
 
     /// Decides one call that stands for `n` requests (e.g. Envoy's `hits_addend`): admitted
     /// or refused whole, and all `n` counted as offered under that decision. Batches are not
-    /// drawn at random (ten calls a second could not hold a share): the bucket keeps a
-    /// running sum of the batches' admitted fractions and admits a batch once it covers half
-    /// of it, so over a few calls the admitted share is the ratio's; a batch admitted beyond
-    /// the allowance is paid back by the calls after it. Not the hot path.
+    /// drawn at random (ten calls a second could not hold a share): a batch is admitted once
+    /// the bucket's budget (the book its single requests spend too) holds half of it, and is
+    /// then charged whole, so over a few calls the admitted share is the allowance's; a
+    /// batch admitted beyond it is paid back by the calls after it. Without an allowance (a
+    /// bare ratio) a running sum of the batches' admitted fractions plays the budget's part.
+    /// Not the hot path.
     pub fn decide_n(&self, caller: &str, procedure: &str, n: u64) -> Decision {
         if n <= 1 {
             return if n == 1 {
@@ -348,7 +350,11 @@ impl Client {
                 (None, id, cell.ratio(), cell.shadow.load(Ordering::Relaxed))
             }
         };
-        let d = match (self.inner.batch_refused(id, ratio, n), shadow) {
+        let d = match (
+            self.inner
+                .batch_refused(id, ratio, n, tokio::time::Instant::now()),
+            shadow,
+        ) {
             (false, _) => Decision::Allow,
             (true, false) => Decision::Drop,
             (true, true) => Decision::ShadowDrop,

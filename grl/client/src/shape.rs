@@ -37,6 +37,10 @@ pub(crate) enum Change {
     Rise,
     /// A run of low windows longer than any recent gap, beyond counting noise.
     Fall,
+    /// The rate did not change, but how often the caller's bursts come became known (the
+    /// second burst since the last change): the rate reported from now on is the cycles'
+    /// average, no longer a guess from one burst.
+    Learned,
 }
 
 /// The recent traffic of one bucket at one client.
@@ -50,30 +54,56 @@ pub(crate) struct Shape {
     estimate: f64,
     /// The last window counted nothing (one empty window is a pause, not a fall).
     idle: bool,
+    /// The segment's cycles have been known (and said, by [`Change::Learned`]).
+    cycles_told: bool,
+    /// Runs of traffic shorter than this many windows are bursts: while the caller's cycle
+    /// is not known, the silence after one is not a fall (a quarter of an interval, as for
+    /// [`Shape::dense`]).
+    short_run: usize,
 }
 
 impl Shape {
-    /// A shape keeping `cap` windows (at least 2).
-    pub(crate) fn new(cap: usize) -> Self {
+    /// A shape keeping `cap` windows (at least 2) for a client reporting every
+    /// `interval_windows` windows.
+    pub(crate) fn new(cap: usize, interval_windows: usize) -> Self {
         let cap = cap.max(2);
         Self {
+            short_run: (interval_windows / 4).max(2),
             ring: VecDeque::with_capacity(cap),
             cap,
             segment: 0,
             estimate: 0.0,
             idle: false,
+            cycles_told: false,
         }
     }
 
     /// Forgets everything (a bucket that left the config).
     pub(crate) fn clear(&mut self) {
-        *self = Self::new(self.cap);
+        *self = Self {
+            short_run: self.short_run,
+            ..Self::new(self.cap, 0)
+        };
     }
 
     /// Adds a window of `secs` in which `offered` requests were decided here and `admitted`
     /// of them let through (or, in shadow mode, not virtually dropped); says whether the
-    /// rate changed for real.
+    /// rate changed for real, or whether its cycles just became known.
     pub(crate) fn push(&mut self, offered: u64, admitted: u64, secs: f64) -> Change {
+        let change = self.push_window(offered, admitted, secs);
+        if change != Change::None {
+            self.cycles_told = false;
+            return change;
+        }
+        if !self.cycles_told && self.cycles().is_some() {
+            self.cycles_told = true;
+            return Change::Learned;
+        }
+        change
+    }
+
+    /// [`push`](Self::push) without telling when the cycles became known.
+    fn push_window(&mut self, offered: u64, admitted: u64, secs: f64) -> Change {
         let slot = Slot {
             offered: offered.min(u64::from(u32::MAX)) as u32,
             admitted: admitted.min(offered).min(u64::from(u32::MAX)) as u32,
@@ -88,8 +118,10 @@ impl Shape {
         let pause = offered == 0 && !self.idle;
         self.idle = offered == 0;
         match change {
-            Change::None if !pause => self.estimate = estimate(self.estimate, offered, secs).0,
-            Change::None => {}
+            Change::None | Change::Learned if !pause => {
+                self.estimate = estimate(self.estimate, offered, secs).0;
+            }
+            Change::None | Change::Learned => {}
             Change::Rise => {
                 self.segment = 2.min(self.ring.len());
                 self.estimate = self.rate_over(self.segment).0;
@@ -118,10 +150,13 @@ impl Shape {
         }
         let k = self.fall_run(slot).max(self.trailing_empty(slot));
         // One short burst says nothing of how often bursts come: its silence is not a fall.
-        let pattern_known = self.runs_in_segment() >= 2 || self.longest_run() >= k;
-        if k <= self.segment + 1 && pattern_known {
+        let pattern_known =
+            self.runs_in_segment() >= 2 || self.longest_run() >= k.max(self.short_run);
+        // The rate before the run is measured over at least as many windows as the run (a
+        // few windows inside a burst would make any silence after it look like a fall).
+        let before = (self.segment + 1).saturating_sub(k);
+        if k <= self.segment + 1 && pattern_known && (before == 0 || before >= k) {
             // The rate before the run, against what the run held.
-            let before = self.segment + 1 - k;
             let mean = if before > 0 {
                 self.mean_count(before, k - 1)
             } else {
@@ -360,6 +395,11 @@ impl Shape {
         self.ring.iter().map(|s| u64::from(s.admitted)).sum()
     }
 
+    /// How many windows the ring keeps.
+    pub(crate) fn windows(&self) -> usize {
+        self.cap
+    }
+
     /// The longest recent gap in seconds (0 for traffic with no empty window).
     pub(crate) fn longest_gap_secs(&self) -> f64 {
         let mean = self.ring.iter().map(|s| s.secs).sum::<f64>() / self.ring.len().max(1) as f64;
@@ -389,7 +429,7 @@ mod tests {
     const W: f64 = 0.05;
 
     fn fed(counts: impl IntoIterator<Item = u64>) -> (Shape, Vec<Change>) {
-        let mut s = Shape::new(80);
+        let mut s = Shape::new(80, 20);
         let changes = counts.into_iter().map(|c| s.push(c, c, W)).collect();
         (s, changes)
     }
@@ -481,7 +521,11 @@ mod tests {
             .into_iter()
             .chain(std::iter::repeat_n(0, 37));
         let (mut s, ch) = fed(cycle.cycle().take(40 * 4));
-        assert_eq!(changes_of(&ch[80..], Change::Fall), 0, "{ch:?}");
+        assert_eq!(
+            changes_of(&ch, Change::Fall),
+            0,
+            "the end of a burst is no fall, the first one's included: {ch:?}"
+        );
         for i in 0..40 {
             let (o, _) = s.report_rates(20);
             assert!((o - 4000.0).abs() <= 400.0, "window {i}: reported {o}");
@@ -492,7 +536,7 @@ mod tests {
     #[test]
     fn a_burst_in_one_window_every_second_is_its_average_from_the_second_burst() {
         // Silence, then 4,000 requests in one window every second (a batch of hits).
-        let mut s = Shape::new(80);
+        let mut s = Shape::new(80, 20);
         for _ in 0..30 {
             s.push(0, 0, W);
         }
@@ -507,15 +551,60 @@ mod tests {
     }
 
     #[test]
+    fn bursts_two_seconds_apart_are_their_average_from_the_second_one() {
+        // Silence since the config came, then 8,000 requests over three windows every 2 s.
+        let mut s = Shape::new(80, 20);
+        for _ in 0..40 {
+            s.push(0, 0, W);
+        }
+        for i in 0..200 {
+            let n = [2667u64, 2667, 2666].get(i % 40).copied().unwrap_or(0);
+            let c = s.push(n, n, W);
+            assert_ne!(c, Change::Fall, "window {i}");
+            assert_eq!(c == Change::Learned, i == 40, "window {i}: {c:?}");
+            if i >= 42 {
+                let o = s.report_rates(20).0;
+                assert!((o - 4000.0).abs() <= 400.0, "window {i}: {o}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_surge_that_ends_is_a_fall_at_once() {
+        let mut s = Shape::new(80, 20);
+        for _ in 0..40 {
+            s.push(0, 0, W);
+        }
+        for _ in 0..10 {
+            s.push(100, 100, W);
+        }
+        assert_eq!(s.push(0, 0, W), Change::None, "one empty window is a pause");
+        assert_eq!(
+            s.push(0, 0, W),
+            Change::Fall,
+            "two are the end of the surge"
+        );
+        assert_eq!(s.report_rates(20).0, 0.0);
+    }
+
+    #[test]
     fn the_first_gap_after_a_short_silence_is_not_a_fall() {
         // A client that got its config 1.5 s before its first burst of a batch every 2 s.
-        let mut s = Shape::new(80);
+        let mut s = Shape::new(80, 20);
         for _ in 0..30 {
             s.push(0, 0, W);
         }
         for i in 0..160 {
             let c = s.push(if i % 40 == 0 { 8000 } else { 0 }, 0, W);
-            assert_eq!(c, Change::None, "window {i}");
+            let want = if i == 40 {
+                Change::Learned
+            } else {
+                Change::None
+            };
+            assert_eq!(
+                c, want,
+                "window {i}: the second burst tells the cycle, once"
+            );
             if i >= 40 {
                 let o = s.report_rates(20).0;
                 assert!((o - 4000.0).abs() <= 1.0, "window {i}: {o}");
@@ -536,7 +625,7 @@ mod tests {
 
     #[test]
     fn admitted_rates_follow_the_same_horizon() {
-        let mut s = Shape::new(80);
+        let mut s = Shape::new(80, 20);
         for _ in 0..40 {
             s.push(10, 4, W);
         }

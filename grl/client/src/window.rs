@@ -53,9 +53,15 @@ impl Inner {
             b.recorded.since(now, horizon);
             let offered = delta.iter().sum::<u64>().saturating_sub(batch);
             let admitted = delta[Decision::Allow as usize].saturating_sub(batch);
+            let charged = b.batch_charged.min(admitted);
+            b.batch_charged -= charged;
+            b.largest_batch = b
+                .largest_batch
+                .map(|(age, n)| (age + 1, n))
+                .filter(|(age, _)| *age <= b.shape.windows());
             match b.shape.push(offered, admitted, secs) {
                 Change::None => {}
-                Change::Rise => urgent = true,
+                Change::Rise | Change::Learned => urgent = true,
                 Change::Fall => {
                     urgent = true;
                     if let Some(a) = b.allowed {
@@ -70,8 +76,9 @@ impl Inner {
                 if !std::mem::take(&mut b.unsettled) {
                     let floor =
                         Budget::floor(share, interval.as_secs_f64(), b.shape.admitted_in_ring());
-                    let cap = Budget::cap(share, w, b.shape.longest_gap_secs());
-                    b.budget.settle(share, secs, admitted, floor, cap);
+                    let batch = b.largest_batch.map_or(0.0, |(_, n)| n as f64);
+                    let cap = Budget::cap(share, w, b.shape.longest_gap_secs()).max(batch);
+                    b.budget.settle(share, secs, admitted - charged, floor, cap);
                 }
                 let t = threshold(b.budget.ratio(
                     share,
