@@ -308,6 +308,11 @@ fn a_hundred_clients_at_2_rps_are_held_to_100_rps() {
 /// 20 clients at 5 rps against 25: the issue saw seconds repeat 20, 20, 27, 33, 20, 20,
 /// 24, 36 (worst +44 %); every second from the 5th is held to ±25 % and the mean to ±5 %.
 #[test]
+fn a_thousand_clients_at_1_rps_are_held_to_200_rps() {
+    low_rate(1000, 1.0, 200.0, 0.1, "even");
+}
+
+#[test]
 fn twenty_clients_at_5_rps_admit_a_steady_25_every_second() {
     let region = Region::start(
         &service(&[bucket("b", "gateway", "", "deny", 25.0)]),
