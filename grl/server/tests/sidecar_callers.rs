@@ -241,7 +241,7 @@ fn rss_mib(pid: u32) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callers_and_paths_of_30_kb_are_cut_to_256_bytes_and_metrics_stay_small() {
+async fn callers_of_30_kb_count_as_one_overflow_caller_paths_are_cut_and_metrics_stay_small() {
     let up = Upstream::start().await;
     let sc = Sidecar::start(&up.url(), &no_aggregator(), &[]);
     let rss_before = rss_mib(sc.pid());
@@ -265,9 +265,18 @@ async fn callers_and_paths_of_30_kb_are_cut_to_256_bytes_and_metrics_stay_small(
     let m = sc.scrape().await;
     let cut = |name| sum(&m, "grl_sidecar_names_cut_total", &[("name", name)]) as u64;
     assert_eq!((cut("caller"), cut("procedure")), (n, n));
-    let caller = format!("c0007{}...", "x".repeat(251));
+    // Every caller past 256 bytes is one caller: the overflow label.
     let procedure = format!("p0007{}...", "y".repeat(251));
-    assert_eq!(requests(&m, &caller, &procedure, "allowed"), 1);
+    assert_eq!(requests(&m, "__overflow__", &procedure, "allowed"), 1);
+    let callers: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("grl_requests_total{"))
+        .filter_map(|l| l.split("caller=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(
+        callers.iter().all(|c| c.len() <= 256),
+        "a caller label over 256 bytes: {callers:?}"
+    );
     // The upstream got the paths whole: only the labels are cut.
     assert_eq!(up.paths()[7].len(), 30_006);
     assert_eq!(up.http_requests(), n);

@@ -8,7 +8,10 @@
 //! or the client certificate ([`caller`]); the procedure is the path, normalised
 //! ([`path`]: the path forwarded is the one matched), as the tower layer reads it
 //! ([`grl_client::layer::procedure_of`]) for canonical paths, so one config serves both.
-//! Callers and procedures past the config's name limit are cut ([`caller::capped`]).
+//! A caller past the config's name limit counts as the overflow caller
+//! ([`crate::sidecar::names::caller`], as for Envoy's services), so that any number of such
+//! callers is one label; a procedure past it is cut ([`caller::capped`]) and still falls in
+//! its prefix bucket.
 //!
 //! A dropped request never reaches the upstream: HTTP 429 with `Retry-After`, or for gRPC
 //! (`content-type: application/grpc*`) a trailers-only HTTP 200 with `grpc-status: 8`
@@ -199,11 +202,12 @@ impl Proxy {
             Ok(c) => c,
             Err(e) => return self.refuse_caller(grpc, e),
         };
-        let caller = caller::capped(caller);
-        let procedure = caller::capped(path::procedure(&path));
-        if let Cow::Owned(_) = caller {
+        let bounded = crate::sidecar::names::caller(&caller);
+        if bounded.len() != caller.len() {
             self.metrics.port.cut(Name::Caller);
         }
+        let caller = bounded;
+        let procedure = caller::capped(path::procedure(&path));
         if let Cow::Owned(_) = procedure {
             self.metrics.port.cut(Name::Procedure);
         }
