@@ -640,6 +640,11 @@ fn one_call_of_5000_hits_a_second_is_seen_and_held() {
 }
 
 #[test]
+fn one_call_of_200000_hits_a_second_is_seen_and_held() {
+    rls_batches(200_000, 1.0);
+}
+
+#[test]
 fn one_call_of_2500_hits_every_half_second_is_seen_and_held() {
     rls_batches(2500, 0.5);
 }
