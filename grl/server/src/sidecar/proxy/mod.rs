@@ -202,7 +202,7 @@ impl Proxy {
             Ok(c) => c,
             Err(e) => return self.refuse_caller(grpc, e),
         };
-        let bounded = crate::sidecar::names::caller(&caller);
+        let bounded = crate::sidecar::names::caller(caller);
         if bounded.len() != caller.len() {
             self.metrics.port.cut(Name::Caller);
         }
@@ -211,7 +211,7 @@ impl Proxy {
         if let Cow::Owned(_) = procedure {
             self.metrics.port.cut(Name::Procedure);
         }
-        if self.client.decide(&caller, &procedure) == Decision::Drop {
+        if self.client.decide(caller, &procedure) == Decision::Drop {
             return self.refusal(grpc);
         }
         let target = if let Cow::Borrowed(_) = path {
