@@ -434,6 +434,16 @@ mod tests {
         (s, changes)
     }
 
+    /// A shape that has counted `windows` empty windows (a client holding the config
+    /// before its first request).
+    fn after_silence(windows: usize) -> Shape {
+        let mut s = Shape::new(80, 20);
+        for _ in 0..windows {
+            s.push(0, 0, W);
+        }
+        s
+    }
+
     fn changes_of(v: &[Change], kind: Change) -> usize {
         v.iter().filter(|c| **c == kind).count()
     }
@@ -536,10 +546,7 @@ mod tests {
     #[test]
     fn a_burst_in_one_window_every_second_is_its_average_from_the_second_burst() {
         // Silence, then 4,000 requests in one window every second (a batch of hits).
-        let mut s = Shape::new(80, 20);
-        for _ in 0..30 {
-            s.push(0, 0, W);
-        }
+        let mut s = after_silence(30);
         let mut reported = Vec::new();
         for i in 0..120 {
             s.push(if i % 20 == 0 { 4000 } else { 0 }, 0, W);
@@ -553,10 +560,7 @@ mod tests {
     #[test]
     fn bursts_two_seconds_apart_are_their_average_from_the_second_one() {
         // Silence since the config came, then 8,000 requests over three windows every 2 s.
-        let mut s = Shape::new(80, 20);
-        for _ in 0..40 {
-            s.push(0, 0, W);
-        }
+        let mut s = after_silence(40);
         for i in 0..200 {
             let n = [2667u64, 2667, 2666].get(i % 40).copied().unwrap_or(0);
             let c = s.push(n, n, W);
@@ -571,10 +575,7 @@ mod tests {
 
     #[test]
     fn a_surge_that_ends_is_a_fall_at_once() {
-        let mut s = Shape::new(80, 20);
-        for _ in 0..40 {
-            s.push(0, 0, W);
-        }
+        let mut s = after_silence(40);
         for _ in 0..10 {
             s.push(100, 100, W);
         }
@@ -590,10 +591,7 @@ mod tests {
     #[test]
     fn the_first_gap_after_a_short_silence_is_not_a_fall() {
         // A client that got its config 1.5 s before its first burst of a batch every 2 s.
-        let mut s = Shape::new(80, 20);
-        for _ in 0..30 {
-            s.push(0, 0, W);
-        }
+        let mut s = after_silence(30);
         for i in 0..160 {
             let c = s.push(if i % 40 == 0 { 8000 } else { 0 }, 0, W);
             let want = if i == 40 {

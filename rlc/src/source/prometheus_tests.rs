@@ -19,7 +19,7 @@ const BURST: f64 = 45.0;
 struct World {
     start: i64,
     end: i64,
-    _prom: Prometheus,
+    prom: Prometheus,
     url: String,
     _dir: tempfile::TempDir,
 }
@@ -72,7 +72,7 @@ async fn world() -> World {
     World {
         start,
         end,
-        _prom: prom,
+        prom,
         url,
         _dir: dir,
     }
@@ -130,6 +130,7 @@ async fn against_real_prometheus() {
     fetch_all_returns_in_order(&w, &src).await;
     batched_matches_per_bucket(&w, &src).await;
     long_answers_are_split_then_refused(&w, &src).await;
+    too_many_samples_halve_the_chunk(&w, &src).await;
 }
 
 async fn covers_the_window_and_keeps_the_peak(w: &World, src: &PrometheusSource) {
@@ -256,6 +257,54 @@ async fn long_answers_are_split_then_refused(w: &World, src: &PrometheusSource) 
             && err.to_string().contains("after halving the range 3 times"),
         "(l) {err}"
     );
+}
+
+/// A Prometheus whose `--query.max-samples` is far below what one chunk of 11,000 steps
+/// loads (its default is 50,000,000): each refused chunk is asked again in halves, and the
+/// series joined from them is the one an unbounded Prometheus answers.
+async fn too_many_samples_halve_the_chunk(w: &World, src: &PrometheusSource) {
+    let copy = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(w.prom.data_dir()).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        // Only the persisted blocks: the head and its lock belong to the running server.
+        if !entry.file_type().unwrap().is_dir() || name == "wal" || name == "chunks_head" {
+            continue;
+        }
+        let to = copy.path().join(&name);
+        std::fs::create_dir_all(&to).unwrap();
+        copy_dir(&entry.path(), &to);
+    }
+    let bounded = Prometheus::start_on_data_with(copy.path(), &["--query.max-samples=5000"])
+        .await
+        .unwrap();
+    let refused = bounded
+        .query(r#"count_over_time(grl_requests_total{caller="gw",procedure="Pay/Card",decision="allowed"}[28d])"#)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("too many samples"),
+        "(m) the bounded Prometheus loads a whole window: {refused}"
+    );
+    let through = PrometheusSource::new(&bounded.url(), PromSettings::default()).unwrap();
+    let whole = window(w, src, Some("gw"), Some("Pay/*"), Measure::Offered).await;
+    let halved = window(w, &through, Some("gw"), Some("Pay/*"), Measure::Offered).await;
+    assert_eq!(whole.points, halved.points, "(m) halved chunks join");
+    bounded.stop();
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
 
 async fn bad_template_is_rejected_without_retry(w: &World) {

@@ -110,23 +110,30 @@ impl Prometheus {
         if let Some(openmetrics) = backfill {
             self::backfill(openmetrics, dir.path(), &data_dir).await?;
         }
-        Self::launch(dir, data_dir, scrape_targets).await
+        Self::launch(dir, data_dir, scrape_targets, &[]).await
     }
 
     /// Starts Prometheus on TSDB blocks that already exist in `data_dir` (for example made
     /// once by [`backfill_file`] and kept across benchmark runs), with no scrape targets.
     /// The data directory is not deleted when the server stops.
     pub async fn start_on_data(data_dir: &Path) -> Result<Prometheus> {
+        Self::start_on_data_with(data_dir, &[]).await
+    }
+
+    /// [`start_on_data`](Self::start_on_data) with more command-line flags (e.g. a lower
+    /// `--query.max-samples`).
+    pub async fn start_on_data_with(data_dir: &Path, flags: &[&str]) -> Result<Prometheus> {
         let dir = tempfile::Builder::new()
             .prefix("grl-prometheus-")
             .tempdir()?;
-        Self::launch(dir, data_dir.to_path_buf(), &[]).await
+        Self::launch(dir, data_dir.to_path_buf(), &[], flags).await
     }
 
     async fn launch(
         dir: TempDir,
         data_dir: PathBuf,
         scrape_targets: &[String],
+        flags: &[&str],
     ) -> Result<Prometheus> {
         let prometheus = test_binary("GRL_TEST_PROMETHEUS", "/usr/bin/prometheus", "Prometheus")?;
         let config = dir.path().join("prometheus.yml");
@@ -139,7 +146,8 @@ impl Prometheus {
                 .arg(format!("--storage.tsdb.path={}", data_dir.display()))
                 .arg("--storage.tsdb.retention.time=400d")
                 .arg(format!("--web.listen-address={addr}"))
-                .arg("--web.enable-lifecycle"),
+                .arg("--web.enable-lifecycle")
+                .args(flags),
         )?;
         let url = format!("http://{addr}");
         let mut server = Prometheus {
