@@ -241,6 +241,7 @@ fn dir_mib(dir: &Path) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    rlc::https::install_crypto_provider();
     let services: usize = env_or("FLEET_SERVICES", 1100);
     let buckets: usize = env_or::<usize>("FLEET_BUCKETS_PER_SERVICE", 20).min(20);
     let days: i64 = env_or("FLEET_DAYS", 28);
