@@ -476,6 +476,40 @@ fn bursts(loadgens: usize, per_burst: f64, period_ms: u64) {
     );
 }
 
+/// A bursty and a steady instance of the same caller, each offering 1,500 rps on average
+/// against 1,000: the allowances follow the average offered loads, so each admits half the
+/// limit over 10 s (±10 %), the bursty one no less for sending all at once.
+#[test]
+fn a_bursty_and_a_steady_instance_share_by_their_average_load() {
+    let region = Region::start(
+        &service(&[bucket("b", "gateway", "", "deny", 1000.0)]),
+        &["a"],
+    );
+    let start = Region::start_in(2);
+    let runs: Vec<_> = ["burst:1000", "even"]
+        .iter()
+        .map(|shape| {
+            region.loadgen(
+                0,
+                1,
+                &format!("0,gateway,Pay/Card,1500,{shape}\n"),
+                15,
+                start,
+            )
+        })
+        .collect();
+    let runs: Vec<_> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    for (run, shape) in runs.iter().zip(["bursty", "steady"]) {
+        let one = std::slice::from_ref(run);
+        let admitted = total(one, "b", 5, 14)[1];
+        assert!(
+            (admitted - 5000.0).abs() <= 500.0,
+            "the {shape} instance admitted {admitted:.0} over 10 s where 5,000 were its share\n{}",
+            table(one, "b", 15)
+        );
+    }
+}
+
 #[test]
 fn a_burst_of_4000_once_a_second_is_seen_and_held() {
     bursts(1, 4000.0, 1000);
