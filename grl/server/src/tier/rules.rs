@@ -295,17 +295,22 @@ mod tests {
         assert_eq!(back, r);
     }
 
-    #[test]
-    fn every_bucket_has_one_index_that_both_ends_locate() {
+    /// Version `v1` of two services, `pay` and `ads`, with the same buckets.
+    fn pay_and_ads() -> grl_config::Snapshot {
         let ads = PAY.replace("service: pay", "service: ads");
-        let s = grl_config::from_files(
+        grl_config::from_files(
             "v1",
             [
                 ("services/pay.yaml".into(), PAY.into()),
                 ("services/ads.yaml".into(), ads),
             ],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn every_bucket_has_one_index_that_both_ends_locate() {
+        let s = pay_and_ads();
         let top = Rules::from_snapshot(&s, &[], 0);
         assert_eq!(top.index_of("ads", 0), Some(0));
         assert_eq!(top.index_of("ads", 1), Some(1));
@@ -327,15 +332,7 @@ mod tests {
 
     #[test]
     fn a_whole_version_is_worked_by_index_and_a_part_or_an_override_by_name() {
-        let ads = PAY.replace("service: pay", "service: ads");
-        let s = grl_config::from_files(
-            "v1",
-            [
-                ("services/pay.yaml".into(), PAY.into()),
-                ("services/ads.yaml".into(), ads),
-            ],
-        )
-        .unwrap();
+        let s = pay_and_ads();
         let top = Rules::from_snapshot(&s, &[], 0);
         let d = top.dense().expect("a whole snapshot works by index");
         assert_eq!(d.len(), top.bucket_count());
