@@ -18,7 +18,8 @@
 //! generator) admit at spread-out instants rather than all in the same window.
 //!
 //! Bounds: credit is capped at what the caller's normal silences earn ([`Budget::cap`]:
-//! four windows for steady traffic, the longest recent gap for bursty or sparse traffic),
+//! four windows for steady traffic, the longest recent gap for bursty or sparse traffic,
+//! plus the budget's fraction of a request, see [`Budget::settle`]),
 //! so a steady caller cannot save up for a surge while a bursty one gets its average; an
 //! overdraft is bounded by what the client admitted recently ([`Budget::floor`]), so a
 //! batch of hits is paid back in full and a stale debt is not held forever.
@@ -73,12 +74,23 @@ impl Budget {
     }
 
     /// A window of `secs` at allowance `allowed` in which `admitted` requests were let
-    /// through: refill, spend, and keep within `[floor, cap]`. The floor bounds the debt
-    /// this window adds; a debt already owed is paid back, never forgiven.
+    /// through: refill, spend, and keep within the floor and the cap. The floor bounds the
+    /// debt this window adds; a debt already owed is paid back, never forgiven.
+    ///
+    /// Above the cap the budget drops whole requests and keeps its fraction of one (its
+    /// phase), so it holds at most `cap` and a part of a request. Cutting to the cap
+    /// itself would give every client of a caller that paused the same budget, and from
+    /// then on they would all admit in the same windows (a second of all of them, then
+    /// seconds of none); with its phase, each resumes its own cadence.
     pub(crate) fn settle(&mut self, allowed: f64, secs: f64, admitted: u64, floor: f64, cap: f64) {
         let refilled = self.tokens + allowed * secs;
-        let t = refilled - admitted as f64;
-        self.tokens = t.min(cap).max(floor.min(0.0).min(refilled));
+        let mut t = refilled - admitted as f64;
+        if cap <= 0.0 {
+            t = t.min(0.0);
+        } else if t >= cap + 1.0 {
+            t -= (t - cap).floor();
+        }
+        self.tokens = t.max(floor.min(0.0).min(refilled));
     }
 
     /// Whether the budget, with what allowance `allowed` refilled over the `since` seconds
@@ -247,6 +259,15 @@ mod tests {
             b.settle(100.0, W, 0, -100.0, Budget::cap(100.0, W, 0.0));
         }
         assert!((b.tokens() - 20.0).abs() < 1e-9, "four windows' credit");
+        let mut phased = Budget::starting_at(0.3);
+        for _ in 0..100 {
+            phased.settle(100.0, W, 0, -100.0, Budget::cap(100.0, W, 0.0));
+        }
+        assert!(
+            (phased.tokens() - 20.3).abs() < 1e-9,
+            "the cap and the budget's phase: {}",
+            phased.tokens()
+        );
         assert_eq!(b.ratio(100.0, W, 100.0, 1.0), 0.0);
         assert!((b.ratio(100.0, W, 1000.0, 1.0) - 0.5).abs() < 1e-9);
         let mut part = Budget::new();

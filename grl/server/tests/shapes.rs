@@ -341,11 +341,12 @@ fn twenty_clients_at_5_rps_admit_a_steady_25_every_second() {
     assert!((mean - 25.0).abs() <= 0.05 * 25.0, "mean {mean}\n{report}");
 }
 
-/// A prefix bucket of 200 rps over `procedures` procedures, each offered `per_pair` rps
-/// by each of `clients` clients: admitted within ±10 % of the limit.
-fn many_procedures(clients: usize, procedures: usize, per_pair: f64) {
+/// A prefix bucket of 200 rps (of caller `caller`, or every caller when empty) over
+/// `procedures` procedures, each offered `per_pair` rps by each of `clients` clients:
+/// admitted within ±10 % of the limit.
+fn many_procedures(caller: &str, clients: usize, procedures: usize, per_pair: f64) {
     let region = Region::start(
-        &service(&[bucket("orders", "", "Orders/*", "deny", 200.0)]),
+        &service(&[bucket("orders", caller, "Orders/*", "deny", 200.0)]),
         &["a"],
     );
     let rows: String = (0..procedures)
@@ -372,12 +373,17 @@ fn many_procedures(clients: usize, procedures: usize, per_pair: f64) {
 
 #[test]
 fn fifty_procedures_under_one_prefix_bucket_are_held_to_its_limit() {
-    many_procedures(5, 50, 2.0);
+    many_procedures("", 5, 50, 2.0);
+}
+
+#[test]
+fn fifty_procedures_under_one_caller_and_prefix_bucket_are_held_to_its_limit() {
+    many_procedures("gateway", 5, 50, 2.0);
 }
 
 #[test]
 fn a_hundred_thin_procedures_under_one_prefix_bucket_are_held_to_its_limit() {
-    many_procedures(10, 100, 1.0);
+    many_procedures("", 10, 100, 1.0);
 }
 
 /// Shadow counts what deny drops: two buckets with the same limit and the same traffic,
