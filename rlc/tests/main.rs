@@ -3,9 +3,11 @@
 //! a GitHub stand-in checked against GitHub's REST description, and the `rlc` binary as a
 //! process; HTTP stand-ins only where a server must misbehave on demand (`standin`).
 
+mod cadence;
 mod demo;
 mod exit_codes;
 mod fleet;
+mod fleet_history;
 mod pull_request;
 mod push_auth;
 mod reliability;

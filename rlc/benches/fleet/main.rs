@@ -394,7 +394,10 @@ async fn main() {
             change_days,
         )
         .await;
-        eprintln!("postgres after {history_days} days: {pg_sim:.1} MiB");
+        eprintln!(
+            "postgres after {history_days} days: {:.1} MiB",
+            pg_sim.mib()
+        );
     }
     println!(
         "{}",
@@ -411,7 +414,7 @@ async fn main() {
             "warm_rss_mib": warm_mib.round(),
             "cold_warm_limits_identical": identical,
             "cache_mib": (cache_mib * 10.0).round() / 10.0,
-            "history_db_mib_after_30_days": (sim * 10.0).round() / 10.0,
+            "history_db_mib_after_30_days": (sim.mib() * 10.0).round() / 10.0,
             "serve": serve,
         })
     );
