@@ -606,7 +606,7 @@ async fn run_history_at_fleet_size_stays_within_its_stated_size() -> Result<()> 
     let changes = BUCKETS * (days as usize * 288 - 1) / (5 * 288);
     for (name, got, row, run, fixed) in [
         ("SQLite", sqlite, 280u64, 1_024u64, 1u64 << 20),
-        ("PostgreSQL", postgres, 600, 2_048, 16 << 20),
+        ("PostgreSQL", postgres, 400, 2_048, 12 << 20),
     ] {
         eprintln!(
             "measured: {name} after {days} days at fleet size: {:.1} MiB, {} rows, {} runs",
