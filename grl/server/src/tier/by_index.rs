@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::children::{Child, SentRatio};
+use super::child::{Child, SentRatio};
 use super::node::NodeConfig;
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;

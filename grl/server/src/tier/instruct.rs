@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::by_index::PackedForChild;
-use super::children::{Child, SentRatio};
+use super::child::{Child, SentRatio};
 use super::node::{Bytes, Link, Node, NodeConfig, State};
 use super::packing::{self, OutRatio};
 use super::ratios;

@@ -12,6 +12,7 @@ pub mod admission;
 pub mod aggregator;
 pub mod auth;
 pub mod by_index;
+pub mod child;
 pub mod children;
 pub mod config_follow;
 pub mod control;

@@ -24,7 +24,8 @@ use tracing::{debug, info, warn};
 
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
 use super::by_index::IndexedSums;
-use super::children::{Child, Children};
+use super::child::Child;
+use super::children::Children;
 use super::election::{self, Role};
 use super::instruct::Round;
 use super::packing;

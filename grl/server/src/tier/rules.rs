@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::FastMap;
 
-use super::children::SentRatio;
+use super::child::SentRatio;
 use super::ratios::Limited;
 use grl_config::{Scope, Snapshot};
 use grl_core::proto;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::FastMap;
-use super::children::SentRatio;
+use super::child::SentRatio;
 use super::node::NodeConfig;
 use super::parent::{FromParent, Parent};
 use super::ratios::{self, Computed, RatioKey};
