@@ -7,6 +7,11 @@ mod cmd;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
+/// mimalloc instead of the system allocator: the tiers allocate per report and per
+/// instruction, and glibc's malloc was a seventh of an aggregator's CPU (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The GRL binary.
 #[derive(Debug, Parser)]
 #[command(name = "grl", version, about = "Global rate limiter tiers and tools")]
