@@ -12,17 +12,7 @@ use test_support::ports::free_addr;
 use test_support::process::{spawn, target_bin, wait_for_tcp};
 
 use crate::fleet::{Fleet, PAY, SEARCH};
-
-/// The config version a controller runs, from its `Status`.
-async fn controller_version(addr: std::net::SocketAddr) -> Result<String> {
-    let mut client =
-        grl_core::proto::tier_client::TierClient::connect(format!("http://{addr}")).await?;
-    Ok(client
-        .status(grl_core::proto::StatusRequest {})
-        .await?
-        .into_inner()
-        .config_version)
-}
+use crate::reliability::controller_version;
 
 /// The finished runs the schedule started, oldest first.
 async fn scheduled_runs(db: &str) -> Result<Vec<RunRecord>> {

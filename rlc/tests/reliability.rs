@@ -499,7 +499,7 @@ async fn a_run_killed_mid_way_is_marked_aborted_and_the_next_run_succeeds() -> R
 }
 
 /// The config version a controller runs, from its `Status`.
-async fn controller_version(addr: std::net::SocketAddr) -> Result<String> {
+pub(crate) async fn controller_version(addr: std::net::SocketAddr) -> Result<String> {
     let mut client =
         grl_core::proto::tier_client::TierClient::connect(format!("http://{addr}")).await?;
     Ok(client
