@@ -22,6 +22,8 @@
 #        GRL_TEST_PYTHON        a venv's python with grpcio, xds-protos and kubernetes-validate
 #                               (created at target/pyvenv, or GRL_TEST_PYVENV)
 #        GRL_TEST_KUBECTL       path of kubectl (installed as Debian's kubernetes-client)
+#        GRL_TEST_CHROMIUM      path of chromium (the /status page test, headless)
+#        GRL_TEST_TMUX          path of tmux (the `grl top` terminal test)
 #      Set any of them beforehand to use your own binary or server instead (with
 #      GRL_TEST_PG_URL set, the local PostgreSQL is neither installed nor started);
 #      GRL_TEST_PG_CLUSTER names the local cluster to use (default: `main`);
@@ -219,12 +221,15 @@ fi
 log "GRL_TEST_PG_URL=$GRL_TEST_PG_URL"
 
 # ---------------------------------------------------------------------------------------
-section "Python venv, curl and kubectl (sidecar, Envoy rate limit service, Kubernetes tests)"
+section "Python venv, curl, kubectl, chromium and tmux (sidecar, Envoy, Kubernetes, operator tests)"
 # The sidecar tests use clients nobody here wrote: curl, and Python grpcio with xds-protos
 # (the gRPC project's stubs of Envoy's API); the Kubernetes manifests are rendered by kubectl
-# and validated offline by kubernetes-validate.
+# and validated offline by kubernetes-validate; the controller's /status page is loaded in a
+# headless chromium and `grl top` is driven in a real terminal (tmux).
 need_apt=()
 command -v curl >/dev/null || need_apt+=(curl)
+[[ -n "${GRL_TEST_CHROMIUM:-}" ]] || command -v chromium >/dev/null || need_apt+=(chromium)
+[[ -n "${GRL_TEST_TMUX:-}" ]] || command -v tmux >/dev/null || need_apt+=(tmux)
 if [[ -z "${GRL_TEST_KUBECTL:-}" ]] && ! command -v kubectl >/dev/null; then
     need_apt+=(kubernetes-client)
 fi
@@ -247,10 +252,15 @@ fi
 export GRL_TEST_PYTHON="$pyvenv/bin/python"
 export GRL_TEST_KUBECTL="${GRL_TEST_KUBECTL:-$(command -v kubectl)}"
 [[ -x "$GRL_TEST_KUBECTL" ]] || die "$GRL_TEST_KUBECTL is missing or not executable"
+export GRL_TEST_CHROMIUM="${GRL_TEST_CHROMIUM:-$(command -v chromium)}"
+export GRL_TEST_TMUX="${GRL_TEST_TMUX:-$(command -v tmux)}"
+[[ -x "$GRL_TEST_CHROMIUM" ]] || die "$GRL_TEST_CHROMIUM is missing or not executable"
+[[ -x "$GRL_TEST_TMUX" ]] || die "$GRL_TEST_TMUX is missing or not executable"
 
 if [[ "${GRL_TEST_ENV_ONLY:-}" == 1 ]]; then
     for var in GRL_TEST_PROMETHEUS GRL_TEST_PROMTOOL GRL_TEST_REDIS_SERVER GRL_TEST_ETCD GRL_TEST_PG_URL \
-        GRL_TEST_GITHUB_PYTHON GRL_TEST_GITHUB_OPENAPI GRL_TEST_PYTHON GRL_TEST_KUBECTL; do
+        GRL_TEST_GITHUB_PYTHON GRL_TEST_GITHUB_OPENAPI GRL_TEST_PYTHON GRL_TEST_KUBECTL \
+        GRL_TEST_CHROMIUM GRL_TEST_TMUX; do
         printf 'export %s=%q\n' "$var" "${!var}"
     done
     exit 0

@@ -84,6 +84,13 @@ impl Tier for StatusOnly {
             ..Default::default()
         }))
     }
+
+    async fn explain(
+        &self,
+        _: Request<proto::ExplainRequest>,
+    ) -> Result<Response<proto::ExplainResponse>, Status> {
+        Err(Status::unimplemented("a stand-in tier"))
+    }
 }
 
 async fn serve_tonic(client: Client) -> SocketAddr {
@@ -102,7 +109,7 @@ async fn serve_tonic(client: Client) -> SocketAddr {
 
 async fn call_status(addr: SocketAddr, caller: &str) -> Result<String, Status> {
     let mut c = TierClient::connect(format!("http://{addr}")).await.unwrap();
-    let mut req = Request::new(proto::StatusRequest {});
+    let mut req = Request::new(proto::StatusRequest::default());
     req.metadata_mut()
         .insert("rpc-caller", caller.parse().unwrap());
     c.status(req).await.map(|r| r.into_inner().zone)

@@ -48,6 +48,13 @@ impl Tier for ScriptedTier {
     ) -> Result<Response<proto::StatusResponse>, Status> {
         Ok(Response::new(proto::StatusResponse::default()))
     }
+
+    async fn explain(
+        &self,
+        _: Request<proto::ExplainRequest>,
+    ) -> Result<Response<proto::ExplainResponse>, Status> {
+        Err(Status::unimplemented("a stand-in tier"))
+    }
 }
 
 struct Server {

@@ -208,7 +208,7 @@ async fn aggregator_run(n: usize, seconds: u64) {
         fewest = fewest.min(instructed);
         instructed_ok += usize::from(instructed == n);
         let st = status
-            .status(proto::StatusRequest {})
+            .status(proto::StatusRequest::default())
             .await
             .unwrap()
             .into_inner();

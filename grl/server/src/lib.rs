@@ -7,3 +7,4 @@
 
 pub mod sidecar;
 pub mod tier;
+pub mod view;

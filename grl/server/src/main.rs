@@ -1,5 +1,6 @@
 //! `grl`: run a zone aggregator, a controller or a sidecar, generate load through real
-//! clients, or manage incident overrides.
+//! clients, manage incident overrides, or look at a running tier (`status`, `top`,
+//! `explain`).
 #![forbid(unsafe_code)]
 
 mod cmd;
@@ -30,6 +31,12 @@ enum Command {
     Loadgen(cmd::loadgen::Args),
     /// Manage incident overrides on a controller.
     Override(cmd::overrides::Args),
+    /// A tier's state: config version, leader, zones and every bucket's rates.
+    Status(cmd::status::Args),
+    /// `status` refreshing in place, the dropping buckets first (`q` quits).
+    Top(cmd::top::Args),
+    /// Which bucket a request falls in on a tier, and why.
+    Explain(cmd::explain::Args),
     /// Enforce in front of one local service in any language: a reverse proxy (HTTP/1.1,
     /// h2c, gRPC) and Envoy's rate limit service.
     Sidecar(cmd::sidecar::Args),
@@ -79,6 +86,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Loadgen(a) => cmd::loadgen::run(a).await,
         Command::Override(a) => cmd::overrides::run(a).await,
         Command::Sidecar(a) => cmd::sidecar::run(a).await,
+        Command::Status(a) => cmd::status::run(a).await,
+        Command::Top(a) => cmd::top::run(a).await,
+        Command::Explain(a) => cmd::explain::run(a).await,
     }
 }
 

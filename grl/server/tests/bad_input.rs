@@ -190,7 +190,7 @@ async fn garbage_http1_and_oversized_messages_leave_the_grpc_port_serving() {
             let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
         }
         let mut tier = TierClient::connect(format!("http://{addr}")).await.unwrap();
-        tier.status(proto::StatusRequest {})
+        tier.status(proto::StatusRequest::default())
             .await
             .unwrap_or_else(|e| panic!("{addr} stopped serving: {e}"));
 
@@ -216,7 +216,7 @@ async fn garbage_http1_and_oversized_messages_leave_the_grpc_port_serving() {
             Err(e) => assert_ne!(e.code(), tonic::Code::Ok, "{e}"),
         }
         let st = tier
-            .status(proto::StatusRequest {})
+            .status(proto::StatusRequest::default())
             .await
             .unwrap_or_else(|e| panic!("{addr} stopped serving after a huge message: {e}"))
             .into_inner();

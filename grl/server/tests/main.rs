@@ -24,6 +24,7 @@ mod faults;
 mod follow;
 mod kube_api;
 mod kube_lease;
+mod operator;
 mod raw_http;
 mod rlqs;
 mod rls;

@@ -55,7 +55,7 @@ impl Controller {
     /// The version of the config in force.
     async fn version(&mut self) -> String {
         self.tier
-            .status(proto::StatusRequest {})
+            .status(proto::StatusRequest::default())
             .await
             .unwrap()
             .into_inner()

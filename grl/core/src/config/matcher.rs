@@ -40,7 +40,7 @@ impl ProcedurePattern {
     }
 
     /// Higher is more specific: exact beats any prefix, a longer prefix beats a shorter one.
-    fn specificity(&self) -> usize {
+    pub(super) fn specificity(&self) -> usize {
         match self {
             Self::Exact(_) => usize::MAX,
             Self::Prefix(p) => p.len(),
@@ -59,9 +59,11 @@ impl ProcedurePattern {
 /// An index over one service's rules answering "which bucket?" without scanning all rules.
 #[derive(Debug, Clone, Default)]
 pub struct Matcher {
-    overrides: Vec<(MatchRule, usize)>,
-    by_caller: HashMap<String, Vec<(Option<ProcedurePattern>, usize)>>,
-    procedure_only: Vec<(ProcedurePattern, usize)>,
+    pub(super) overrides: Vec<(MatchRule, usize)>,
+    /// Each caller's rules, most specific first (caller-only last).
+    pub(super) by_caller: HashMap<String, Vec<(Option<ProcedurePattern>, usize)>>,
+    /// Procedure-only rules, most specific first.
+    pub(super) procedure_only: Vec<(ProcedurePattern, usize)>,
 }
 
 impl Matcher {

@@ -2,10 +2,13 @@
 
 pub(crate) mod aggregator;
 pub(crate) mod controller;
+pub(crate) mod explain;
 pub(crate) mod loadgen;
 pub(crate) mod overrides;
 pub(crate) mod sidecar;
+pub(crate) mod status;
 pub(crate) mod tls_args;
+pub(crate) mod top;
 pub(crate) mod validate;
 
 use std::time::Duration;

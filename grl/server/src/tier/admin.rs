@@ -1,18 +1,66 @@
-//! The admin HTTP server of a tier: `GET /metrics` in Prometheus text format.
+//! The admin HTTP server of a tier: `GET /metrics` in Prometheus text format, and the
+//! read-only `GET /status` page (every bucket with the last minutes of its load, see
+//! [`crate::view::page`]) behind the tier's admin authorisation.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use grl_core::proto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+use super::auth::{AdminAuth, Refusal};
+use crate::view::{StatusView, history::History, page};
 
 /// Produces the `/metrics` body.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
-/// Serves `/metrics` on `listener` until `shutdown` turns true.
+/// Answers a `Status` request as the tier's gRPC port would.
+pub type StatusFn = Arc<dyn Fn(&proto::StatusRequest) -> proto::StatusResponse + Send + Sync>;
+
+/// The page's history samples every bucket once every this many intervals, and keeps
+/// this many samples (five minutes at the default 1 s interval).
+const INTERVALS_PER_SAMPLE: u32 = 5;
+const SAMPLES: usize = 60;
+
+/// What the admin port serves.
+#[derive(Clone)]
+pub struct Site {
+    /// The `/metrics` body.
+    pub metrics: Render,
+    /// The tier's status, for `/status`.
+    pub status: StatusFn,
+    /// Who may read `/status`.
+    pub auth: Arc<AdminAuth>,
+    /// The tier's interval: how often the page refreshes itself.
+    pub interval: Duration,
+}
+
+impl std::fmt::Debug for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Site")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone)]
+struct Served {
+    site: Site,
+    history: Arc<Mutex<History>>,
+}
+
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    service: Option<String>,
+}
+
+/// Serves only `/metrics` on `listener` until `shutdown` turns true (a sidecar).
 pub async fn serve(
     listener: TcpListener,
     render: Render,
@@ -22,16 +70,7 @@ pub async fn serve(
         "/metrics",
         get(move || {
             let render = render.clone();
-            async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    render(),
-                )
-                    .into_response()
-            }
+            async move { metrics_body(render()) }
         }),
     );
     axum::serve(listener, app)
@@ -39,4 +78,125 @@ pub async fn serve(
             let _ = shutdown.wait_for(|s| *s).await;
         })
         .await
+}
+
+/// Serves `/metrics` and `/status` on `listener` until `shutdown` turns true, sampling
+/// the page's history meanwhile.
+pub async fn serve_site(
+    listener: TcpListener,
+    site: Site,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let every = site.interval * INTERVALS_PER_SAMPLE;
+    let history = Arc::new(Mutex::new(History::new(every, SAMPLES)));
+    let sampler = {
+        let (history, status) = (history.clone(), site.status.clone());
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let mut t = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = t.tick() => {}
+                    _ = shutdown.wait_for(|s| *s) => break,
+                }
+                let st = status(&proto::StatusRequest::default());
+                history
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .record(&st);
+            }
+        })
+    };
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/status", get(status_page))
+        .with_state(Served { site, history });
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = shutdown.wait_for(|s| *s).await;
+    })
+    .await;
+    sampler.abort();
+    served
+}
+
+async fn metrics(State(s): State<Served>) -> Response {
+    metrics_body((s.site.metrics)())
+}
+
+fn metrics_body(body: String) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn status_page(
+    State(s): State<Served>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    Query(q): Query<StatusQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if let Err(r) = s.site.auth.check_http(authorization, &peer.to_string()) {
+        let (code, text) = match r {
+            Refusal::WrongToken | Refusal::IdentityNotAllowed if !s.site.auth.has_token() => (
+                StatusCode::FORBIDDEN,
+                "the status page takes the admin token (--admin-token-file); client \
+                 certificates are checked on the gRPC port only: use `grl status`\n",
+            ),
+            Refusal::WrongToken => (StatusCode::FORBIDDEN, "the token is not accepted\n"),
+            _ => (
+                StatusCode::UNAUTHORIZED,
+                "the status page needs the admin token: `Authorization: Bearer <token>`, or \
+                 the token as the password of the browser's prompt\n",
+            ),
+        };
+        return (
+            code,
+            [
+                (header::WWW_AUTHENTICATE, "Basic realm=\"grl status\""),
+                (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            ],
+            text,
+        )
+            .into_response();
+    }
+    let req = proto::StatusRequest {
+        service: q.service.unwrap_or_default(),
+        detail: true,
+    };
+    let view = StatusView::from(&(s.site.status)(&req));
+    let generated = chrono::Utc::now()
+        .format("%Y-%m-%d %H:%M:%S UTC")
+        .to_string();
+    let html = {
+        let history = s
+            .history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        page::render(
+            &view,
+            &history,
+            s.site.interval.as_millis() as u64,
+            &generated,
+        )
+    };
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response()
 }

@@ -72,7 +72,14 @@ pub fn start(
             let st = n.status(tokio::time::Instant::now());
             metrics::render(&st, &counters(&n, &sec))
         });
-        (l, render)
+        let n = node.clone();
+        let site = super::admin::Site {
+            metrics: render,
+            status: Arc::new(move |req| n.status_of(tokio::time::Instant::now(), req)),
+            auth: opts.security.admin.clone(),
+            interval: node.cfg.interval,
+        };
+        (l, site)
     });
     let tls = opts.security.server_tls.clone();
     launch(node, routes, listener, m, (tx, rx), vec![up], tls)

@@ -200,6 +200,51 @@ impl AdminAuth {
     }
 }
 
+impl AdminAuth {
+    /// Allows or refuses a request for a read-only admin page on the plain-HTTP metrics
+    /// port (`/status`), by its `authorization` header: open mode lets anyone through; with
+    /// a token, `Bearer <token>` or HTTP Basic with the token as the password (what a
+    /// browser's login prompt sends). A certificate allow-list cannot be checked there (the
+    /// port has no TLS), so with an allow-list and no token the page is refused.
+    pub fn check_http(&self, authorization: Option<&str>, peer: &str) -> Result<String, Refusal> {
+        if self.is_open() {
+            return Ok("anonymous".into());
+        }
+        let verdict = match authorization {
+            None => Err(Refusal::NoCredentials),
+            Some(h) => {
+                self.plaintext_tokens.fetch_add(1, Ordering::Relaxed);
+                match bearer_or_basic_password(h) {
+                    None => Err(Refusal::MalformedAuthorization),
+                    Some(t) => match &self.token {
+                        Some(k) if k.matches(t.trim()) => Ok(format!("token:{}", k.name)),
+                        _ => Err(Refusal::WrongToken),
+                    },
+                }
+            }
+        };
+        if let Err(r) = verdict {
+            self.refused.add(r);
+            warn!(call = "status page", reason = r.as_str(), %peer, "admin page refused");
+        }
+        verdict
+    }
+}
+
+/// The secret of an `authorization` header: a bearer token, or a Basic password.
+fn bearer_or_basic_password(h: &str) -> Option<String> {
+    use base64::Engine as _;
+    if let Some(t) = h.strip_prefix("Bearer ") {
+        return Some(t.to_string());
+    }
+    let b64 = h.strip_prefix("Basic ")?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?;
+    let pair = String::from_utf8(raw).ok()?;
+    pair.split_once(':').map(|(_, p)| p.to_string())
+}
+
 /// Which children may open a report stream.
 #[derive(Debug, Default)]
 pub struct ChildAuth {
@@ -260,6 +305,45 @@ mod tests {
         let p = d.path().join("token");
         std::fs::write(&p, format!("{t}\n")).unwrap();
         (d, AdminAuth::new(vec![], Some(p)).unwrap())
+    }
+
+    #[test]
+    fn the_status_page_takes_the_token_as_bearer_or_basic_password() {
+        use base64::Engine as _;
+        let (_d, a) = with_token("s3cret-s3cret-s3cret");
+        let basic = |pair: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(pair)
+            )
+        };
+        assert!(
+            a.check_http(Some("Bearer s3cret-s3cret-s3cret"), "p")
+                .is_ok()
+        );
+        assert!(
+            a.check_http(Some(&basic("ops:s3cret-s3cret-s3cret")), "p")
+                .is_ok()
+        );
+        assert_eq!(a.check_http(None, "p"), Err(Refusal::NoCredentials));
+        assert_eq!(
+            a.check_http(Some(&basic("ops:nope")), "p"),
+            Err(Refusal::WrongToken)
+        );
+        assert_eq!(
+            a.check_http(Some("Basic !!"), "p"),
+            Err(Refusal::MalformedAuthorization)
+        );
+        let certs_only = AdminAuth::new(vec!["ops".into()], None).unwrap();
+        assert_eq!(
+            certs_only.check_http(Some("Bearer x"), "p"),
+            Err(Refusal::WrongToken),
+            "an allow-list cannot be checked over plain HTTP"
+        );
+        assert!(
+            AdminAuth::default().check_http(None, "p").is_ok(),
+            "open mode"
+        );
     }
 
     #[test]

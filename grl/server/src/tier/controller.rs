@@ -306,12 +306,24 @@ pub async fn start(
     );
     let m = metrics_listener.map(|l| {
         let c = ctl.clone();
+        let metrics_hook = hook.clone();
         let render: super::admin::Render = Arc::new(move || {
             let mut st = c.node.status(Instant::now());
-            hook(&mut st);
+            metrics_hook(&mut st);
             metrics::render(&st, &c.counters())
         });
-        (l, render)
+        let c = ctl.clone();
+        let site = super::admin::Site {
+            metrics: render,
+            status: Arc::new(move |req| {
+                let mut st = c.node.status_of(Instant::now(), req);
+                hook(&mut st);
+                st
+            }),
+            auth: opts.security.admin.clone(),
+            interval: opts.interval,
+        };
+        (l, site)
     });
     let tls = opts.security.server_tls.clone();
     let running = launch(node, routes, listener, m, (tx, rx), tasks, tls)?;

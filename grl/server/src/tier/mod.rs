@@ -131,12 +131,12 @@ pub(crate) const URGENT_COALESCE: std::time::Duration = std::time::Duration::fro
 
 /// Serves `routes` on `listener`, ticks `node` every quarter interval (and at once after an
 /// urgent report), re-instructs its quiet children halfway between ticks, and serves
-/// `/metrics` when asked.
+/// `/metrics` and `/status` when asked.
 pub(crate) fn launch(
     node: Arc<Node>,
     routes: tonic::service::Routes,
     listener: tokio::net::TcpListener,
-    metrics: Option<(tokio::net::TcpListener, admin::Render)>,
+    metrics: Option<(tokio::net::TcpListener, admin::Site)>,
     shutdown: (watch::Sender<bool>, watch::Receiver<bool>),
     mut tasks: Vec<JoinHandle<()>>,
     server_tls: Option<Arc<tls::ServerTls>>,
@@ -161,11 +161,11 @@ pub(crate) fn launch(
         }
     });
     let metrics_addr = match metrics {
-        Some((l, render)) => {
+        Some((l, site)) => {
             let a = l.local_addr()?;
             let rx = rx.clone();
             tasks.push(tokio::spawn(async move {
-                if let Err(e) = admin::serve(l, render, rx).await {
+                if let Err(e) = admin::serve_site(l, site, rx).await {
                     tracing::error!(error = %e, "metrics server failed");
                 }
             }));

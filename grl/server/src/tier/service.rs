@@ -114,13 +114,22 @@ impl proto::tier_server::Tier for TierService {
 
     async fn status(
         &self,
-        _req: Request<proto::StatusRequest>,
+        req: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
-        let mut st = self.node.status(Instant::now());
+        let mut st = self.node.status_of(Instant::now(), req.get_ref());
         if let Some(h) = &self.hook {
             h(&mut st);
         }
         Ok(Response::new(st))
+    }
+
+    async fn explain(
+        &self,
+        req: Request<proto::ExplainRequest>,
+    ) -> Result<Response<proto::ExplainResponse>, Status> {
+        Ok(Response::new(
+            self.node.explain(Instant::now(), req.get_ref()),
+        ))
     }
 }
 

@@ -1,15 +1,25 @@
-//! A tier's state as an operator sees it: the `Tier.Status` answer, also the source of
-//! `/metrics`.
+//! A tier's state as an operator sees it: the `Tier.Status` answer (also the source of
+//! `/metrics`) and the `Tier.Explain` answer (which bucket a request falls in here, and
+//! why).
 
 use tokio::time::Instant;
 
 use super::FastMap;
 use super::node::Node;
+use grl_core::config::Role;
 use grl_core::proto;
 
 impl Node {
-    /// The `Tier.Status` answer (without overrides; the controller adds them).
+    /// The `Tier.Status` answer for every service, without detail (without overrides; the
+    /// controller adds them).
     pub fn status(&self, now: Instant) -> proto::StatusResponse {
+        self.status_of(now, &proto::StatusRequest::default())
+    }
+
+    /// The `Tier.Status` answer to `req`: its service only, if it names one, and each
+    /// bucket's dropped rates and top zones if it asks for detail.
+    pub fn status_of(&self, now: Instant, req: &proto::StatusRequest) -> proto::StatusResponse {
+        let wanted = |svc: &str| req.service.is_empty() || req.service == svc;
         let fail_open = self.fail_open(now);
         let s = self.lock();
         let children = s
@@ -30,6 +40,10 @@ impl Node {
                 let mut i = 0;
                 let mut buckets = Vec::with_capacity(s.rules.bucket_count());
                 for (svc, rules) in s.rules.services() {
+                    if !wanted(svc) {
+                        i += rules.len();
+                        continue;
+                    }
                     for b in rules {
                         let (offered, own) = x.bucket_status(i);
                         buckets.push(bucket_status(svc, b, offered, own));
@@ -41,6 +55,9 @@ impl Node {
             _ => {
                 let mut offered_by: FastMap<(&str, &str), f64> = FastMap::default();
                 for ((service, bucket, ..), r) in s.children.rows(now) {
+                    if !wanted(service) {
+                        continue;
+                    }
                     *offered_by.entry((service, bucket)).or_default() += r.offered;
                 }
                 let mut own_by: FastMap<(&str, &str), f64> = FastMap::default();
@@ -49,7 +66,7 @@ impl Node {
                     *r = r.max(c.ratio);
                 }
                 let mut buckets = Vec::new();
-                for (svc, rules) in s.rules.services() {
+                for (svc, rules) in s.rules.services().iter().filter(|(svc, _)| wanted(svc)) {
                     for b in rules {
                         let key = (svc.as_str(), b.name.as_str());
                         let offered = offered_by.get(&key).copied().unwrap_or(0.0);
@@ -59,9 +76,21 @@ impl Node {
                 buckets
             }
         };
+        let mut detail = if req.detail {
+            Detail::of(s.children.rows(now).filter(|((svc, ..), _)| wanted(svc)))
+        } else {
+            FastMap::default()
+        };
+        let keys = s
+            .rules
+            .services()
+            .iter()
+            .filter(|(svc, _)| wanted(svc))
+            .flat_map(|(svc, rules)| rules.iter().map(move |b| (svc.as_str(), b.name.as_str())));
         let buckets = buckets
             .into_iter()
-            .map(|(mut b, own)| {
+            .zip(keys)
+            .map(|((mut b, own), key)| {
                 let from_parent = s
                     .parent
                     .ratios
@@ -69,6 +98,9 @@ impl Node {
                     .filter(|p| p.expires > now)
                     .map(|p| p.ratio);
                 b.drop_ratio = own.or(from_parent).unwrap_or(0.0);
+                if let Some(d) = detail.remove(&key) {
+                    d.fill(&mut b);
+                }
                 b
             })
             .collect();
@@ -90,6 +122,61 @@ impl Node {
     }
 }
 
+impl Node {
+    /// The `Tier.Explain` answer: every rule of the service in the order a client tries
+    /// them, and the state here of the bucket the request falls in (and of the one that
+    /// applies in addition, if any).
+    pub fn explain(&self, now: Instant, req: &proto::ExplainRequest) -> proto::ExplainResponse {
+        let (version, rules) = {
+            let s = self.lock();
+            let rules = s.rules.services().get(&req.service).cloned();
+            (s.rules.version.clone(), rules)
+        };
+        let Some(rules) = rules else {
+            return proto::ExplainResponse {
+                config_version: version,
+                ..Default::default()
+            };
+        };
+        let written: Vec<_> = rules.iter().map(grl_core::wire::match_rule).collect();
+        let matcher = grl_core::config::Matcher::new(
+            written.iter().zip(&rules).map(|(m, b)| (m, b.is_override)),
+        );
+        let considered = matcher.explain(&written, &req.caller, &req.procedure, |i| {
+            rules[i].in_addition
+        });
+        let status = self.status_of(
+            now,
+            &proto::StatusRequest {
+                service: req.service.clone(),
+                detail: true,
+            },
+        );
+        let state = |role: Role| {
+            let c = considered.iter().find(|c| c.role == role)?;
+            // The status lists the service's buckets in rule order.
+            status.buckets.get(c.index).cloned()
+        };
+        proto::ExplainResponse {
+            config_version: status.config_version.clone(),
+            service_known: true,
+            bucket: state(Role::Wins),
+            in_addition: state(Role::InAddition),
+            considered: considered
+                .iter()
+                .map(|c| proto::ConsideredRule {
+                    bucket: rules[c.index].name.clone(),
+                    rule: written[c.index].to_string(),
+                    matched: c.matched,
+                    role: c.role.as_str().into(),
+                    reason: c.reason.clone(),
+                    is_override: rules[c.index].is_override,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// A bucket's status line, and the ratio computed here for it (if any).
 fn bucket_status(
     service: &str,
@@ -105,8 +192,59 @@ fn bucket_status(
         limit_rps: b.limit_rps,
         offered,
         drop_ratio: 0.0,
+        is_override: b.is_override,
+        ..Default::default()
     };
     (status, own)
+}
+
+/// How many zones a bucket's status lists ([`proto::BucketStatus::top_zones`]).
+const TOP_ZONES: usize = 5;
+
+/// One bucket's refused rates and offered rate by zone, summed over the fresh children.
+#[derive(Default)]
+struct Detail<'a> {
+    dropped: f64,
+    shadow_dropped: f64,
+    by_zone: Vec<(&'a str, f64)>,
+}
+
+impl<'a> Detail<'a> {
+    /// The details of every bucket in `rows`, keyed by service and bucket.
+    fn of(
+        rows: impl Iterator<Item = (super::ratios::KeyRef<'a>, &'a super::ratios::Rate)>,
+    ) -> FastMap<(&'a str, &'a str), Self> {
+        let mut all: FastMap<(&str, &str), Detail> = FastMap::default();
+        for ((service, bucket, region, zone), r) in rows {
+            let d = all.entry((service, bucket)).or_default();
+            d.dropped += r.dropped;
+            d.shadow_dropped += r.shadow_dropped;
+            // A global controller's children are regions: their rows name no zone.
+            let place = if zone.is_empty() { region } else { zone };
+            match d.by_zone.iter_mut().find(|(z, _)| *z == place) {
+                Some((_, o)) => *o += r.offered,
+                None => d.by_zone.push((place, r.offered)),
+            }
+        }
+        all
+    }
+
+    fn fill(mut self, b: &mut proto::BucketStatus) {
+        b.dropped = self.dropped;
+        b.shadow_dropped = self.shadow_dropped;
+        self.by_zone
+            .sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(y.0)));
+        b.top_zones = self
+            .by_zone
+            .into_iter()
+            .filter(|(_, o)| *o > 0.0)
+            .take(TOP_ZONES)
+            .map(|(zone, offered)| proto::ZoneLoad {
+                zone: zone.to_string(),
+                offered,
+            })
+            .collect();
+    }
 }
 
 /// The offered sum of one bucket over this tier's fresh children (for tests and tools).
