@@ -48,13 +48,13 @@ impl Matcher {
     /// `caller` calling `procedure`: first the ones the matcher tries, in its order
     /// (overrides, the caller's rules, procedure-only rules), then the others (other
     /// callers' rules, rules that match nothing). `in_addition(i)` marks the buckets that
-    /// apply in addition to a more specific one.
+    /// apply in addition to a more specific one; `name(i)` names bucket `i` in reasons.
     pub fn explain(
         &self,
         rules: &[MatchRule],
-        caller: &str,
-        procedure: &str,
+        (caller, procedure): (&str, &str),
         in_addition: impl Fn(usize) -> bool,
+        name: impl Fn(usize) -> String,
     ) -> Vec<Considered> {
         let winner = self.find(caller, procedure);
         let extra = self.find_in_addition(caller, procedure, winner, &in_addition);
@@ -70,7 +70,6 @@ impl Matcher {
         }
         order.extend((0..rules.len()).filter(|&i| !seen[i]));
         let is_override = |i: usize| self.overrides.iter().any(|(_, o)| *o == i);
-        let name = |i: usize| rules.get(i).map(ToString::to_string).unwrap_or_default();
         order
             .into_iter()
             .enumerate()
@@ -83,13 +82,13 @@ impl Matcher {
                     let reason = format!(
                         "matches and applies in addition to the bucket of `{}`: the request \
                          is refused if either drops it",
-                        winner.map(name).unwrap_or_default()
+                        winner.map(&name).unwrap_or_default()
                     );
                     (Role::InAddition, reason)
                 } else if matched {
                     let reason = format!(
                         "matches, but `{}` is more specific",
-                        winner.map(name).unwrap_or_default()
+                        winner.map(&name).unwrap_or_default()
                     );
                     (Role::LessSpecific, reason)
                 } else {
@@ -160,7 +159,7 @@ mod tests {
             rule(None, None),
         ];
         let m = Matcher::new(rules.iter().map(|r| (r, false)));
-        let seen = m.explain(&rules, "gw", "Pay/Card", |i| i == 0);
+        let seen = m.explain(&rules, ("gw", "Pay/Card"), |i| i == 0, |i| format!("b{i}"));
         let order: Vec<usize> = seen.iter().map(|c| c.index).collect();
         assert_eq!(
             order,
@@ -193,7 +192,7 @@ mod tests {
             "{}",
             seen[4].reason
         );
-        let miss = m.explain(&rules, "web", "Refund", |_| false);
+        let miss = m.explain(&rules, ("web", "Refund"), |_| false, |i| format!("b{i}"));
         assert_eq!(
             miss.iter().find(|c| c.index == 0).unwrap().role,
             Role::NoMatch
@@ -211,7 +210,7 @@ mod tests {
     fn an_override_wins_ahead_of_the_buckets() {
         let rules = [rule(Some("gw"), Some("Pay")), rule(Some("gw"), None)];
         let m = Matcher::new([(&rules[0], false), (&rules[1], true)]);
-        let seen = m.explain(&rules, "gw", "Pay", |_| false);
+        let seen = m.explain(&rules, ("gw", "Pay"), |_| false, |i| format!("b{i}"));
         assert_eq!(seen[0].index, 1);
         assert_eq!(seen[0].role, Role::Wins);
         assert!(seen[0].reason.contains("override"));
@@ -238,7 +237,7 @@ mod tests {
         ) {
             let m = Matcher::new(rules.iter().map(|(r, o)| (r, *o)));
             let plain: Vec<MatchRule> = rules.iter().map(|(r, _)| r.clone()).collect();
-            let seen = m.explain(&plain, &caller, &procedure, |i| extra[i]);
+            let seen = m.explain(&plain, (&caller, &procedure), |i| extra[i], |i| i.to_string());
             proptest::prop_assert_eq!(seen.len(), rules.len());
             let winner = seen.iter().find(|c| c.role == Role::Wins).map(|c| c.index);
             let found = m.find(&caller, &procedure);

@@ -142,9 +142,12 @@ impl Node {
         let matcher = grl_core::config::Matcher::new(
             written.iter().zip(&rules).map(|(m, b)| (m, b.is_override)),
         );
-        let considered = matcher.explain(&written, &req.caller, &req.procedure, |i| {
-            rules[i].in_addition
-        });
+        let considered = matcher.explain(
+            &written,
+            (&req.caller, &req.procedure),
+            |i| rules[i].in_addition,
+            |i| rules[i].name.clone(),
+        );
         let status = self.status_of(
             now,
             &proto::StatusRequest {
