@@ -142,7 +142,7 @@ pub async fn config_version(addr: &str, auth: &ControllerAuth) -> Result<String,
     let channel = channel(addr, auth).await?;
     let status = TierClient::new(channel)
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
-        .status(StatusRequest {})
+        .status(StatusRequest::default())
         .await
         .map_err(|status| PushError::Status {
             addr: addr.to_string(),

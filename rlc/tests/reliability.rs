@@ -503,7 +503,7 @@ pub(crate) async fn controller_version(addr: std::net::SocketAddr) -> Result<Str
     let mut client =
         grl_core::proto::tier_client::TierClient::connect(format!("http://{addr}")).await?;
     Ok(client
-        .status(grl_core::proto::StatusRequest {})
+        .status(grl_core::proto::StatusRequest::default())
         .await?
         .into_inner()
         .config_version)
