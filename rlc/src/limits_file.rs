@@ -41,6 +41,7 @@ pub fn render(service: &str, limits: &BTreeMap<String, LimitLine>) -> String {
                     name.clone(),
                     LimitEntry {
                         rps: line.rps,
+                        scheduled: Vec::new(),
                         evidence,
                     },
                 )

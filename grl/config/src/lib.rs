@@ -25,8 +25,8 @@ pub mod yaml;
 pub use dir::read_config_files;
 pub use error::{ConfigError, ConfigErrors};
 pub use grl_core::config::{
-    Bucket, LimitSource, MatchRule, Matcher, Mode, PolicyConfig, ProcedurePattern, Scope,
-    ServiceConfig, Snapshot,
+    Bucket, LimitChange, LimitSource, MatchRule, Matcher, Mode, PolicyConfig, ProcedurePattern,
+    ScheduledLimit, Scope, ServiceConfig, Snapshot,
 };
 pub use load::{content_version, from_files, load_dir};
 

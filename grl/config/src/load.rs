@@ -12,7 +12,7 @@ use crate::raw::{LimitsFile, ServiceFile};
 use crate::yaml::{self, LineIndex};
 use crate::{
     Bucket, ConfigError, ConfigErrors, LimitSource, MatchRule, PolicyConfig, ProcedurePattern,
-    ServiceConfig, Snapshot,
+    ScheduledLimit, ServiceConfig, Snapshot,
 };
 
 /// Reads `services/*.yaml` and `limits/*.yaml` below `root`. The version is `version` if
@@ -306,6 +306,7 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             limit_source,
             evidence: serde_json::Map::new(),
             in_addition: b.in_addition,
+            scheduled: Vec::new(),
         });
     }
     if errors.is_empty() {
@@ -360,23 +361,109 @@ fn apply_limits(
             ));
             continue;
         }
+        let scheduled = match scheduled_limits(&field, &entry.scheduled) {
+            Ok(s) => s,
+            Err(problems) => {
+                errors.extend(problems.into_iter().map(|(f, m)| err(f, m)));
+                continue;
+            }
+        };
         let evidence = entry
             .evidence
             .iter()
             .map(|(k, v)| (k.clone(), yaml::to_json(v)))
             .collect();
-        updates.push((i, entry.rps, evidence));
+        updates.push((i, entry.rps, evidence, scheduled));
     }
     if !errors.is_empty() {
         return Err(errors);
     }
-    for (i, rps, evidence) in updates {
+    for (i, rps, evidence, scheduled) in updates {
         let bucket = &mut service.buckets[i];
         bucket.evidence = evidence;
+        bucket.scheduled = scheduled;
         if bucket.limit_source != LimitSource::Fixed {
             bucket.limit = Some(rps);
             bucket.limit_source = LimitSource::Computed;
         }
     }
     Ok(())
+}
+
+/// The scheduled limits of the entry at `field`, sorted by start; or every problem, each
+/// with its field: a limit out of range, an instant that is not RFC 3339, a window that
+/// ends before it starts, two windows that overlap.
+fn scheduled_limits(
+    field: &str,
+    entries: &[crate::raw::ScheduledEntry],
+) -> Result<Vec<ScheduledLimit>, Vec<(String, String)>> {
+    let mut problems = Vec::new();
+    let mut windows = Vec::new();
+    let instant = |f: String, text: &str, problems: &mut Vec<(String, String)>| {
+        match chrono::DateTime::parse_from_rfc3339(text) {
+            Ok(t) => Some(t.timestamp()),
+            Err(e) => {
+                problems.push((
+                    f,
+                    format!(
+                        "`{text}` is not an RFC 3339 instant such as 2026-12-31T22:00:00Z ({e})"
+                    ),
+                ));
+                None
+            }
+        }
+    };
+    for (n, e) in entries.iter().enumerate() {
+        let at = format!("{field}.scheduled[{n}]");
+        if !bounds::limit_in_range(e.rps) {
+            problems.push((format!("{at}.rps"), bounds::limit_problem(e.rps)));
+        }
+        let from = instant(
+            format!("{at}.effective.from"),
+            &e.effective.from,
+            &mut problems,
+        );
+        let until = instant(
+            format!("{at}.effective.until"),
+            &e.effective.until,
+            &mut problems,
+        );
+        let (Some(from), Some(until)) = (from, until) else {
+            continue;
+        };
+        if until <= from {
+            problems.push((
+                format!("{at}.effective.until"),
+                format!("must be after `from` ({})", e.effective.from),
+            ));
+            continue;
+        }
+        windows.push((
+            n,
+            ScheduledLimit {
+                from,
+                until,
+                rps: e.rps,
+                reason: e.reason.clone(),
+            },
+        ));
+    }
+    windows.sort_by_key(|(_, w)| w.from);
+    for pair in windows.windows(2) {
+        let ((a, first), (b, second)) = (&pair[0], &pair[1]);
+        if second.from < first.until {
+            problems.push((
+                format!("{field}.scheduled[{b}].effective.from"),
+                format!(
+                    "overlaps scheduled[{a}] ({} until {}): two limits cannot be in force at once",
+                    entries[*a].effective.from, entries[*a].effective.until
+                ),
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(windows.into_iter().map(|(_, w)| w).collect())
+    } else {
+        Err(problems)
+    }
 }

@@ -90,7 +90,34 @@ pub struct LimitsFile {
 pub struct LimitEntry {
     /// Requests per second.
     pub rps: f64,
+    /// Limits in force only for a while, instead of `rps`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scheduled: Vec<ScheduledEntry>,
     /// Evidence fields (policy, observed peak, coverage, guard outcomes…).
     #[serde(flatten)]
     pub evidence: BTreeMap<String, Value>,
+}
+
+/// `scheduled: [{ rps, effective: { from, until }, reason }]`: a limit in force only
+/// between two instants.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledEntry {
+    /// Requests per second meanwhile.
+    pub rps: f64,
+    /// When it is in force.
+    pub effective: Effective,
+    /// Why (an event's name), for people.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// `effective: { from, until }`, RFC 3339 instants with an offset; `until` excluded.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Effective {
+    /// When it takes effect.
+    pub from: String,
+    /// When it ends.
+    pub until: String,
 }

@@ -274,6 +274,140 @@ fn computed_limit_must_be_finite_and_positive() {
     }
 }
 
+/// A limits file with two scheduled limits of `gateway-pay` (the second given first).
+const SCHEDULED: &str = "\
+service: payments
+limits:
+  gateway-pay:
+    rps: 1250
+    scheduled:
+      - rps: 500
+        effective: { from: \"2027-01-02T00:00:00Z\", until: \"2027-01-03T00:00:00Z\" }
+      - rps: 3750
+        effective: { from: \"2026-12-31T22:00:00Z\", until: \"2027-01-01T02:00:00+00:00\" }
+        reason: new-years-eve
+";
+
+#[test]
+fn scheduled_limits_are_in_force_inside_their_windows_only() {
+    let snap = from_files(
+        "v",
+        files(&[
+            ("services/payments.yaml", PAYMENTS),
+            ("limits/payments.yaml", SCHEDULED),
+        ]),
+    )
+    .unwrap();
+    let b = snap
+        .service("payments")
+        .unwrap()
+        .bucket("gateway-pay")
+        .unwrap();
+    let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().timestamp();
+    assert_eq!(b.scheduled.len(), 2);
+    assert_eq!(b.scheduled[0].reason, "new-years-eve", "sorted by start");
+    assert_eq!(b.limit_at(t("2026-12-31T21:59:59Z")), Some(1250.0));
+    assert_eq!(
+        b.limit_at(t("2026-12-31T22:00:00Z")),
+        Some(3750.0),
+        "from is included"
+    );
+    assert_eq!(
+        b.limit_at(t("2027-01-01T02:00:00Z")),
+        Some(1250.0),
+        "until is excluded"
+    );
+    assert_eq!(b.limit_at(t("2027-01-02T12:00:00Z")), Some(500.0));
+    let next = b.next_change(t("2026-12-30T00:00:00Z")).unwrap();
+    assert_eq!(
+        (next.at, next.rps),
+        (t("2026-12-31T22:00:00Z"), Some(3750.0))
+    );
+    let next = b.next_change(t("2026-12-31T23:00:00Z")).unwrap();
+    assert_eq!(
+        (next.at, next.rps),
+        (t("2027-01-01T02:00:00Z"), Some(1250.0))
+    );
+    assert!(b.next_change(t("2027-01-03T00:00:00Z")).is_none());
+    let epochs: Vec<_> = [
+        "2026-12-01T00:00:00Z",
+        "2026-12-31T22:00:00Z",
+        "2027-01-01T02:00:00Z",
+    ]
+    .iter()
+    .map(|s| snap.schedule_epoch(t(s)))
+    .collect();
+    assert_eq!(
+        epochs,
+        [Some(0), Some(1), Some(2)],
+        "one step per start or end"
+    );
+    let plain = from_files(
+        "v",
+        files(&[
+            ("services/payments.yaml", PAYMENTS),
+            ("limits/payments.yaml", LIMITS),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(plain.schedule_epoch(0), None);
+}
+
+#[test]
+fn overlapping_or_inverted_scheduled_limits_are_refused_by_field() {
+    let overlapping = SCHEDULED.replace("2027-01-02T00:00:00Z", "2027-01-01T01:00:00Z");
+    let e = refused(&[
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", &overlapping),
+    ]);
+    assert_refusal(
+        &e,
+        "limits/payments.yaml",
+        7,
+        "limits.gateway-pay.scheduled[0].effective.from",
+        "overlaps scheduled[1]",
+    );
+    let inverted = SCHEDULED.replace(
+        "until: \"2027-01-03T00:00:00Z\"",
+        "until: \"2027-01-01T00:00:00Z\"",
+    );
+    let e = refused(&[
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", &inverted),
+    ]);
+    assert_refusal(
+        &e,
+        "limits/payments.yaml",
+        7,
+        "limits.gateway-pay.scheduled[0].effective.until",
+        "must be after `from`",
+    );
+    let not_an_instant = SCHEDULED.replace("2027-01-02T00:00:00Z", "next tuesday");
+    let e = refused(&[
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", &not_an_instant),
+    ]);
+    assert_refusal(
+        &e,
+        "limits/payments.yaml",
+        7,
+        "limits.gateway-pay.scheduled[0].effective.from",
+        "is not an RFC 3339 instant",
+    );
+    let zero = SCHEDULED.replace("rps: 500", "rps: 0");
+    let e = refused(&[
+        ("services/payments.yaml", PAYMENTS),
+        ("limits/payments.yaml", &zero),
+    ]);
+    assert_refusal(
+        &e,
+        "limits/payments.yaml",
+        6,
+        "limits.gateway-pay.scheduled[0].rps",
+        "finite number",
+    );
+}
+
 #[test]
 fn computed_limit_that_is_not_a_number_is_refused() {
     let limits = "service: payments\nlimits:\n  gateway-pay:\n    rps: lots\n";

@@ -65,8 +65,8 @@ pub fn mode_from_wire(v: i32) -> Result<Mode, InvalidEnum> {
     }
 }
 
-/// The wire form of one bucket.
-pub fn bucket_rule(b: &Bucket, is_override: bool) -> proto::BucketRule {
+/// The wire form of one bucket, with its limit in force at `at_unix`.
+pub fn bucket_rule(b: &Bucket, is_override: bool, at_unix: i64) -> proto::BucketRule {
     proto::BucketRule {
         name: b.name.clone(),
         caller: b.rule.caller.clone().unwrap_or_default(),
@@ -78,21 +78,30 @@ pub fn bucket_rule(b: &Bucket, is_override: bool) -> proto::BucketRule {
             .unwrap_or_default(),
         scope: proto::Scope::from(b.scope) as i32,
         mode: proto::Mode::from(b.mode) as i32,
-        limit_rps: b.limit,
+        limit_rps: b.limit_at(at_unix),
         is_override,
         in_addition: b.in_addition,
     }
 }
 
-/// The wire form of the named services of a snapshot (all when `services` is empty).
-pub fn service_rules(snapshot: &Snapshot, services: &[String]) -> Vec<proto::ServiceRules> {
+/// The wire form of the named services of a snapshot (all when `services` is empty), with
+/// the limits in force at `at_unix`.
+pub fn service_rules(
+    snapshot: &Snapshot,
+    services: &[String],
+    at_unix: i64,
+) -> Vec<proto::ServiceRules> {
     snapshot
         .services
         .values()
         .filter(|s| services.is_empty() || services.contains(&s.name))
         .map(|s| proto::ServiceRules {
             service: s.name.clone(),
-            buckets: s.buckets.iter().map(|b| bucket_rule(b, false)).collect(),
+            buckets: s
+                .buckets
+                .iter()
+                .map(|b| bucket_rule(b, false, at_unix))
+                .collect(),
             first_index: None,
         })
         .collect()

@@ -39,7 +39,7 @@ fn main() {
         })
         .collect();
     let snap = grl_config::from_files("3f9c2a7e51b04d6f8a1e2c3b4d5e6f708192a3b4", files).unwrap();
-    let rules = Rules::from_snapshot(&snap, &[], 0);
+    let rules = Rules::from_snapshot(&snap, &[], 0, 0);
     let (region, zone) = ("eu-west-1", "eu-west-1a");
     let mut totals = Totals::new();
     let mut out = Vec::new();

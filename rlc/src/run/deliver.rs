@@ -70,7 +70,8 @@ pub(super) async fn resync(
     let mut first_error: Option<DeliveryError> = None;
     for addr in addrs {
         match crate::push::config_version(addr, auth).await {
-            Ok(running) if running == main_commit => {}
+            // A controller marks the overrides and scheduled limits in force after a `+`.
+            Ok(running) if running.split('+').next() == Some(main_commit) => {}
             Ok(running) => {
                 warn!(
                     controller = %addr,

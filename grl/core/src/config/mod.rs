@@ -10,5 +10,6 @@ mod model;
 pub use explain::{Considered, Role};
 pub use matcher::{Matcher, ProcedurePattern};
 pub use model::{
-    Bucket, LimitSource, MatchRule, Mode, PolicyConfig, Scope, ServiceConfig, Snapshot,
+    Bucket, LimitChange, LimitSource, MatchRule, Mode, PolicyConfig, ScheduledLimit, Scope,
+    ServiceConfig, Snapshot,
 };

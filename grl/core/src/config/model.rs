@@ -134,6 +134,56 @@ pub struct Bucket {
     /// Applies in addition to a more specific bucket that takes the request (see
     /// [`Matcher::find_in_addition`]).
     pub in_addition: bool,
+    /// Limits in force only for a while (an event's), by start, never overlapping: inside
+    /// one, its limit replaces `limit`.
+    pub scheduled: Vec<ScheduledLimit>,
+}
+
+/// A limit in force from `from` (included) until `until` (excluded), Unix seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduledLimit {
+    /// When it takes effect.
+    pub from: i64,
+    /// When it ends (the bucket's own limit is back).
+    pub until: i64,
+    /// The limit meanwhile, requests per second.
+    pub rps: f64,
+    /// Why (an event's name), for people.
+    pub reason: String,
+}
+
+/// A change of a bucket's limit in force: when, and the limit from then on (`None`: not
+/// enforced).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitChange {
+    /// When, in Unix seconds.
+    pub at: i64,
+    /// The limit from then on.
+    pub rps: Option<f64>,
+}
+
+impl Bucket {
+    /// The limit in force at `unix`: a scheduled limit's inside its window, else `limit`.
+    pub fn limit_at(&self, unix: i64) -> Option<f64> {
+        self.scheduled
+            .iter()
+            .find(|w| w.from <= unix && unix < w.until)
+            .map_or(self.limit, |w| Some(w.rps))
+    }
+
+    /// The next change of the limit in force after `unix`, if one is scheduled.
+    pub fn next_change(&self, unix: i64) -> Option<LimitChange> {
+        let at = self
+            .scheduled
+            .iter()
+            .flat_map(|w| [w.from, w.until])
+            .filter(|t| *t > unix)
+            .min()?;
+        Some(LimitChange {
+            at,
+            rps: self.limit_at(at),
+        })
+    }
 }
 
 /// One service's buckets, with a matcher over them.
@@ -202,6 +252,21 @@ impl Snapshot {
         self.services
             .values()
             .flat_map(|s| s.buckets.iter().map(move |b| (s.name.as_str(), b)))
+    }
+
+    /// How many scheduled limit changes (window starts and ends, of every bucket) have
+    /// happened by `unix`; `None` when no limit is scheduled. It changes exactly when some
+    /// bucket's limit in force does.
+    pub fn schedule_epoch(&self, unix: i64) -> Option<u64> {
+        let mut any = false;
+        let mut passed = 0;
+        for (_, b) in self.buckets() {
+            for w in &b.scheduled {
+                any = true;
+                passed += u64::from(w.from <= unix) + u64::from(w.until <= unix);
+            }
+        }
+        any.then_some(passed)
     }
 
     /// Buckets that have no limit and so are not enforced (reported, not an error).

@@ -322,7 +322,7 @@ mod tests {
             );
             (format!("services/{svc}.yaml"), text)
         });
-        Rules::from_snapshot(&grl_config::from_files("v1", files).unwrap(), &[], 0)
+        Rules::from_snapshot(&grl_config::from_files("v1", files).unwrap(), &[], 0, 0)
     }
 
     fn controller(scopes: Vec<Scope>) -> Node {

@@ -67,6 +67,8 @@ pub struct Controller {
     config_refused: AtomicU64,
     security: super::Security,
     election: Option<Arc<ElectionStats>>,
+    /// The schedule epoch of the rules last published (`u64::MAX`: no limit scheduled).
+    published_epoch: AtomicU64,
 }
 
 impl std::fmt::Debug for Controller {
@@ -140,14 +142,36 @@ impl Controller {
             return;
         }
         let snap = self.snapshot();
+        let now = now_unix() as i64;
         let rules = {
             let o = self
                 .overrides
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            Rules::from_snapshot(&snap, &o.rules(), o.generation())
+            Rules::from_snapshot(&snap, &o.rules(), o.generation(), now)
         };
+        let epoch = snap.schedule_epoch(now).unwrap_or(u64::MAX);
+        self.published_epoch.store(epoch, Ordering::Relaxed);
         self.node.set_rules(rules, Instant::now());
+    }
+
+    /// Republishes the rules when a scheduled limit started or ended since they were
+    /// published; returns when the next one does (Unix seconds), if any.
+    fn follow_schedule(&self) -> Option<i64> {
+        if self.node.cfg.has_parent {
+            return None;
+        }
+        let snap = self.snapshot();
+        let now = now_unix() as i64;
+        let epoch = snap.schedule_epoch(now).unwrap_or(u64::MAX);
+        if epoch != self.published_epoch.load(Ordering::Relaxed) {
+            info!(version = %snap.version, epoch, "a scheduled limit started or ended");
+            self.publish();
+        }
+        snap.buckets()
+            .filter_map(|(_, b)| b.next_change(now))
+            .map(|c| c.at)
+            .min()
     }
 
     fn expire_overrides(&self) {
@@ -160,6 +184,18 @@ impl Controller {
         let me = self.clone();
         Arc::new(move |st: &mut proto::StatusResponse| {
             st.overrides = me.with_overrides(|o| o.list());
+            let snap = me.snapshot();
+            let now = now_unix() as i64;
+            for b in st.buckets.iter_mut().filter(|b| !b.is_override) {
+                let next = snap
+                    .service(&b.service)
+                    .and_then(|s| s.bucket(&b.bucket))
+                    .and_then(|c| c.next_change(now));
+                if let Some(next) = next {
+                    b.next_change_unix = Some(next.at);
+                    b.next_limit_rps = next.rps;
+                }
+            }
         })
     }
 
@@ -236,6 +272,7 @@ pub async fn start(
         config_refused: AtomicU64::new(0),
         security: opts.security.clone(),
         election: opts.election.as_ref().map(|_| Arc::default()),
+        published_epoch: AtomicU64::new(u64::MAX),
     });
     if ctl.admin().is_open() {
         tracing::warn!(
@@ -286,6 +323,21 @@ pub async fn start(
         let stats = ctl.election.clone().unwrap_or_default();
         tasks.extend(super::election::spawn(e, node.clone(), rx.clone(), stats)?);
     }
+    let scheduler = ctl.clone();
+    tasks.push(tokio::spawn(async move {
+        loop {
+            let next = scheduler.follow_schedule();
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            // Wakes at the next start or end (a config change is seen within a second).
+            let until_next = next.map_or(Duration::from_secs(1), |t| {
+                Duration::from_secs(t.max(0) as u64).saturating_sub(now)
+            });
+            tokio::time::sleep(until_next.clamp(Duration::from_millis(1), Duration::from_secs(1)))
+                .await;
+        }
+    }));
     let expirer = ctl.clone();
     tasks.push(tokio::spawn(async move {
         let mut t = tokio::time::interval(Duration::from_secs(1));

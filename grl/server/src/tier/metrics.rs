@@ -22,6 +22,11 @@ pub const OFFERED_RPS: &str = "grl_tier_offered_rps";
 pub const DROP_RATIO: &str = "grl_tier_drop_ratio";
 /// The limit of a bucket: `{service, bucket}`.
 pub const LIMIT_RPS: &str = "grl_tier_limit_rps";
+/// When a bucket's limit in force changes next, a scheduled limit starting or ending
+/// (Unix seconds; controllers holding the config): `{service, bucket}`.
+pub const LIMIT_NEXT_CHANGE: &str = "grl_tier_limit_next_change_timestamp_seconds";
+/// The limit from that change on (absent when the bucket is not enforced then).
+pub const LIMIT_NEXT_RPS: &str = "grl_tier_limit_next_rps";
 /// Connected children: `{level}` (client, zone, region).
 pub const CHILDREN: &str = "grl_tier_children";
 /// Children silent for more than 3 intervals (left out of the sums).
@@ -156,6 +161,10 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
     let offered = Family::<Labels, G>::default();
     let ratio = Family::<Labels, G>::default();
     let limit = Family::<Labels, G>::default();
+    let (next_change, next_limit) = (
+        Family::<Labels, G>::default(),
+        Family::<Labels, G>::default(),
+    );
     for b in &st.buckets {
         let scope = wire::scope_from_wire(b.scope).map_or("unknown", Scope::as_str);
         offered
@@ -169,6 +178,12 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         ratio.get_or_create(&sb).set(b.drop_ratio);
         if let Some(l) = b.limit_rps {
             limit.get_or_create(&sb).set(l);
+        }
+        if let Some(at) = b.next_change_unix {
+            next_change.get_or_create(&sb).set(at as f64);
+            if let Some(l) = b.next_limit_rps {
+                next_limit.get_or_create(&sb).set(l);
+            }
         }
     }
     reg.register(
@@ -185,6 +200,16 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         LIMIT_RPS,
         "Limit of the bucket in requests per second",
         limit,
+    );
+    reg.register(
+        LIMIT_NEXT_CHANGE,
+        "When the bucket's limit in force changes next (a scheduled limit starts or ends)",
+        next_change,
+    );
+    reg.register(
+        LIMIT_NEXT_RPS,
+        "The bucket's limit from its next scheduled change on",
+        next_limit,
     );
 
     let children = Family::<Labels, G>::default();

@@ -129,7 +129,7 @@ mod tests {
         let ctl = controller();
         let agg = aggregator();
         let t0 = Instant::now();
-        ctl.set_rules(Rules::from_snapshot(&snap, &[], 0), t0);
+        ctl.set_rules(Rules::from_snapshot(&snap, &[], 0, 0), t0);
         // A client says hello to the aggregator, which says hello to its parent and is
         // sent the config, by a version-2 parent.
         let client = |rates| proto::Report {

@@ -61,9 +61,16 @@ pub struct Slots {
 }
 
 impl Rules {
-    /// The rules of a snapshot, with `overrides` put ahead of their service's buckets.
-    /// The version gains `+o<generation>` when overrides exist, so children refetch.
-    pub fn from_snapshot(s: &Snapshot, overrides: &[proto::ServiceRules], generation: u64) -> Self {
+    /// The rules of a snapshot at `at_unix` (the limits in force then), with `overrides`
+    /// put ahead of their service's buckets. The version gains `+o<generation>` when
+    /// overrides exist and `+s<epoch>` when limits are scheduled ([`Snapshot::schedule_epoch`]),
+    /// so children refetch when either changes.
+    pub fn from_snapshot(
+        s: &Snapshot,
+        overrides: &[proto::ServiceRules],
+        generation: u64,
+        at_unix: i64,
+    ) -> Self {
         let mut services: BTreeMap<String, Vec<proto::BucketRule>> = BTreeMap::new();
         for o in overrides {
             services
@@ -71,14 +78,16 @@ impl Rules {
                 .or_default()
                 .extend(o.buckets.iter().cloned());
         }
-        for sr in wire::service_rules(s, &[]) {
+        for sr in wire::service_rules(s, &[], at_unix) {
             services.entry(sr.service).or_default().extend(sr.buckets);
         }
-        let version = if overrides.is_empty() {
-            s.version.clone()
-        } else {
-            format!("{}+o{generation}", s.version)
-        };
+        let mut version = s.version.clone();
+        if !overrides.is_empty() {
+            version.push_str(&format!("+o{generation}"));
+        }
+        if let Some(epoch) = s.schedule_epoch(at_unix) {
+            version.push_str(&format!("+s{epoch}"));
+        }
         let mut next = 0u32;
         let first_index = services
             .iter()
@@ -267,7 +276,7 @@ mod tests {
     #[test]
     fn snapshot_rules_with_overrides_first() {
         let s = grl_config::from_files("v1", [("services/pay.yaml".into(), PAY.into())]).unwrap();
-        let plain = Rules::from_snapshot(&s, &[], 0);
+        let plain = Rules::from_snapshot(&s, &[], 0, 0);
         assert_eq!(plain.version, "v1");
         assert_eq!(
             plain.limited().len(),
@@ -287,7 +296,7 @@ mod tests {
                 ..Default::default()
             }],
         };
-        let r = Rules::from_snapshot(&s, &[o], 3);
+        let r = Rules::from_snapshot(&s, &[o], 3, 0);
         assert_eq!(r.version, "v1+o3");
         assert_eq!(r.services["pay"][0].name, "override-1");
         assert_eq!(r.bucket_count(), 3);
@@ -311,7 +320,7 @@ mod tests {
     #[test]
     fn every_bucket_has_one_index_that_both_ends_locate() {
         let s = pay_and_ads();
-        let top = Rules::from_snapshot(&s, &[], 0);
+        let top = Rules::from_snapshot(&s, &[], 0, 0);
         assert_eq!(top.index_of("ads", 0), Some(0));
         assert_eq!(top.index_of("ads", 1), Some(1));
         assert_eq!(top.index_of("pay", 0), Some(2));
@@ -333,7 +342,7 @@ mod tests {
     #[test]
     fn a_whole_version_is_worked_by_index_and_a_part_or_an_override_by_name() {
         let s = pay_and_ads();
-        let top = Rules::from_snapshot(&s, &[], 0);
+        let top = Rules::from_snapshot(&s, &[], 0, 0);
         let d = top.dense().expect("a whole snapshot works by index");
         assert_eq!(d.len(), top.bucket_count());
         assert_eq!(d.service_first, [0, 2]);
@@ -367,7 +376,7 @@ mod tests {
             }],
         };
         assert!(
-            Rules::from_snapshot(&s, &[again], 1).dense().is_none(),
+            Rules::from_snapshot(&s, &[again], 1, 0).dense().is_none(),
             "an override repeating a bucket's name: worked by name"
         );
     }

@@ -81,6 +81,11 @@ pub struct BucketView {
     pub top_zones: Vec<ZoneLoad>,
     /// An incident override's bucket.
     pub is_override: bool,
+    /// When the limit in force changes next (a scheduled limit starts or ends), Unix
+    /// seconds; `None` when nothing is scheduled (or the tier does not hold the config).
+    pub next_change_unix: Option<i64>,
+    /// The limit from that change on (`None`: not enforced then, or no change).
+    pub next_limit_rps: Option<f64>,
 }
 
 /// A zone's offered rate in one bucket.
@@ -177,6 +182,8 @@ impl From<&proto::BucketStatus> for BucketView {
                 })
                 .collect(),
             is_override: b.is_override,
+            next_change_unix: b.next_change_unix,
+            next_limit_rps: b.next_limit_rps,
         }
     }
 }

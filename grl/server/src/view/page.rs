@@ -84,7 +84,7 @@ fn row(b: &BucketView, history: &History) -> String {
     format!(
         "<tr class=\"{class}\" data-bucket=\"{}/{}\"><td>{}</td><td>{}{}</td><td>{}</td><td>{}</td>\
          <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>\
-         <td class=\"n\">{}</td><td class=\"n\">{:.3}</td><td>{}</td><td>{}</td></tr>\n",
+         <td class=\"n\">{}</td><td class=\"n\">{:.3}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
         esc(&b.service),
         esc(&b.bucket),
         esc(&b.service),
@@ -104,6 +104,7 @@ fn row(b: &BucketView, history: &History) -> String {
         b.drop_ratio,
         sparkline(&samples, b.limit_rps),
         zones,
+        esc(&super::text::next_limit(b)),
     )
 }
 
@@ -136,7 +137,7 @@ pub fn render(v: &StatusView, history: &History, refresh_ms: u64, generated: &st
     html.push_str(
         "<table id=\"buckets\"><thead><tr><th>Service</th><th>Bucket</th><th>Mode</th>\
          <th>Scope</th><th>Limit</th><th>Offered</th><th>Admitted</th><th>Dropped</th>\
-         <th>Shadow</th><th>Ratio</th><th>Offered vs limit</th><th>Top zones</th></tr></thead>\n<tbody>\n",
+         <th>Shadow</th><th>Ratio</th><th>Offered vs limit</th><th>Top zones</th><th>Next limit</th></tr></thead>\n<tbody>\n",
     );
     for b in &v.buckets {
         html.push_str(&row(b, history));

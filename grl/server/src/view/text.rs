@@ -140,6 +140,19 @@ fn header() -> Vec<String> {
     HEADER.iter().map(ToString::to_string).collect()
 }
 
+/// A bucket's next scheduled limit: `3750 from 2026-12-31T22:00:00Z`.
+pub fn next_limit(b: &BucketView) -> String {
+    let Some(at) = b.next_change_unix else {
+        return String::new();
+    };
+    let when = chrono::DateTime::from_timestamp(at, 0).map_or_else(
+        || at.to_string(),
+        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    );
+    let limit = b.next_limit_rps.map_or_else(|| "none".into(), rate);
+    format!("{limit} from {when}")
+}
+
 /// `grl status`: the headline, zones, every bucket and the overrides.
 pub fn status(v: &StatusView) -> String {
     let mut out = headline(v);
@@ -162,6 +175,12 @@ pub fn status(v: &StatusView) -> String {
     out.push('\n');
     let mut rows = vec![header()];
     rows.extend(v.buckets.iter().map(bucket_row));
+    if v.buckets.iter().any(|b| b.next_change_unix.is_some()) {
+        rows[0].push("NEXT LIMIT".into());
+        for (row, b) in rows[1..].iter_mut().zip(&v.buckets) {
+            row.push(next_limit(b));
+        }
+    }
     out.push_str(&columns(&rows, &RIGHT));
     if !v.overrides.is_empty() {
         out.push_str("\nOVERRIDES\n");
