@@ -171,7 +171,7 @@ async fn controller_picks_up_a_commit_to_the_config_git_repo() {
         parents: Vec::new(),
         election: None,
         interval: IV,
-        config: ConfigSource::Git(remote.path().display().to_string()),
+        config: ConfigSource::Git(remote.path().display().to_string(), "main".into()),
         poll: Duration::from_millis(200),
         security: Default::default(),
     };
@@ -211,6 +211,79 @@ async fn controller_picks_up_a_commit_to_the_config_git_repo() {
         second,
         "an invalid commit replaced the snapshot"
     );
+}
+
+/// A region's controller follows its own branch (`regions/eu`), not `main`: a commit to
+/// `main` leaves it alone, moving the branch changes it; its version shows by region in
+/// the metrics; a branch that does not exist is refused at start, named.
+#[tokio::test]
+async fn a_regions_controller_runs_its_own_branch() {
+    let remote =
+        BareRemote::with_files(&[("services/payments.yaml", service_yaml(100.0))]).unwrap();
+    let first = remote.log("main")[0].0.clone();
+    let opts = |config_ref: &str| ControllerOptions {
+        region: "eu".into(),
+        parents: Vec::new(),
+        election: None,
+        interval: IV,
+        config: ConfigSource::Git(remote.path().display().to_string(), config_ref.into()),
+        poll: Duration::from_millis(100),
+        security: Default::default(),
+    };
+    let missing = controller::start(opts("regions/eu"), listener().await, None)
+        .await
+        .expect_err("no such branch yet");
+    assert!(
+        missing
+            .to_string()
+            .contains("branch `regions/eu` does not exist"),
+        "{missing}"
+    );
+
+    let region = remote
+        .commit_files(
+            "regions/eu",
+            &[("services/payments.yaml", service_yaml(100.0))],
+            "wave 1",
+        )
+        .unwrap();
+    let (ctl, c) = controller::start(
+        opts("refs/heads/regions/eu"),
+        listener().await,
+        Some(listener().await),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.snapshot().version, region);
+    assert_ne!(region, first);
+    let on_main = remote
+        .commit_files(
+            "main",
+            &[("services/payments.yaml", service_yaml(700.0))],
+            "raise",
+        )
+        .unwrap();
+    let moved = remote
+        .commit_files(
+            "regions/eu",
+            &[("services/payments.yaml", service_yaml(300.0))],
+            "wave 2",
+        )
+        .unwrap();
+    let seen = until(Duration::from_secs(5), || c.snapshot().version == moved).await;
+    assert!(seen.is_some(), "the region's branch was not followed");
+    assert_ne!(c.snapshot().version, on_main);
+    let limit = c
+        .snapshot()
+        .service(SERVICE)
+        .unwrap()
+        .bucket("gateway-pay")
+        .unwrap()
+        .limit;
+    assert_eq!(limit, Some(300.0), "the region's limit, not main's 700");
+    let m = scrape(ctl.metrics_addr.unwrap()).await;
+    let key = format!(r#"grl_config_version_info{{region="eu",version="{moved}"}}"#);
+    assert_eq!(m.get(&key).copied(), Some(1.0), "{m:#?}");
 }
 
 fn get(m: &std::collections::BTreeMap<String, f64>, key: &str) -> f64 {

@@ -19,9 +19,18 @@ pub(crate) struct Args {
     /// Config directory (`services/`, `limits/`), followed for changes.
     #[arg(long, conflicts_with = "config_git", value_parser = super::validate::config_dir)]
     config: Option<PathBuf>,
-    /// Config repo URL, cloned and fetched; read at `origin/main`.
+    /// Config repo URL, cloned and fetched; read at `--config-ref`.
     #[arg(long)]
     config_git: Option<String>,
+    /// The branch of `--config-git` to run: `main`, or the region's `regions/<region>`
+    /// that the configurator's staged rollout moves.
+    #[arg(
+        long,
+        default_value = "main",
+        requires = "config_git",
+        value_name = "REF"
+    )]
+    config_ref: String,
     /// This controller's region.
     #[arg(long, default_value = "")]
     region: String,
@@ -123,7 +132,7 @@ impl ElectionArgs {
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let config = match (a.config, a.config_git) {
         (Some(d), _) => ConfigSource::Dir(d),
-        (None, Some(url)) => ConfigSource::Git(url),
+        (None, Some(url)) => ConfigSource::Git(url, a.config_ref),
         (None, None) if !a.parents.is_empty() => ConfigSource::None,
         (None, None) => anyhow::bail!("--config DIR or --config-git URL is required"),
     };

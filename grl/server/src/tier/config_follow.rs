@@ -1,6 +1,7 @@
 //! Where a controller's config comes from after start: a directory polled by content
-//! version, or a clone of the config repo fetched every few seconds and read at
-//! `origin/main` (version = commit id). An invalid change is logged and the old snapshot kept.
+//! version, or a clone of the config repo fetched every few seconds and read at one branch
+//! (`main`, or the region's `regions/<region>` that a staged rollout moves; version =
+//! commit id). An invalid change is logged and the old snapshot kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +29,17 @@ pub enum FollowError {
     /// The config is invalid.
     #[error("{0}")]
     Invalid(#[from] ConfigErrors),
+    /// The branch to follow does not exist in the repo.
+    #[error(
+        "branch `{branch}` does not exist in {url} (a region's branch `regions/<region>` is \
+         created by the configurator's first rollout; until then follow `main`)"
+    )]
+    NoSuchRef {
+        /// The repo.
+        url: String,
+        /// The branch.
+        branch: String,
+    },
 }
 
 /// Polls `root` every `period`; applies each valid change from content version `last`.
@@ -114,34 +126,47 @@ const LINK_MODE: i32 = 0o120_000;
 /// Why a symbolic link in the config repo is refused.
 const LINK_REFUSED: &str = "is a symbolic link (config files must be regular files)";
 
-/// A private clone of the config repo.
+/// A private clone of the config repo, read at one branch.
 pub struct GitFollower {
     url: String,
+    branch: String,
     _dir: tempfile::TempDir,
     repo: git2::Repository,
+}
+
+/// The branch name of `config_ref`: `main`, `regions/eu-1`, or the same with `refs/heads/`.
+pub fn branch_of(config_ref: &str) -> &str {
+    config_ref.strip_prefix("refs/heads/").unwrap_or(config_ref)
 }
 
 impl std::fmt::Debug for GitFollower {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GitFollower")
             .field("url", &self.url)
+            .field("branch", &self.branch)
             .finish_non_exhaustive()
     }
 }
 
 impl GitFollower {
-    /// Clones `url` into a temporary directory.
-    pub fn clone(url: &str) -> Result<Self, FollowError> {
+    /// Clones `url` into a temporary directory, to read it at `config_ref` (a branch).
+    pub fn clone(url: &str, config_ref: &str) -> Result<Self, FollowError> {
         let dir = tempfile::tempdir()?;
         let repo = git2::Repository::clone(url, dir.path())?;
         Ok(Self {
             url: url.to_string(),
+            branch: branch_of(config_ref).to_string(),
             _dir: dir,
             repo,
         })
     }
 
-    /// Fetches `origin` and reads the config at `origin/main`.
+    /// The branch followed.
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    /// Fetches `origin` and reads the config at the branch followed.
     pub fn fetch(&self) -> Result<(String, Vec<(String, String)>), FollowError> {
         self.repo.find_remote("origin")?.fetch(
             &["+refs/heads/*:refs/remotes/origin/*"],
@@ -151,11 +176,18 @@ impl GitFollower {
         self.read_main()
     }
 
-    /// The commit id of `origin/main` and the config files in its tree.
+    /// The commit id of the branch followed and the config files in its tree.
     pub fn read_main(&self) -> Result<(String, Vec<(String, String)>), FollowError> {
         let commit = self
             .repo
-            .find_reference("refs/remotes/origin/main")?
+            .find_reference(&format!("refs/remotes/origin/{}", self.branch))
+            .map_err(|e| match e.code() {
+                git2::ErrorCode::NotFound => FollowError::NoSuchRef {
+                    url: self.url.clone(),
+                    branch: self.branch.clone(),
+                },
+                _ => e.into(),
+            })?
             .peel_to_commit()?;
         let tree = commit.tree()?;
         let mut files = Vec::new();
@@ -199,7 +231,7 @@ impl GitFollower {
         Ok((commit.id().to_string(), files))
     }
 
-    /// Loads the snapshot at `origin/main`.
+    /// Loads the snapshot at the branch followed.
     pub fn load(&self) -> Result<Snapshot, FollowError> {
         let (id, files) = self.read_main()?;
         Ok(config::from_files(&id, files)?)
@@ -222,7 +254,7 @@ impl GitFollower {
                     last.clone_from(&id);
                     match config::from_files(&id, files) {
                         Ok(s) => {
-                            info!(url = %self.url, commit = %id, "config commit picked up");
+                            info!(url = %self.url, branch = %self.branch, commit = %id, "config commit picked up");
                             apply(s);
                         }
                         Err(e) => {

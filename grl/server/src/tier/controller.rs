@@ -29,8 +29,9 @@ use grl_core::proto;
 pub enum ConfigSource {
     /// A directory, polled for changes.
     Dir(PathBuf),
-    /// A git URL, cloned and fetched; read at `origin/main`.
-    Git(String),
+    /// A git URL, cloned and fetched, and the branch to read (`main`, or the region's
+    /// `regions/<region>` moved by a staged rollout).
+    Git(String, String),
     /// Only `ApplyConfig` (or the parent).
     None,
 }
@@ -230,10 +231,10 @@ pub async fn start(
                 .map_err(std::io::Error::other)?;
             (loaded.map_err(FollowError::Invalid)?, None)
         }
-        ConfigSource::Git(url) => {
-            let url = url.clone();
+        ConfigSource::Git(url, config_ref) => {
+            let (url, config_ref) = (url.clone(), config_ref.clone());
             let (g, s) = tokio::task::spawn_blocking(move || {
-                let g = GitFollower::clone(&url)?;
+                let g = GitFollower::clone(&url, &config_ref)?;
                 let s = g.load()?;
                 Ok::<_, FollowError>((g, s))
             })

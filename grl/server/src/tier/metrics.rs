@@ -33,6 +33,9 @@ pub const CHILDREN: &str = "grl_tier_children";
 pub const STALE_CHILDREN: &str = "grl_tier_stale_children";
 /// Always 1, labelled with the config version in force: `{version}`.
 pub const CONFIG_INFO: &str = "grl_tier_config_info";
+/// The config version a region runs, by region (a staged rollout moves regions one wave
+/// at a time): `{region, version}`, 1.
+pub const CONFIG_VERSION_INFO: &str = "grl_config_version_info";
 /// 1 when the parent's ratios expired (children fail open for parent-owned scopes).
 pub const FAIL_OPEN: &str = "grl_tier_fail_open";
 /// 1 when the stream to the parent is up.
@@ -236,6 +239,18 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
     info.get_or_create(&labels(&[("version", &st.config_version)]))
         .set(1.0);
     reg.register(CONFIG_INFO, "Config version in force", info);
+    let by_region = Family::<Labels, G>::default();
+    by_region
+        .get_or_create(&labels(&[
+            ("region", &st.region),
+            ("version", &st.config_version),
+        ]))
+        .set(1.0);
+    reg.register(
+        CONFIG_VERSION_INFO,
+        "Config version this tier's region runs",
+        by_region,
+    );
     gauge(
         &mut reg,
         FAIL_OPEN,

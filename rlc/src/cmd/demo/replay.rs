@@ -96,7 +96,7 @@ pub(super) async fn run(remote: &str, interval: Duration, seconds: u64) -> anyho
             parents: Vec::new(),
             election: None,
             interval,
-            config: ConfigSource::Git(remote.to_string()),
+            config: ConfigSource::Git(remote.to_string(), "main".into()),
             poll: Duration::from_secs(2),
             security: Default::default(),
         },
