@@ -8,8 +8,10 @@
 //! directory ([`config_links`]), the caps of a TLS port ([`tls_caps`]), and active/standby controllers elected through etcd
 //! ([`failover`]; an etcd outage: [`election`]) or a Kubernetes Lease ([`kube_lease`],
 //! against a stand-in API server: [`kube_api`]), enforcement that follows the load up
-//! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]), and the config
-//! and message size bounds at their figures ([`size_bounds`]).
+//! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]), the config
+//! and message size bounds at their figures ([`size_bounds`]), what an operator sees
+//! (`grl status`/`top`/`explain`, the `/status` page in a browser: [`operator`]) and
+//! limits scheduled for a window ([`scheduled_limits`]).
 
 mod bad_input;
 mod binary;
@@ -28,6 +30,7 @@ mod operator;
 mod raw_http;
 mod rlqs;
 mod rls;
+mod scheduled_limits;
 mod security;
 mod shapes;
 mod sidecar;

@@ -39,14 +39,14 @@ const PROFILE: &str = "second,caller,procedure,rps\n0,web,Orders/Checkout,600\n\
 
 /// A controller (with `/metrics` and `/status`), aggregators in zones a and b, and a
 /// load generator under each, at a 200 ms interval.
-struct Tiers {
-    dir: tempfile::TempDir,
-    ctl: String,
-    page: String,
+pub(crate) struct Tiers {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) ctl: String,
+    pub(crate) page: String,
     _procs: Vec<Proc>,
 }
 
-fn write_config(dir: &Path, limit: u32) {
+pub(crate) fn write_config(dir: &Path, limit: u32) {
     std::fs::create_dir_all(dir.join("services")).unwrap();
     let tmp = dir.join("orders.yaml.tmp");
     std::fs::write(&tmp, ORDERS.replace("LIMIT", &limit.to_string())).unwrap();
@@ -54,7 +54,7 @@ fn write_config(dir: &Path, limit: u32) {
 }
 
 impl Tiers {
-    fn start(admin_token: Option<&str>) -> Self {
+    pub(crate) fn start(admin_token: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         write_config(dir.path(), 200);
         std::fs::write(dir.path().join("profile.csv"), PROFILE).unwrap();
@@ -134,12 +134,12 @@ impl Tiers {
     }
 
     /// `grl ARGS…`, its output collected.
-    fn grl(&self, args: &[&str]) -> Output {
+    pub(crate) fn grl(&self, args: &[&str]) -> Output {
         Command::new(BIN).args(args).output().unwrap()
     }
 
     /// `grl status --controller … --json`, parsed.
-    fn status_json(&self) -> Value {
+    pub(crate) fn status_json(&self) -> Value {
         let out = self.grl(&["status", "--controller", &self.ctl, "--json"]);
         assert!(
             out.status.success(),
@@ -150,7 +150,7 @@ impl Tiers {
     }
 
     /// Polls `grl status --json` until `ok` holds of it (up to 30 s); the last answer.
-    fn status_until(&self, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn status_until(&self, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
         let start = Instant::now();
         loop {
             let v = self.status_json();
@@ -166,7 +166,7 @@ impl Tiers {
     }
 }
 
-fn bucket<'a>(v: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn bucket<'a>(v: &'a Value, name: &str) -> &'a Value {
     v["buckets"]
         .as_array()
         .unwrap()
@@ -175,14 +175,14 @@ fn bucket<'a>(v: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no bucket {name} in {v:#}"))
 }
 
-fn f(v: &Value, field: &str) -> f64 {
+pub(crate) fn f(v: &Value, field: &str) -> f64 {
     v[field]
         .as_f64()
         .unwrap_or_else(|| panic!("no number {field} in {v:#}"))
 }
 
 /// The surge has reached the controller and the ratio holds the checkout bucket.
-fn held(v: &Value) -> bool {
+pub(crate) fn held(v: &Value) -> bool {
     let c = bucket(v, "checkout");
     f(c, "offered_rps") > 1000.0
         && f(c, "drop_ratio") > 0.7
@@ -629,100 +629,4 @@ fn status_page_in_a_browser_lists_every_bucket_and_highlights_the_dropping_one()
         "{} bytes",
         png.len()
     );
-}
-
-fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
-
-fn rfc3339(unix: i64) -> String {
-    chrono::DateTime::from_timestamp(unix, 0)
-        .unwrap()
-        .to_rfc3339()
-}
-
-#[test]
-fn a_scheduled_limit_starts_and_ends_on_the_controllers_clock_and_status_shows_it() {
-    let t = Tiers::start(None);
-    t.status_until("the checkout bucket held at its limit", held);
-    let from = unix_now().ceil() as i64 + 5;
-    let until = from + 5;
-    std::fs::create_dir_all(t.dir.path().join("limits")).unwrap();
-    std::fs::write(
-        t.dir.path().join("limits/orders.yaml"),
-        format!(
-            "service: orders\nlimits:\n  checkout:\n    rps: 200\n    scheduled:\n      - rps: 900\n        \
-             effective: {{ from: \"{}\", until: \"{}\" }}\n        reason: launch\n",
-            rfc3339(from),
-            rfc3339(until)
-        ),
-    )
-    .unwrap();
-    let v = t.status_until("the next change announced", |v| {
-        bucket(v, "checkout")["next_change_unix"] == from
-    });
-    assert_eq!(f(bucket(&v, "checkout"), "next_limit_rps"), 900.0);
-    assert!(unix_now() < from as f64, "announced before it starts");
-    let metrics = Command::new("curl")
-        .args(["-s", &format!("http://{}/metrics", t.page)])
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8(metrics.stdout).unwrap();
-    assert!(
-        metrics.contains(&format!(
-            "grl_tier_limit_next_change_timestamp_seconds{{service=\"orders\",bucket=\"checkout\"}} {from}"
-        )),
-        "{metrics}"
-    );
-    let table = String::from_utf8(t.grl(&["status", "--controller", &t.ctl]).stdout).unwrap();
-    assert!(
-        table.contains(&format!(
-            "900 from {}",
-            rfc3339(from).replace("+00:00", "Z")
-        )),
-        "{table}"
-    );
-
-    // The switch: seen within a second of the start (status is polled every ~0.1 s).
-    let (seen, _) = switch_to(&t, 900.0);
-    assert!(
-        seen >= from as f64 && seen < from as f64 + 1.0,
-        "switched at {seen}, due {from}"
-    );
-    let v = t.status_until("admitted at the event's limit", |v| {
-        (f(bucket(v, "checkout"), "admitted_rps") - 900.0).abs() < 150.0
-    });
-    assert!(unix_now() < until as f64, "{v}");
-    assert_eq!(bucket(&v, "checkout")["next_change_unix"], until);
-    assert_eq!(f(bucket(&v, "checkout"), "next_limit_rps"), 200.0);
-
-    let (seen, v) = switch_to(&t, 200.0);
-    assert!(
-        seen >= until as f64 && seen < until as f64 + 1.0,
-        "switched back at {seen}, due {until}"
-    );
-    assert!(
-        bucket(&v, "checkout")["next_change_unix"].is_null(),
-        "nothing scheduled after: {v}"
-    );
-}
-
-/// Polls the controller's status until checkout's limit in force is `limit`: when that
-/// was first seen (Unix seconds), and the answer.
-fn switch_to(t: &Tiers, limit: f64) -> (f64, Value) {
-    let start = Instant::now();
-    loop {
-        let v = t.status_json();
-        if f(bucket(&v, "checkout"), "limit_rps") == limit {
-            return (unix_now(), v);
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the limit never became {limit}: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
