@@ -27,6 +27,12 @@ enum Command {
     Promote(cmd::promote::PromoteCmd),
     /// Why a bucket's limit is what it is: computed now as a run would (nothing committed),
     /// with its value after the last runs.
+    ///
+    /// Takes the flags of `rlc run` (and its `RLC_*` variables); those about delivery
+    /// (`--mode`, `--controller`, `--github-*`) and `--workdir` are not used: it works in a
+    /// temporary clone. Exit codes: 0 explained, 2 unknown service or bucket (the error
+    /// names those there are), 3 metrics source, 4 config repo, 5 run history database (the
+    /// explanation is still printed), 6 invalid config, 1 anything else.
     Explain(cmd::explain::ExplainCmd),
     /// The whole loop on this machine with embedded defaults, in under two minutes.
     #[cfg(feature = "demo")]
