@@ -1,7 +1,8 @@
 //! Safety guards between a policy's proposal and the limit that is written.
 //!
-//! Each guard that acts leaves a [`GuardNote`] in the evidence, so a reviewer sees why the
-//! written limit differs from the proposal. Order: data coverage, policy refusal, sanity
+//! Each guard that acts leaves a [`GuardNote`] in the evidence (what it did in words, and
+//! the number it was given and the one it passed on), so a reviewer sees why the written
+//! limit differs from the proposal, and by how much. Order: data coverage, policy refusal, sanity
 //! (finite, > 0), maximum change per run, floor and cap, cap relative to the observed peak,
 //! hysteresis.
 
@@ -45,6 +46,13 @@ pub struct GuardNote {
     pub guard: &'static str,
     /// What it did, in words.
     pub detail: String,
+    /// The number the guard was given (the proposal, or what the guards before it made of
+    /// it); `None` when there was none (the policy refused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<f64>,
+    /// The number it passed on (`None`: no limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<f64>,
 }
 
 /// The guarded result for one bucket.
@@ -87,6 +95,8 @@ pub fn apply(
                 c * 100.0,
                 settings.min_coverage * 100.0
             ),
+            before: proposal.as_ref().ok().copied(),
+            after: previous,
         });
         return keep(notes);
     }
@@ -96,6 +106,8 @@ pub fn apply(
             notes.push(GuardNote {
                 guard: "policy-refused",
                 detail: format!("{reason}: previous limit kept"),
+                before: None,
+                after: previous,
             });
             return keep(notes);
         }
@@ -104,6 +116,8 @@ pub fn apply(
         notes.push(GuardNote {
             guard: "sanity",
             detail: format!("proposed limit {proposed} is not a finite number > 0: refused"),
+            before: Some(proposed),
+            after: previous,
         });
         return keep(notes);
     }
@@ -121,6 +135,8 @@ pub fn apply(
                     fmt_rps(prev),
                     fmt_rps(lowest)
                 ),
+                before: Some(limit),
+                after: Some(lowest),
             });
             limit = lowest;
         } else if limit > highest {
@@ -133,6 +149,8 @@ pub fn apply(
                     fmt_rps(prev),
                     fmt_rps(highest)
                 ),
+                before: Some(limit),
+                after: Some(highest),
             });
             limit = highest;
         }
@@ -143,6 +161,8 @@ pub fn apply(
         notes.push(GuardNote {
             guard: "floor",
             detail: format!("{} raised to the floor {}", fmt_rps(limit), fmt_rps(floor)),
+            before: Some(limit),
+            after: Some(floor),
         });
         limit = floor;
     }
@@ -152,6 +172,8 @@ pub fn apply(
         notes.push(GuardNote {
             guard: "cap",
             detail: format!("{} lowered to the cap {}", fmt_rps(limit), fmt_rps(cap)),
+            before: Some(limit),
+            after: Some(cap),
         });
         limit = cap;
     }
@@ -167,6 +189,8 @@ pub fn apply(
                 fmt_rps(peak),
                 fmt_rps(ratio * peak)
             ),
+            before: Some(limit),
+            after: Some(ratio * peak),
         });
         limit = ratio * peak;
     }
@@ -186,6 +210,8 @@ pub fn apply(
                     settings.hysteresis * 100.0,
                     fmt_rps(prev)
                 ),
+                before: Some(limit),
+                after: Some(prev),
             });
             Guarded {
                 limit: Some(prev),
@@ -251,6 +277,9 @@ mod tests {
     fn refusal_and_nonsense_keep_previous() {
         let g = run(Err("history too short".into()), Some(10.0), 1.0);
         assert_eq!((g.limit, g.outcome), (Some(10.0), Outcome::KeptPrevious));
+        assert_eq!((g.notes[0].before, g.notes[0].after), (None, Some(10.0)));
+        let json = serde_json::to_value(&g.notes[0]).unwrap();
+        assert!(json.get("before").is_none(), "{json}");
         assert!(g.notes[0].detail.contains("history too short"));
         for bad in [f64::NAN, f64::INFINITY, 0.0, -5.0] {
             let g = run(Ok(bad), Some(10.0), 1.0);
@@ -268,6 +297,15 @@ mod tests {
         let g = run(Ok(100.0), Some(1000.0), 1.0);
         assert_eq!((g.limit, g.outcome), (Some(800.0), Outcome::Changed));
         assert_eq!(g.notes[0].guard, "max-decrease");
+        assert_eq!(
+            (g.notes[0].before, g.notes[0].after),
+            (Some(100.0), Some(800.0))
+        );
+        let json = serde_json::to_value(&g.notes[0]).unwrap();
+        assert_eq!(
+            (json["before"].as_f64(), json["after"].as_f64()),
+            (Some(100.0), Some(800.0))
+        );
         let g = run(Ok(5000.0), Some(1000.0), 1.0);
         assert_eq!(g.limit, Some(2000.0));
         assert_eq!(g.notes[0].guard, "max-increase");
@@ -277,6 +315,10 @@ mod tests {
     fn small_changes_are_skipped() {
         let g = run(Ok(1040.0), Some(1000.0), 1.0);
         assert_eq!((g.limit, g.outcome), (Some(1000.0), Outcome::Unchanged));
+        assert_eq!(
+            (g.notes[0].before, g.notes[0].after),
+            (Some(1040.0), Some(1000.0))
+        );
         let g = run(Ok(1060.0), Some(1000.0), 1.0);
         assert_eq!((g.limit, g.outcome), (Some(1060.0), Outcome::Changed));
     }

@@ -6,6 +6,7 @@
 //! Timestamps are stored as unix milliseconds (`BIGINT`) and evidence as JSON text, which both
 //! databases read the same way.
 
+mod bucket_runs;
 mod changes;
 mod error;
 mod retention;
@@ -19,6 +20,7 @@ use sqlx::{AnyConnection, AnyPool, Connection};
 use sqlx::{FromRow, Row};
 use std::time::Duration;
 
+pub use bucket_runs::{BucketDecision, BucketRun};
 pub use error::HistoryError;
 pub use url::DatabaseUrl;
 

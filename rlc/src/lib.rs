@@ -7,11 +7,13 @@
 //! history kept between runs), [`plan`] (policies +
 //! [`guards`] → limits), [`limits_file`] and [`pr_description`] (output), [`git_store`]
 //! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
-//! [`schedule`] (when to run), [`serve_metrics`]; [`secrets`] keeps passwords and tokens out of
-//! every output.
+//! [`schedule`] (when to run), [`serve_metrics`]; [`explain`] says why a bucket's limit is what
+//! it is (`rlc explain`, and the pull request's sections); [`secrets`] keeps passwords and
+//! tokens out of every output.
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod explain;
 pub mod git_store;
 pub mod github;
 pub mod guards;

@@ -25,6 +25,15 @@ enum Command {
     Backtest(cmd::backtest::BacktestCmd),
     /// Flip a bucket from shadow to deny, as a commit or PR like any other.
     Promote(cmd::promote::PromoteCmd),
+    /// Why a bucket's limit is what it is: computed now as a run would (nothing committed),
+    /// with its value after the last runs.
+    ///
+    /// Takes the flags of `rlc run` (and its `RLC_*` variables); those about delivery
+    /// (`--mode`, `--controller`, `--github-*`) and `--workdir` are not used: it works in a
+    /// temporary clone. Exit codes: 0 explained, 2 unknown service or bucket (the error
+    /// names those there are), 3 metrics source, 4 config repo, 5 run history database (the
+    /// explanation is still printed), 6 invalid config, 1 anything else.
+    Explain(cmd::explain::ExplainCmd),
     /// The whole loop on this machine with embedded defaults, in under two minutes.
     #[cfg(feature = "demo")]
     Demo(cmd::demo::DemoCmd),
@@ -40,6 +49,7 @@ async fn main() {
         Command::Serve(c) => report(cmd::serve::execute(c).await),
         Command::Backtest(c) => report(cmd::backtest::execute(c)),
         Command::Promote(c) => report(cmd::promote::execute(c).await),
+        Command::Explain(c) => cmd::explain::execute(c).await,
         #[cfg(feature = "demo")]
         Command::Demo(c) => match cmd::demo::execute(c).await {
             Ok(true) => 0,
@@ -60,6 +70,7 @@ fn register_secrets(command: &Command) {
     let run_args = match command {
         Command::Run(c) => Some(&c.args),
         Command::Serve(c) => Some(&c.args),
+        Command::Explain(c) => Some(&c.args),
         Command::Promote(c) => {
             register_url(&c.config_repo);
             None
@@ -91,10 +102,16 @@ fn register_secrets(command: &Command) {
 }
 
 /// Logs go to stderr, except for `rlc demo` without `--verbose`: there they go to a file, so
-/// that the live table reads cleanly.
+/// that the live table reads cleanly. `rlc explain` logs only warnings unless `RUST_LOG` says
+/// otherwise: its output is the explanation.
 fn init_logging(command: &Command) {
+    let level = if matches!(command, Command::Explain(_)) {
+        "warn"
+    } else {
+        "info"
+    };
     let filter =
-        || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+        || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
     #[cfg(feature = "demo")]
     if let Command::Demo(demo) = command
         && !demo.verbose

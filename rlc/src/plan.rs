@@ -35,6 +35,8 @@ pub struct BucketPlan {
     pub guarded: Guarded,
     /// Fraction of expected points present in the history.
     pub coverage: Option<f64>,
+    /// When (unix seconds) the window's largest rate was seen (the first time, if several).
+    pub observed_peak_at: Option<i64>,
     /// Evidence written beside the limit.
     pub evidence: BTreeMap<String, Value>,
     /// How the proposed limit would have fared over the history it came from.
@@ -142,11 +144,14 @@ pub fn plan_bucket(
         now,
         previous_limit: previous,
     };
-    let observed_peak = history
-        .range(start, now)
-        .iter()
-        .map(|p| p.value)
-        .reduce(f64::max);
+    let peak_point = history.range(start, now).iter().copied().reduce(|a, b| {
+        if b.value > a.value || a.value.is_nan() {
+            b
+        } else {
+            a
+        }
+    });
+    let observed_peak = peak_point.map(|p| p.value).filter(|v| !v.is_nan());
     let proposal = match policy.recommend(history, &ctx) {
         Ok(rec) => {
             evidence.extend(rec.evidence);
@@ -210,6 +215,7 @@ pub fn plan_bucket(
     }
     BucketPlan {
         coverage: Some(coverage),
+        observed_peak_at: peak_point.filter(|p| !p.value.is_nan()).map(|p| p.ts),
         evidence,
         backtest,
         high_proposal,
@@ -357,6 +363,7 @@ fn unscored(
         proposal,
         guarded,
         coverage: None,
+        observed_peak_at: None,
         evidence: BTreeMap::new(),
         backtest: None,
         lifecycle: None,
@@ -505,6 +512,12 @@ mod tests {
         assert_eq!(p.guarded.limit, Some(1250.0));
         assert_eq!(p.guarded.outcome, Outcome::New);
         assert_eq!(p.evidence["run"], json!("r1"));
+        assert_eq!(p.observed_peak(), Some(1000.0));
+        assert_eq!(
+            p.observed_peak_at,
+            Some(now - 28 * 86_400 + 28 * 288 / 2 * 300),
+            "the time of the one peak point"
+        );
         assert!(p.backtest.is_some());
         let text = limits_file_for("s", &[&p], false).unwrap();
         assert!(text.contains("rps: 1250"), "{text}");

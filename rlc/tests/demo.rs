@@ -72,6 +72,33 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
     }
     let log = std::fs::read_to_string(dir.path().join("demo.log")).context("demo.log")?;
     assert!(log.contains(" INFO "), "the logs are in demo.log:\n{log}");
+
+    // `rlc explain` on what the demo left in --dir: its config repo, history files and run.
+    let d = dir.path();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
+        .args(["explain", "payments", "gateway-pay", "--config-repo"])
+        .arg(d.join("config.git"))
+        .arg("--history-dir")
+        .arg(d.join("history"))
+        .arg("--db")
+        .arg(format!("sqlite://{}", d.join("rlc-history.db").display()))
+        .output()?;
+    let explained = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{explained}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("rlc explain after the demo:\n{explained}");
+    for want in [
+        "payments/gateway-pay: ",
+        "  Policy         historical-peak { buffer: 0.25, window: 28d }\n",
+        "  Observed peak  ",
+        "  Last runs      from sqlite://",
+        " direct committed: ",
+    ] {
+        assert!(explained.contains(want), "{want:?} in\n{explained}");
+    }
     Ok(())
 }
 
@@ -80,7 +107,9 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
 fn high_proposals_are_flagged(table: &str) -> Result<(), String> {
     let rate = |cell: &str| cell.trim().parse::<f64>().ok();
     let mut rows = 0;
-    for line in table.lines().filter(|l| l.starts_with("| payments/")) {
+    // A new or changed limit's row links to its explanation: `| [payments/b](#…) | …`.
+    let row = |l: &&str| l.starts_with("| payments/") || l.starts_with("| [payments/");
+    for line in table.lines().filter(row) {
         let cells: Vec<&str> = line.split(" | ").collect();
         // | bucket | old | new | change | policy | observed peak | coverage | notes |
         let (Some(new), Some(peak)) = (rate(cells[2]), rate(cells[5])) else {

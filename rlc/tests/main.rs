@@ -6,6 +6,7 @@
 mod cadence;
 mod demo;
 mod exit_codes;
+mod explain;
 mod fleet;
 mod fleet_history;
 mod pull_request;

@@ -289,7 +289,10 @@ async fn pr_mode_pushes_the_review_branch_with_a_table() -> Result<()> {
         d.contains("| bucket | old | new | change | policy | observed peak | coverage | notes |"),
         "{d}"
     );
-    assert!(d.contains("| payments/gateway-pay | — |"), "{d}");
+    assert!(
+        d.contains("| [payments/gateway-pay](#explain-payments-gateway-pay) | — |"),
+        "{d}"
+    );
     assert!(d.contains("| payments/refunds | 700 | 700 |"), "{d}");
     Ok(())
 }

@@ -35,6 +35,10 @@
 //! The runner-up is the pick of the same rule among the other admissible candidates (or,
 //! if none is left, the one with the fewest exceedances among the rest).
 //!
+//! The evidence holds every candidate's figures (`candidates`: exceedance rate, peak
+//! headroom, origins scored, exceeded points), the choice and the runner-up, and in
+//! `chosen_because` the rule's steps in words ([`PickReasons::describe`]).
+//!
 //! Why not "least headroom" first: exceedances are rare events (a few points in a week),
 //! and 8 origins of a bucket's own window see few of them. A candidate that looks tighter
 //! for no exceedance more in the window (forecast on very regular traffic) then misses the
@@ -132,13 +136,114 @@ pub struct Pick {
     pub runner_up: Option<usize>,
 }
 
+/// How the last step of the pick rule settled among the candidates tied on exceedances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TieBreak {
+    /// No tie: one candidate had the fewest exceeded points.
+    Alone,
+    /// The preferred candidate ([`PickRule::preferred`]) was among the ties.
+    Preferred,
+    /// The least mean peak headroom among the ties.
+    LeastHeadroom,
+    /// Equal headroom: the simpler candidate.
+    Simpler,
+}
+
+/// What the pick rule saw when it chose, step by step (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PickReasons {
+    /// Step 1: the admissible candidates, simplest first.
+    pub admissible: Vec<usize>,
+    /// Step 2: the fewest exceeded points among them.
+    pub fewest: usize,
+    /// Step 2: counts up to `fewest + margin` are ties.
+    pub margin: usize,
+    /// Step 2: the candidates tied on the fewest, simplest first.
+    pub tied: Vec<usize>,
+    /// Step 3: how the tie was settled.
+    pub tie_break: TieBreak,
+}
+
+impl PickReasons {
+    /// The reasons `chosen` won, in words, naming candidates by `labels` (in the order of
+    /// `scores`): which were admissible and why the others were not, the fewest exceeded
+    /// points and the ties, and how the tie was settled.
+    pub fn describe(
+        &self,
+        chosen: usize,
+        labels: &[&str],
+        scores: &[Score],
+        rule: &PickRule,
+    ) -> String {
+        let name = |i: usize| labels.get(i).copied().unwrap_or("?");
+        let list = |ix: &[usize]| ix.iter().map(|&i| name(i)).collect::<Vec<_>>().join(", ");
+        let Some(base) = scores.first() else {
+            return String::new();
+        };
+        let mut out = format!(
+            "admissible (scored at the {} origins {} scored, headroom at most {}x its {:.2}x): {}",
+            base.scored,
+            name(0),
+            rule.max_headroom_ratio,
+            base.peak_headroom,
+            list(&self.admissible)
+        );
+        let left_out: Vec<String> = (0..scores.len())
+            .filter(|i| !self.admissible.contains(i))
+            .map(|i| {
+                let s = &scores[i];
+                if s.refused > 0 {
+                    format!("{} (refused at {} origins)", name(i), s.refused)
+                } else if s.scored != base.scored {
+                    format!("{} (scored {} origins)", name(i), s.scored)
+                } else {
+                    format!("{} (headroom {:.2}x)", name(i), s.peak_headroom)
+                }
+            })
+            .collect();
+        if !left_out.is_empty() {
+            out.push_str(&format!("; not {}", left_out.join(", ")));
+        }
+        out.push_str(&format!(
+            "; fewest exceeded points {}, ties within {}: {}",
+            self.fewest,
+            self.margin,
+            list(&self.tied)
+        ));
+        out.push_str(&match self.tie_break {
+            TieBreak::Alone => format!("; {} alone has the fewest", name(chosen)),
+            TieBreak::Preferred => format!("; {} is preferred on a tie", name(chosen)),
+            TieBreak::LeastHeadroom => format!(
+                "; least headroom among them: {} ({:.2}x)",
+                name(chosen),
+                scores[chosen].peak_headroom
+            ),
+            TieBreak::Simpler => format!("; equal headroom: the simpler, {}", name(chosen)),
+        });
+        out
+    }
+}
+
 /// Applies the pick rule of the module docs to the candidates' scores (simplest first).
 pub fn pick(scores: &[Score], rule: &PickRule) -> Pick {
+    pick_explained(scores, rule).0
+}
+
+/// [`pick`], with what the rule saw at each step for the chosen candidate.
+pub fn pick_explained(scores: &[Score], rule: &PickRule) -> (Pick, PickReasons) {
+    let none = PickReasons {
+        admissible: Vec::new(),
+        fewest: 0,
+        margin: 0,
+        tied: Vec::new(),
+        tie_break: TieBreak::Alone,
+    };
     let Some(base) = scores.first() else {
-        return Pick {
+        let pick = Pick {
             chosen: 0,
             runner_up: None,
         };
+        return (pick, none);
     };
     let admissible: Vec<usize> = (0..scores.len())
         .filter(|&i| {
@@ -149,36 +254,61 @@ pub fn pick(scores: &[Score], rule: &PickRule) -> Pick {
                     && s.peak_headroom <= rule.max_headroom_ratio * base.peak_headroom)
         })
         .collect();
-    let best = |among: &[usize]| -> Option<usize> {
+    let best = |among: &[usize]| -> Option<(usize, PickReasons)> {
         let fewest = among.iter().map(|&i| scores[i].exceeded).min()?;
         let points = among.iter().map(|&i| scores[i].points).max().unwrap_or(0);
         let margin = rule
             .tie_points
             .max((rule.tie_rate * points as f64).floor() as usize);
-        let tied = among
+        let tied: Vec<usize> = among
             .iter()
             .copied()
-            .filter(|&i| scores[i].exceeded <= fewest + margin);
+            .filter(|&i| scores[i].exceeded <= fewest + margin)
+            .collect();
+        let reasons = |tie_break| PickReasons {
+            admissible: admissible.clone(),
+            fewest,
+            margin,
+            tied: tied.clone(),
+            tie_break,
+        };
         if let Some(pref) = rule.preferred
-            && among.contains(&pref)
-            && scores[pref].exceeded <= fewest + margin
+            && tied.contains(&pref)
         {
-            return Some(pref);
+            let why = if tied.len() == 1 {
+                TieBreak::Alone
+            } else {
+                TieBreak::Preferred
+            };
+            return Some((pref, reasons(why)));
         }
-        tied.min_by(|&a, &b| {
+        let chosen = tied.iter().copied().min_by(|&a, &b| {
             scores[a]
                 .peak_headroom
                 .total_cmp(&scores[b].peak_headroom)
                 .then(a.cmp(&b))
-        })
+        })?;
+        let why = if tied.len() == 1 {
+            TieBreak::Alone
+        } else if tied.iter().filter(|&&i| i != chosen).all(|&i| {
+            scores[i]
+                .peak_headroom
+                .total_cmp(&scores[chosen].peak_headroom)
+                .is_gt()
+        }) {
+            TieBreak::LeastHeadroom
+        } else {
+            TieBreak::Simpler
+        };
+        Some((chosen, reasons(why)))
     };
-    let chosen = best(&admissible).unwrap_or(0);
+    let (chosen, reasons) = best(&admissible).unwrap_or((0, none));
     let rest: Vec<usize> = admissible
         .iter()
         .copied()
         .filter(|&i| i != chosen)
         .collect();
-    let runner_up = best(&rest).or_else(|| {
+    let runner_up = best(&rest).map(|(i, _)| i).or_else(|| {
         (0..scores.len())
             .filter(|&i| i != chosen && scores[i].scored > 0)
             .min_by(|&a, &b| {
@@ -188,7 +318,7 @@ pub fn pick(scores: &[Score], rule: &PickRule) -> Pick {
                     .then(scores[a].peak_headroom.total_cmp(&scores[b].peak_headroom))
             })
     });
-    Pick { chosen, runner_up }
+    (Pick { chosen, runner_up }, reasons)
 }
 
 impl Auto {
@@ -235,6 +365,7 @@ fn figures(s: &Score) -> Value {
         "exceedance_rate": round(s.exceedance_rate, 5),
         "peak_headroom": round(s.peak_headroom, 3),
         "origins": s.scored,
+        "exceeded_points": s.exceeded,
     })
 }
 
@@ -260,7 +391,7 @@ impl Policy for Auto {
         let full = self.full();
         let (scores, tried) = self.scores(history, ctx);
         let base_scored = scores.first().map_or(0, |s| s.scored);
-        let (order, reason) = if base_scored < MIN_ORIGINS {
+        let (order, reason, why) = if base_scored < MIN_ORIGINS {
             let origins = self.origins(history.step_secs);
             let reason = format!(
                 "too little history for a backtest: {base_scored} of {MIN_ORIGINS} origins \
@@ -268,15 +399,17 @@ impl Policy for Auto {
                 duration::format(Duration::from_secs(origins.warmup_secs as u64)),
                 duration::format(Duration::from_secs(origins.horizon_secs as u64)),
             );
-            (vec![0], Some(reason))
+            (vec![0], Some(reason), None)
         } else {
-            let p = pick(&scores, &self.rule);
+            let (p, why) = pick_explained(&scores, &self.rule);
+            let labels: Vec<&str> = full.iter().map(|c| c.label).collect();
+            let why = why.describe(p.chosen, &labels, &scores, &self.rule);
             let mut order = vec![p.chosen];
             order.extend(p.runner_up);
             if !order.contains(&0) {
                 order.push(0);
             }
-            (order, None)
+            (order, None, Some(why))
         };
         let mut refusals = Vec::new();
         for (rank, &i) in order.iter().enumerate() {
@@ -299,6 +432,9 @@ impl Policy for Auto {
                 .with("chosen_spec", candidate.spec(self.window, self.horizon));
             if reason.is_none() {
                 out = out.with("chosen_backtest", figures(&scores[i]));
+                if let Some(why) = why.as_ref().filter(|_| rank == 0) {
+                    out = out.with("chosen_because", why.as_str());
+                }
                 let runner_up = order
                     .get(1)
                     .filter(|_| rank == 0)

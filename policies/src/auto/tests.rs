@@ -41,6 +41,58 @@ fn fewest_exceedances_win_within_the_headroom_bound() {
     );
 }
 
+const LABELS: [&str; 5] = [
+    "historical-peak+25%",
+    "historical-peak+50%",
+    "historical-peak+100%",
+    "peak-trend",
+    "forecast",
+];
+
+#[test]
+fn the_reasons_name_each_step_of_the_rule() {
+    let scores = [
+        score(40, 1.3),
+        score(20, 1.6),
+        score(0, 2.6),
+        score(1, 1.5),
+        score(0, 3.0),
+    ];
+    let rule = PickRule::default();
+    let (p, why) = pick_explained(&scores, &rule);
+    assert_eq!(p, pick(&scores, &rule));
+    assert_eq!(why.admissible, [0, 1, 3]);
+    assert_eq!((why.fewest, why.margin), (1, 8));
+    assert_eq!(
+        (why.tied.as_slice(), why.tie_break),
+        (&[3][..], TieBreak::Alone)
+    );
+    assert_eq!(
+        why.describe(p.chosen, &LABELS, &scores, &rule),
+        "admissible (scored at the 8 origins historical-peak+25% scored, headroom at most \
+         1.5x its 1.30x): historical-peak+25%, historical-peak+50%, peak-trend; not \
+         historical-peak+100% (headroom 2.60x), forecast (headroom 3.00x); fewest exceeded \
+         points 1, ties within 8: peak-trend; peak-trend alone has the fewest"
+    );
+    let scores = [score(3, 1.3), score(0, 1.5), score(8, 1.2), score(11, 1.1)];
+    let (p, why) = pick_explained(&scores, &rule);
+    assert_eq!(why.tie_break, TieBreak::LeastHeadroom);
+    assert!(
+        why.describe(p.chosen, &LABELS, &scores, &rule).ends_with(
+            "ties within 8: historical-peak+25%, historical-peak+50%, \
+                        historical-peak+100%; least headroom among them: \
+                        historical-peak+100% (1.20x)"
+        ),
+        "{why:?}"
+    );
+    let scores = [score(0, 1.3), score(0, 1.4), score(0, 1.5), score(0, 1.4)];
+    let (p, why) = pick_explained(&scores, &rule);
+    assert_eq!((p.chosen, why.tie_break), (3, TieBreak::Preferred));
+    let scores = [score(0, 1.3), score(0, 1.3)];
+    let (p, why) = pick_explained(&scores, &rule);
+    assert_eq!((p.chosen, why.tie_break), (0, TieBreak::Simpler));
+}
+
 #[test]
 fn ties_go_to_the_least_headroom_then_the_simpler() {
     let scores = [score(3, 1.3), score(0, 1.5), score(8, 1.2), score(11, 1.1)];
@@ -118,6 +170,13 @@ fn flat_traffic_keeps_the_default_and_reports_the_runner_up() {
     assert_eq!(rec.evidence["growth_per_week"], 0.0);
     assert_eq!(rec.rps, s.max().unwrap() * 1.25);
     assert_eq!(rec.evidence["chosen_backtest"], candidates["peak-trend"]);
+    assert_eq!(candidates["peak-trend"]["exceeded_points"], 0);
+    let because = rec.evidence["chosen_because"].as_str().unwrap();
+    assert!(
+        because.contains("fewest exceeded points 0")
+            && because.ends_with("; peak-trend is preferred on a tie"),
+        "{because}"
+    );
     // Among the others, the least headroom: forecast's tight bound on so regular a series.
     assert_eq!(rec.evidence["runner_up"], "forecast");
     assert_eq!(rec.evidence["runner_up_backtest"], candidates["forecast"]);
@@ -209,6 +268,10 @@ fn too_little_history_uses_the_simplest_candidate_and_says_why() {
         "{reason}"
     );
     assert!(!rec.evidence.contains_key("runner_up"));
+    assert!(
+        !rec.evidence.contains_key("chosen_because"),
+        "no backtest, no pick"
+    );
     let err = Auto::default()
         .recommend(&Series::default(), &ctx(now))
         .unwrap_err();

@@ -3,6 +3,7 @@
 pub(crate) mod backtest;
 #[cfg(feature = "demo")]
 pub(crate) mod demo;
+pub(crate) mod explain;
 pub(crate) mod promote;
 pub(crate) mod run;
 pub(crate) mod serve;

@@ -133,6 +133,68 @@ async fn sqlite_round_trip_in_new_nested_directory() {
     assert_eq!(again.recent_runs(10).await.unwrap().len(), 2);
 }
 
+/// Three runs after everything `h` holds: the first records `search/query` at 125.5, the
+/// second records nothing new for it, the third fails. Each run shows the value it left.
+async fn bucket_runs_carry_the_last_recorded_decision(h: &History) {
+    let t0 = Utc::now() + chrono::Duration::hours(1);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let at = t0 + chrono::Duration::minutes(5 * i);
+        ids.push(h.start_run_at("cron", "direct", at).await.unwrap());
+    }
+    let mut first = rec("search", "query", Some(100.0), Some(125.5));
+    first.outcome = "changed".into();
+    first.evidence = json!({ "guards": [{ "guard": "max-increase", "detail": "raised", "before": 300.0, "after": 125.5 }] });
+    let summary = json!({});
+    for (id, recs) in [(&ids[0], vec![first.clone()]), (&ids[1], vec![first])] {
+        h.finish_run_recording_changes(id, &recs, &summary, RunStatus::Committed, None, None)
+            .await
+            .unwrap();
+    }
+    h.finish_run(&ids[2], RunStatus::Failed, None, Some("source down"))
+        .await
+        .unwrap();
+    let runs = h.bucket_runs("search", "query", 3).await.unwrap();
+    let got: Vec<(&str, RunStatus, bool, Option<f64>)> = runs
+        .iter()
+        .map(|r| {
+            let limit = r.decision.as_ref().and_then(|d| d.applied_limit);
+            (r.run_id.as_str(), r.status, r.recorded, limit)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (ids[2].as_str(), RunStatus::Failed, false, None),
+            (ids[1].as_str(), RunStatus::Committed, false, Some(125.5)),
+            (ids[0].as_str(), RunStatus::Committed, true, Some(125.5)),
+        ]
+    );
+    let d = runs[1].decision.as_ref().unwrap();
+    assert_eq!(d.run_id, ids[0], "carried from the run that recorded it");
+    assert_eq!(
+        (d.previous_limit, d.proposed_limit, d.outcome.as_str()),
+        (Some(100.0), Some(125.5 * 1.5), "changed")
+    );
+    assert_eq!(d.guards, ["max-increase: raised"]);
+    assert!(
+        h.bucket_runs("search", "other", 3)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.decision.is_none())
+    );
+}
+
+#[tokio::test]
+async fn sqlite_bucket_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = History::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
+        .await
+        .unwrap();
+    bucket_runs_carry_the_last_recorded_decision(&h).await;
+}
+
 #[tokio::test]
 async fn run_status_names_round_trip() {
     for st in [
@@ -171,6 +233,7 @@ async fn postgres_round_trip() {
         let h = History::connect(url.as_str()).await.unwrap();
         assert!(!h.database().contains(":grl@"), "{}", h.database());
         round_trip(&h).await;
+        bucket_runs_carry_the_last_recorded_decision(&h).await;
         h.close().await;
     })
     .catch_unwind()

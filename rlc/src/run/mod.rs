@@ -23,6 +23,7 @@
 mod deliver;
 mod error;
 mod lock;
+mod one_bucket;
 mod planner;
 pub mod progress;
 mod render;
@@ -31,6 +32,7 @@ mod sync;
 mod tests;
 
 pub use error::{DeliveryError, RunError, exit};
+pub use one_bucket::{BucketNow, OneBucketError, plan_bucket_now};
 pub use progress::{Progress, ProgressMode};
 pub use sync::FetchStats;
 

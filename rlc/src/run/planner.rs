@@ -50,6 +50,8 @@ struct ServicePlans {
 pub(super) struct Planned {
     /// The `main` commit the plans were made from.
     pub commit: String,
+    /// The moment the plans' windows end (unix seconds).
+    pub now: i64,
     /// The config files of that commit, by path.
     pub files: BTreeMap<String, String>,
     /// The services of that commit.
@@ -127,6 +129,29 @@ impl<'a> Planner<'a> {
         files: Vec<(String, String)>,
         previous: Option<&Planned>,
     ) -> Result<Planned, RunError> {
+        self.plan_where(commit, files, previous, |_| true).await
+    }
+
+    /// [`Planner::plan`] of the one service `service`: the checkout is validated whole, and
+    /// only that service's history is fetched and planned.
+    pub(super) async fn plan_service(
+        &mut self,
+        commit: &str,
+        files: Vec<(String, String)>,
+        service: &str,
+    ) -> Result<Planned, RunError> {
+        self.plan_where(commit, files, None, |name| name == service)
+            .await
+    }
+
+    /// Plans the services of the checkout whose names `wanted` accepts.
+    async fn plan_where(
+        &mut self,
+        commit: &str,
+        files: Vec<(String, String)>,
+        previous: Option<&Planned>,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Planned, RunError> {
         let files: BTreeMap<String, String> = files.into_iter().collect();
         let snapshot = config::from_files(
             commit,
@@ -137,7 +162,7 @@ impl<'a> Planner<'a> {
         )?;
         let mut services = BTreeMap::new();
         let mut todo = Vec::new();
-        for svc in snapshot.services.values() {
+        for svc in snapshot.services.values().filter(|s| wanted(&s.name)) {
             let inputs = Inputs {
                 service_file: (svc.file.clone(), files.get(&svc.file).cloned()),
                 limits_text: files.get(&limits_file::path(&svc.name)).cloned(),
@@ -175,6 +200,7 @@ impl<'a> Planner<'a> {
         let buckets_with_data = services.values().map(|s| s.with_data).sum();
         Ok(Planned {
             commit: commit.to_string(),
+            now: self.now,
             files,
             snapshot,
             services,

@@ -1,5 +1,6 @@
 //! What a planned checkout asks of the config repo: the new `limits/` files (validated with
-//! the rest of the checkout) and the review text.
+//! the rest of the checkout) and the review text, with the explanation of each new or
+//! changed limit.
 
 use std::collections::BTreeMap;
 
@@ -7,6 +8,7 @@ use grl_config as config;
 
 use super::RunError;
 use super::planner::Planned;
+use crate::explain::Explanation;
 use crate::git_store::{FileChange, Proposal};
 use crate::guards::Outcome;
 use crate::limits_file;
@@ -31,7 +33,8 @@ pub(super) fn proposal(
     let plans: Vec<&BucketPlan> = planned.plans().collect();
     let rows: Vec<_> = plans.iter().map(|p| p.pr_row()).collect();
     let sections: Vec<_> = lifecycle_section(&plans).into_iter().collect();
-    let description = pr_description::render(run_id, &rows, &sections);
+    let explanations = explanations(planned, &plans);
+    let description = pr_description::render(run_id, &rows, &sections, &explanations);
     if new_files.is_empty() {
         return Ok((None, description));
     }
@@ -54,6 +57,18 @@ pub(super) fn proposal(
         description: description.clone(),
     };
     Ok((Some(proposal), description))
+}
+
+/// The explanation of every bucket whose limit is new or changes.
+fn explanations(planned: &Planned, plans: &[&BucketPlan]) -> Vec<Explanation> {
+    plans
+        .iter()
+        .filter(|p| matches!(p.guarded.outcome, Outcome::New | Outcome::Changed))
+        .filter_map(|p| {
+            let bucket = planned.snapshot.service(&p.service)?.bucket(&p.bucket)?;
+            Some(Explanation::of(p, bucket, &planned.commit, planned.now))
+        })
+        .collect()
 }
 
 /// The review section of the shadow → deny lifecycle.
