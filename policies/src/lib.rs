@@ -10,6 +10,8 @@
 //! - [`backtest`](mod@backtest): rolling-origin exceedance and headroom figures.
 //! - [`duration`]: `28d`-style durations.
 //! - [`guard_settings`]: the configurator's guard thresholds and their per-bucket overrides.
+//! - [`capacity`]: sharing a planned capacity among limits, and a service's forecast demand.
+//! - [`event`](mod@event): how a planned event raises a limit, and its backtest.
 //!
 //! No I/O and no clock: time comes in through [`Context::now`].
 //!
@@ -35,7 +37,9 @@
 
 pub mod auto;
 pub mod backtest;
+pub mod capacity;
 pub mod duration;
+pub mod event;
 pub mod fixed;
 pub mod forecast;
 pub mod guard_settings;
