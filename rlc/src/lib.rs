@@ -5,7 +5,8 @@
 //!
 //! Modules, in the order a run uses them: [`source`] (history) through [`cache`] (the
 //! history kept between runs), [`plan`] (policies +
-//! [`guards`] → limits), [`limits_file`] and [`pr_description`] (output), [`git_store`]
+//! [`guards`] → limits; [`capacity`] and [`events`]: planned capacity and the calendar),
+//! [`limits_file`] and [`pr_description`] (output), [`git_store`]
 //! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
 //! [`schedule`] (when to run), [`serve_metrics`]; [`explain`] says why a bucket's limit is what
 //! it is (`rlc explain`, and the pull request's sections); [`secrets`] keeps passwords and
@@ -13,6 +14,8 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod capacity;
+pub mod events;
 pub mod explain;
 pub mod git_store;
 pub mod github;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use grl_config::raw::{LimitEntry, LimitsFile};
+use grl_config::raw::{LimitEntry, LimitsFile, ScheduledEntry};
 use grl_config::yaml;
 
 /// The header every generated file starts with.
@@ -23,6 +23,9 @@ pub struct LimitLine {
     pub rps: f64,
     /// Evidence fields, written in key order.
     pub evidence: BTreeMap<String, serde_json::Value>,
+    /// Limits in force only for a while, by start (see config-repo/README.md, "Scheduled
+    /// limits").
+    pub scheduled: Vec<ScheduledEntry>,
 }
 
 /// The full text of `limits/<service>.yaml` for these limits (bucket order is by name).
@@ -41,7 +44,7 @@ pub fn render(service: &str, limits: &BTreeMap<String, LimitLine>) -> String {
                     name.clone(),
                     LimitEntry {
                         rps: line.rps,
-                        scheduled: Vec::new(),
+                        scheduled: line.scheduled.clone(),
                         evidence,
                     },
                 )
@@ -74,7 +77,42 @@ mod tests {
                 ),
             ]
             .into(),
+            scheduled: Vec::new(),
         }
+    }
+
+    #[test]
+    fn scheduled_limits_are_written_beside_the_limit_and_reload() {
+        let mut limits = BTreeMap::new();
+        let mut l = line(1250.0, 1000.0);
+        l.scheduled.push(ScheduledEntry {
+            rps: 3750.0,
+            effective: grl_config::raw::Effective {
+                from: "2026-12-31T22:00:00Z".into(),
+                until: "2027-01-01T02:00:00Z".into(),
+            },
+            reason: "events.yaml: new-years-eve".into(),
+        });
+        limits.insert("alpha".to_string(), l);
+        let text = render("payments", &limits);
+        assert!(
+            text.contains("  alpha:\n    rps: 1250.0\n    scheduled:\n    - rps: 3750.0\n      effective:\n        from: 2026-12-31T22:00:00Z\n        until: 2027-01-01T02:00:00Z\n      reason: 'events.yaml: new-years-eve'\n"),
+            "{text}"
+        );
+        let services = "service: payments\nbuckets:\n  - name: alpha\n    match: { caller: a }\n    scope: global\n    mode: deny\n    policy: { kind: historical-peak }\n";
+        let snap = grl_config::from_files(
+            "v",
+            [
+                ("services/payments.yaml".to_string(), services.to_string()),
+                (path("payments"), text.clone()),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let b = snap.service("payments").unwrap().bucket("alpha").unwrap();
+        assert_eq!(b.scheduled.len(), 1);
+        assert_eq!(b.scheduled[0].rps, 3750.0);
+        assert_eq!(b.scheduled[0].until - b.scheduled[0].from, 4 * 3_600);
+        assert_eq!(b.limit, Some(1250.0));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use grl_config::{Bucket, LimitSource, Mode, ServiceConfig, yaml};
 use policies::{BacktestConfig, BacktestReport, Context, Series, backtest, from_spec};
 use serde_json::{Value, json};
 
+use crate::events::Schedule;
 use crate::guards::{self, GuardSettings, Guarded, Outcome};
 use crate::limits_file::{self, LimitLine};
 use crate::pr_description::PrRow;
@@ -45,6 +46,8 @@ pub struct BucketPlan {
     pub lifecycle: Option<crate::lifecycle::LifecycleVerdict>,
     /// Why the proposal is more than [`HIGH_PROPOSAL_RATIO`] times the observed peak, if it is.
     pub high_proposal: Option<String>,
+    /// Limits in force only for a while (events), written beside the limit.
+    pub schedule: Schedule,
 }
 
 /// A proposal above this multiple of its window's observed peak is flagged for the reviewer.
@@ -72,6 +75,7 @@ impl BucketPlan {
         if let Some(flag) = &self.high_proposal {
             notes.push(flag.clone());
         }
+        notes.extend(self.schedule.summary());
         if let Some(choice) = auto_choice(&self.evidence) {
             notes.push(choice);
         } else if let Some(b) = &self.backtest
@@ -368,6 +372,7 @@ fn unscored(
         backtest: None,
         lifecycle: None,
         high_proposal: None,
+        schedule: Schedule::default(),
     }
 }
 
@@ -412,12 +417,12 @@ pub fn previous_limits(
     };
     let mut stale = false;
     for (name, entry) in file.limits {
-        let known = service
-            .bucket(&name)
-            .is_some_and(|b| b.limit_source != LimitSource::Fixed);
+        let bucket = service.bucket(&name);
+        let known = bucket.is_some_and(|b| b.limit_source != LimitSource::Fixed);
         if known && entry.rps.is_finite() && entry.rps > 0.0 {
             out.insert(name, entry.rps);
-        } else {
+        } else if !(bucket.is_some() && !entry.scheduled.is_empty()) {
+            // A fixed bucket's entry stays for its scheduled limits (see `limits_file_for`).
             stale = true;
         }
     }
@@ -448,26 +453,32 @@ pub fn previous_evidence(
         .collect()
 }
 
-/// The new `limits/<service>.yaml`, or `None` when no limit of the service changes.
-pub fn limits_file_for(service: &str, plans: &[&BucketPlan], force: bool) -> Option<String> {
-    let changed = plans
-        .iter()
-        .any(|p| matches!(p.guarded.outcome, Outcome::New | Outcome::Changed));
+/// The new `limits/<service>.yaml`, or `None` when no limit of the service changes and no
+/// scheduled limit either. `unplanned` are the lines of buckets without a plan (a fixed
+/// limit) that keep scheduled limits.
+pub fn limits_file_for(
+    service: &str,
+    plans: &[&BucketPlan],
+    unplanned: &BTreeMap<String, LimitLine>,
+    force: bool,
+) -> Option<String> {
+    let changed = plans.iter().any(|p| {
+        matches!(p.guarded.outcome, Outcome::New | Outcome::Changed) || p.schedule.changed
+    });
     if !changed && !force {
         return None;
     }
-    let lines: BTreeMap<String, LimitLine> = plans
-        .iter()
-        .filter_map(|p| {
-            Some((
-                p.bucket.clone(),
-                LimitLine {
-                    rps: p.guarded.limit?,
-                    evidence: p.evidence.clone(),
-                },
-            ))
-        })
-        .collect();
+    let mut lines: BTreeMap<String, LimitLine> = unplanned.clone();
+    lines.extend(plans.iter().filter_map(|p| {
+        Some((
+            p.bucket.clone(),
+            LimitLine {
+                rps: p.guarded.limit?,
+                evidence: p.evidence.clone(),
+                scheduled: p.schedule.entries.iter().map(|e| e.entry()).collect(),
+            },
+        ))
+    }));
     Some(limits_file::render(service, &lines))
 }
 
@@ -519,7 +530,7 @@ mod tests {
             "the time of the one peak point"
         );
         assert!(p.backtest.is_some());
-        let text = limits_file_for("s", &[&p], false).unwrap();
+        let text = limits_file_for("s", &[&p], &BTreeMap::new(), false).unwrap();
         assert!(text.contains("rps: 1250"), "{text}");
     }
 
@@ -544,7 +555,7 @@ mod tests {
         );
         assert!(p.pr_row().notes.contains("coverage"), "{:?}", p.pr_row());
         assert!(
-            limits_file_for("s", &[&p], false).is_none(),
+            limits_file_for("s", &[&p], &BTreeMap::new(), false).is_none(),
             "no change, no file"
         );
     }
@@ -595,7 +606,7 @@ mod tests {
             !notes.contains("backtest:"),
             "one backtest, not two: {notes}"
         );
-        let text = limits_file_for("s", &[&p], false).unwrap();
+        let text = limits_file_for("s", &[&p], &BTreeMap::new(), false).unwrap();
         assert!(
             text.contains("chosen: ") && text.contains("runner_up: "),
             "{text}"

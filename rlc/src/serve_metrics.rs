@@ -77,6 +77,9 @@ pub struct RlcMetrics {
     pub history_cache_bytes: Gauge,
     /// `rlc_history_pruned_runs_total`: runs deleted from the run history by retention.
     pub pruned_runs: Counter,
+    /// `rlc_capacity_shortfall_services`: services whose forecast demand is above their
+    /// planned capacity × utilisation, as of the last run that did not fail.
+    pub capacity_shortfall_services: Gauge,
 }
 
 impl Default for RlcMetrics {
@@ -99,6 +102,12 @@ impl Default for RlcMetrics {
         let history_fetches = Family::<FetchKindLabel, Counter>::default();
         let history_cache_bytes = Gauge::default();
         let pruned_runs = Counter::default();
+        let capacity_shortfall_services = Gauge::default();
+        registry.register(
+            "rlc_capacity_shortfall_services",
+            "Services whose forecast demand is above their planned capacity × utilisation (last run)",
+            capacity_shortfall_services.clone(),
+        );
         registry.register(
             "rlc_run_phase_seconds",
             "Time each phase of a run took (checkout, fetch, plan, commit, deliver, record, prune)",
@@ -186,6 +195,7 @@ impl Default for RlcMetrics {
             history_fetches,
             history_cache_bytes,
             pruned_runs,
+            capacity_shortfall_services,
         }
     }
 }
@@ -217,6 +227,13 @@ impl RlcMetrics {
                 self.history_cache_bytes
                     .set(i64::try_from(report.fetches.cache_bytes).unwrap_or(i64::MAX));
                 self.pruned_runs.inc_by(report.pruned_runs);
+                let short: std::collections::BTreeSet<&str> = report
+                    .shortfalls
+                    .iter()
+                    .map(|s| s.service.as_str())
+                    .collect();
+                self.capacity_shortfall_services
+                    .set(i64::try_from(short.len()).unwrap_or(i64::MAX));
                 self.buckets.clear();
                 for p in &report.plans {
                     self.buckets

@@ -100,7 +100,7 @@ pub struct LimitEntry {
 
 /// `scheduled: [{ rps, effective: { from, until }, reason }]`: a limit in force only
 /// between two instants.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduledEntry {
     /// Requests per second meanwhile.
@@ -113,7 +113,7 @@ pub struct ScheduledEntry {
 }
 
 /// `effective: { from, until }`, RFC 3339 instants with an offset; `until` excluded.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Effective {
     /// When it takes effect.

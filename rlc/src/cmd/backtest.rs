@@ -1,10 +1,14 @@
-//! `rlc backtest --series FILE --policy SPEC [--json]`: how a policy would have done.
+//! `rlc backtest --series FILE --policy SPEC [--events FILE [--bucket S/B]] [--json]`: how
+//! a policy would have done, and what each planned event's limit would have done on the
+//! traffic of its window.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
+use policies::event::{EventScore, EventScoreError, score_event};
 use policies::{BacktestConfig, Series, backtest, from_spec};
+use rlc::guards::fmt_rps;
 
 use super::run::positive_duration;
 
@@ -25,6 +29,15 @@ pub(crate) struct BacktestCmd {
     /// Distance between origins (default: the horizon). Must be above zero.
     #[arg(long, value_parser = positive_duration)]
     pub stride: Option<std::time::Duration>,
+    /// An events file (the form of the config repo's `events.yaml`): every event whose
+    /// window falls in the series is scored too: the policy's limit at the window's start
+    /// (from the history before it), raised as the event says, against the window's traffic.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// With `--events`: only the events that affect this bucket (`SERVICE/BUCKET`, or a
+    /// whole service by `SERVICE`); by default every event of the file.
+    #[arg(long, requires = "events", value_name = "SERVICE/BUCKET")]
+    pub bucket: Option<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -59,14 +72,98 @@ pub(crate) fn execute(cmd: BacktestCmd) -> anyhow::Result<()> {
         stride_secs: stride.as_secs() as i64,
     };
     let report = backtest(&*policy, &series, &cfg);
+    let events = match &cmd.events {
+        Some(path) => score_events(path, cmd.bucket.as_deref(), &*policy, &series)?,
+        None => Vec::new(),
+    };
     if cmd.json {
-        println!("{}", serde_json::to_string(&report)?);
+        let mut out = serde_json::to_value(report)?;
+        if cmd.events.is_some() {
+            out["events"] = serde_json::Value::Array(
+                events
+                    .iter()
+                    .map(|(name, r)| match r {
+                        Ok(score) => serde_json::to_value(score).unwrap_or_default(),
+                        Err(e) => serde_json::json!({ "name": name, "error": e.to_string() }),
+                    })
+                    .collect(),
+            );
+        }
+        println!("{out}");
     } else {
         println!("origins            {}", report.origins);
         println!("exceedance rate    {:.5}", report.exceedance_rate);
         println!("peak headroom      {:.3}", report.peak_headroom);
         println!("median headroom    {:.3}", report.median_headroom);
         println!("refused            {}", report.refused);
+        if cmd.events.is_some() {
+            print!("\n{}", events_table(&events));
+        }
     }
     Ok(())
+}
+
+/// Each event of `path` that affects `bucket` (all without one), scored on `series`.
+fn score_events(
+    path: &std::path::Path,
+    bucket: Option<&str>,
+    policy: &dyn policies::Policy,
+    series: &Series,
+) -> anyhow::Result<Vec<(String, Result<EventScore, EventScoreError>)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let shown = path.display().to_string();
+    let events = rlc::events::file::parse(&shown, &text)
+        .map_err(|e| anyhow::anyhow!("{}", grl_config::ConfigErrors(e)))?;
+    Ok(events
+        .iter()
+        .filter(|e| match bucket.map(|b| b.split_once('/')) {
+            None => true,
+            Some(Some((s, b))) => e.affects(s, b),
+            Some(None) => e.touches(bucket.unwrap_or_default()),
+        })
+        .map(|e| {
+            (
+                e.name.clone(),
+                score_event(policy, series, &e.name, e.from, e.until, e.raise),
+            )
+        })
+        .collect())
+}
+
+/// The events as a table: the limit without and with the event, and the points above each.
+fn events_table(events: &[(String, Result<EventScore, EventScoreError>)]) -> String {
+    if events.is_empty() {
+        return "no event of the file affects this series\n".to_string();
+    }
+    let mut out = format!(
+        "{:<20} {:<20} {:<20} {:>10} {:>12} {:>12} {:>7} {:>11} {:>17}\n",
+        "event",
+        "from",
+        "until",
+        "limit",
+        "event limit",
+        "actual peak",
+        "points",
+        "over limit",
+        "over event limit"
+    );
+    for (name, r) in events {
+        match r {
+            Ok(s) => out.push_str(&format!(
+                "{:<20} {:<20} {:<20} {:>10} {:>12} {:>12} {:>7} {:>11} {:>17}\n",
+                s.name,
+                rlc::capacity::utc(s.from),
+                rlc::capacity::utc(s.until),
+                fmt_rps(s.limit),
+                fmt_rps(s.event_limit),
+                fmt_rps(s.actual_peak),
+                s.points,
+                s.over_limit,
+                s.over_event_limit
+            )),
+            Err(e) => out.push_str(&format!("{name:<20} not scored: {e}\n")),
+        }
+    }
+    out
 }

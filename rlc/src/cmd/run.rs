@@ -355,4 +355,7 @@ pub(crate) fn print_summary(report: &RunReport) {
             .unwrap_or_default(),
     );
     println!("{}", scrub(&line));
+    for s in &report.shortfalls {
+        println!("capacity shortfall: {}", scrub(&s.line()));
+    }
 }

@@ -113,6 +113,28 @@ impl Explanation {
             label: "Limit",
             lines: vec![self.limit_line()],
         });
+        let scheduled = self.scheduled.summary();
+        let kept = self
+            .scheduled
+            .entries
+            .iter()
+            .filter(|e| e.event.is_none())
+            .map(|e| {
+                format!(
+                    "{} from {} until {} ({}), kept from the limits file",
+                    fmt_rps(e.rps),
+                    utc(e.from),
+                    utc(e.until),
+                    e.reason
+                )
+            });
+        let lines: Vec<String> = scheduled.into_iter().chain(kept).collect();
+        if !lines.is_empty() {
+            facts.push(Fact {
+                label: "Scheduled",
+                lines,
+            });
+        }
         if let Some(d) = &self.drops {
             let mut line = if d.mode == "shadow" {
                 format!(

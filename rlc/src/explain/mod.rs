@@ -45,6 +45,7 @@ const PLAN_KEYS: &[&str] = &[
     "candidates",
     "backtest_origins",
     "auto_reason",
+    "capacity",
 ];
 
 /// Why one bucket's limit is what it is (see the module docs).
@@ -84,6 +85,8 @@ pub struct Explanation {
     pub outcome: String,
     /// The shadow → deny evidence (`None` for a fixed limit, or a bucket without a limit).
     pub drops: Option<DropsPart>,
+    /// The limits in force only for a while (events), and what the run did to them.
+    pub scheduled: crate::events::Schedule,
     /// The bucket after each of the last runs, newest first (`rlc explain` only).
     pub history: Option<HistoryPart>,
 }
@@ -284,6 +287,7 @@ impl Explanation {
             limit: plan.guarded.limit,
             outcome: plan.guarded.outcome.as_str().to_string(),
             drops,
+            scheduled: plan.schedule.clone(),
             history: None,
         }
     }
@@ -313,6 +317,7 @@ impl Explanation {
             limit: bucket.limit,
             outcome: "fixed".into(),
             drops: None,
+            scheduled: crate::events::Schedule::default(),
             history: None,
         }
     }

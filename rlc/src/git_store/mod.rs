@@ -395,16 +395,20 @@ impl GitStore {
     }
 
     /// The config files at `commit`: every file directly inside `services/` and `limits/`
-    /// (the layout [`grl_config::read_config_files`] reads from a directory), sorted by path.
+    /// (the layout [`grl_config::read_config_files`] reads from a directory), and the
+    /// configurator's own inputs `capacity/*` and `events.yaml`, sorted by path.
     pub fn config_files(&self, commit: &str) -> Result<Vec<(String, String)>, GitStoreError> {
         let mut files = Vec::new();
-        for dir in ["services", "limits"] {
+        for dir in ["services", "limits", "capacity"] {
             let prefix = format!("{dir}/");
             files.extend(
                 self.files_under(commit, dir)?
                     .into_iter()
                     .filter(|(p, _)| p.strip_prefix(&prefix).is_some_and(|n| !n.contains('/'))),
             );
+        }
+        if let Some(events) = self.file_at(commit, "events.yaml")? {
+            files.push(("events.yaml".to_string(), events));
         }
         files.sort();
         Ok(files)

@@ -20,6 +20,7 @@
 //! that the controller runs `main`'s version, and pushes it if not (a run whose delivery
 //! failed is made good by the next one).
 
+mod calendar;
 mod deliver;
 mod error;
 mod lock;
@@ -143,6 +144,8 @@ pub struct RunReport {
     pub recorded: usize,
     /// Old runs deleted from the run history by retention.
     pub pruned_runs: u64,
+    /// Forecast demand above planned capacity, by service (see [`crate::capacity`]).
+    pub shortfalls: Vec<crate::capacity::shortfall::Shortfall>,
 }
 
 impl RunReport {
@@ -202,6 +205,7 @@ pub async fn run_once(
         }
     };
     let plans: Vec<BucketPlan> = published.planned.plans().cloned().collect();
+    let shortfalls: Vec<_> = published.planned.shortfalls().cloned().collect();
     let (status, commit, branch) = match &published.pushed {
         None => (RunStatus::NoChange, None, None),
         Some((commit, branch)) => (
@@ -312,6 +316,7 @@ pub async fn run_once(
         fetches: published.fetches,
         recorded,
         pruned_runs,
+        shortfalls,
     })
 }
 

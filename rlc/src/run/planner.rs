@@ -16,9 +16,11 @@ use super::progress::Progress;
 use super::sync::{FetchStats, ServiceWants, Syncer, Want};
 use super::{RunError, RunSettings};
 use crate::cache::{HistoryCache, ServiceLog, grid_ceil};
+use crate::capacity::{self, PlannedCapacity, shortfall::Shortfall};
+use crate::events::{self, Event};
 use crate::guards::GuardSettings;
 use crate::lifecycle::{self, LifecycleSettings};
-use crate::limits_file;
+use crate::limits_file::{self, LimitLine};
 use crate::plan::{self, BucketPlan};
 use crate::source::{BucketQuery, Measure, MetricsSource, RangeSeries};
 
@@ -32,6 +34,10 @@ struct Inputs {
     service_file: (String, Option<String>),
     /// The text of `limits/<service>.yaml`.
     limits_text: Option<String>,
+    /// The text of `capacity/<service>.yaml`.
+    capacity_text: Option<String>,
+    /// The text of `events.yaml`.
+    events_text: Option<String>,
 }
 
 /// One service's plans and what they were computed from.
@@ -43,6 +49,10 @@ struct ServicePlans {
     computed: usize,
     /// Of those, buckets whose history held at least one usable value.
     with_data: usize,
+    /// The lines of buckets without a plan (fixed limits) that keep scheduled limits.
+    unplanned: BTreeMap<String, LimitLine>,
+    /// Forecast demand above the service's planned capacity.
+    shortfalls: Vec<Shortfall>,
 }
 
 /// A checkout, validated and planned.
@@ -74,6 +84,19 @@ impl Planned {
     /// One service's plans.
     pub(super) fn service_plans(&self, service: &str) -> &[BucketPlan] {
         self.services.get(service).map_or(&[], |s| &s.plans)
+    }
+
+    /// The lines of `service`'s buckets without a plan that keep scheduled limits.
+    pub(super) fn unplanned_lines(&self, service: &str) -> BTreeMap<String, LimitLine> {
+        self.services
+            .get(service)
+            .map(|s| s.unplanned.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every service's forecast demand above its planned capacity.
+    pub(super) fn shortfalls(&self) -> impl Iterator<Item = &Shortfall> {
+        self.services.values().flat_map(|s| s.shortfalls.iter())
     }
 
     /// The text of `limits/<service>.yaml`, if there is one.
@@ -160,12 +183,22 @@ impl<'a> Planner<'a> {
                 .filter(|(p, _)| p.starts_with("services/"))
                 .map(|(p, c)| (p.clone(), c.clone())),
         )?;
+        let events_text = files.get(events::file::PATH).cloned();
+        let events = events::read(events_text.as_deref(), &snapshot)?;
+        let mut capacities = capacity::read(&files, &snapshot, self.syncer.source, self.now)
+            .await
+            .map_err(|e| match e {
+                capacity::CapacityError::Config(c) => RunError::Config(c),
+                capacity::CapacityError::Source(s) => RunError::Source(s),
+            })?;
         let mut services = BTreeMap::new();
         let mut todo = Vec::new();
         for svc in snapshot.services.values().filter(|s| wanted(&s.name)) {
             let inputs = Inputs {
                 service_file: (svc.file.clone(), files.get(&svc.file).cloned()),
                 limits_text: files.get(&limits_file::path(&svc.name)).cloned(),
+                capacity_text: files.get(&capacity::file::path(&svc.name)).cloned(),
+                events_text: events_text.clone(),
             };
             match previous.and_then(|p| p.services.get(&svc.name)) {
                 Some(old) if old.inputs == inputs => {
@@ -192,6 +225,20 @@ impl<'a> Planner<'a> {
             }
         }
         self.fetch(&todo).await?;
+        let todo = todo
+            .into_iter()
+            .map(|(svc, inputs)| {
+                let calendar = Calendar {
+                    capacity: capacities.remove(&svc.name),
+                    events: events
+                        .iter()
+                        .filter(|e| e.touches(&svc.name))
+                        .cloned()
+                        .collect(),
+                };
+                (svc, inputs, calendar)
+            })
+            .collect();
         let fresh = self.plan_services(todo).await?;
         for (name, plans) in fresh {
             services.insert(name, plans);
@@ -279,18 +326,19 @@ impl<'a> Planner<'a> {
     /// The plan phase: each service planned on a blocking thread from its cached series.
     async fn plan_services(
         &self,
-        services: Vec<(ServiceConfig, Inputs)>,
+        services: Vec<(ServiceConfig, Inputs, Calendar)>,
     ) -> Result<Vec<(String, ServicePlans)>, RunError> {
         let total = services
             .iter()
-            .map(|(s, _)| s.buckets.iter().filter(|b| plan::is_computed(b)).count())
+            .map(|(s, _, _)| s.buckets.iter().filter(|b| plan::is_computed(b)).count())
             .sum();
         self.progress.phase("plan", total);
         let workers = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
         let mut running = stream::iter(services)
-            .map(|(svc, inputs)| {
+            .map(|(svc, inputs, calendar)| {
                 let job = PlanJob {
                     log: None,
+                    calendar,
                     cache: self.syncer.cache.clone(),
                     guards: self.guards.clone(),
                     now: self.now,
@@ -341,9 +389,17 @@ fn review_secs() -> i64 {
     (LifecycleSettings::default().min_days * 86_400.0) as i64
 }
 
+/// A service's planned capacity and the events that touch it.
+#[derive(Debug, Clone, Default)]
+struct Calendar {
+    capacity: Option<PlannedCapacity>,
+    events: Vec<Event>,
+}
+
 /// What planning one service on a blocking thread needs.
 struct PlanJob {
     log: Option<ServiceLog>,
+    calendar: Calendar,
     cache: HistoryCache,
     guards: GuardSettings,
     now: i64,
@@ -413,6 +469,17 @@ impl PlanJob {
             offered_points.push(series.points);
         }
         self.lifecycle(&mut plans, &offered_points, inputs.limits_text.as_deref())?;
+        let (unplanned, shortfalls) = super::calendar::apply(
+            &svc,
+            &mut plans,
+            &computed,
+            &offered_points,
+            inputs.limits_text.as_deref(),
+            self.calendar.capacity.as_ref(),
+            &self.calendar.events,
+            &self.guards,
+            self.now,
+        );
         let computed = plans.len();
         Ok((
             svc.name.clone(),
@@ -421,6 +488,8 @@ impl PlanJob {
                 plans,
                 computed,
                 with_data,
+                unplanned,
+                shortfalls,
             },
         ))
     }

@@ -23,9 +23,9 @@
 
 use super::range_query::RangeQuerier;
 use super::{
-    BucketQuery, FetchFuture, FetchManyFuture, LABEL_CALLER, LABEL_DECISION, LABEL_PROCEDURE,
-    LABEL_SERVICE, Measure, MetricsSource, PromSettings, REQUESTS_TOTAL, RangeSeries, SourceError,
-    escape_label_value,
+    BucketQuery, FetchFuture, FetchManyFuture, InstantFuture, LABEL_CALLER, LABEL_DECISION,
+    LABEL_PROCEDURE, LABEL_SERVICE, Measure, MetricsSource, PromSettings, REQUESTS_TOTAL,
+    RangeSeries, SourceError, escape_label_value,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -257,6 +257,10 @@ impl MetricsSource for BatchedPrometheusSource {
                 .map(|q| assemble(&data, q, res, step, first, last))
                 .collect())
         })
+    }
+
+    fn instant<'a>(&'a self, what: &'a str, expr: &'a str, at: i64) -> InstantFuture<'a> {
+        Box::pin(self.querier.instant(what, expr, at))
     }
 
     fn describe(&self) -> String {

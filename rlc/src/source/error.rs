@@ -63,6 +63,16 @@ pub enum SourceError {
         /// Step, seconds.
         step_secs: i64,
     },
+    /// A PromQL expression was given to a source that cannot evaluate it (files).
+    #[error(
+        "{source_desc} cannot evaluate PromQL, which {what} is; give a number instead, or read from Prometheus"
+    )]
+    NoPromql {
+        /// The source.
+        source_desc: String,
+        /// What the expression is, e.g. `capacity/orders.yaml:4: capacity[0].query`.
+        what: String,
+    },
     /// A file could not be read or parsed.
     #[error("{}{}: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
     File {

@@ -146,6 +146,10 @@ pub type FetchFuture<'a> =
 pub type FetchManyFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<RangeSeries>, SourceError>> + Send + 'a>>;
 
+/// The future returned by [`MetricsSource::instant`].
+pub type InstantFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Option<f64>, SourceError>> + Send + 'a>>;
+
 /// A store of per-bucket request-rate history.
 pub trait MetricsSource: Send + Sync {
     /// The rate of `measure` for bucket `q` between `start` and `end` (unix seconds), one
@@ -187,6 +191,20 @@ pub trait MetricsSource: Send + Sync {
     /// read under another identity. Defaults to [`MetricsSource::describe`].
     fn cache_identity(&self) -> String {
         self.describe()
+    }
+
+    /// The value at `at` (unix seconds) of the PromQL expression `expr`, summed over its
+    /// series (`None`: it returned no series); `what` names it in errors. A planned
+    /// capacity given as a query is read this way. A source that cannot evaluate PromQL
+    /// (files) refuses.
+    fn instant<'a>(&'a self, what: &'a str, expr: &'a str, at: i64) -> InstantFuture<'a> {
+        let _ = (expr, at);
+        Box::pin(async move {
+            Err(SourceError::NoPromql {
+                source_desc: self.describe(),
+                what: what.to_owned(),
+            })
+        })
     }
 
     /// Whether the history it returns for a past step stays the same, so that the history

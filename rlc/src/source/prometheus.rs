@@ -32,7 +32,8 @@ use super::error::chain;
 use super::query_template::DEFAULT_TEMPLATE;
 use super::range_query::RangeQuerier;
 use super::{
-    BucketQuery, FetchFuture, Measure, MetricsSource, QueryTemplate, RangeSeries, SourceError,
+    BucketQuery, FetchFuture, InstantFuture, Measure, MetricsSource, QueryTemplate, RangeSeries,
+    SourceError,
 };
 use prometheus_http_query::Error as PromError;
 use prometheus_http_query::error::PrometheusError;
@@ -253,6 +254,10 @@ impl MetricsSource for PrometheusSource {
         end: i64,
     ) -> FetchFuture<'a> {
         Box::pin(self.fetch_series(q, measure, start, end))
+    }
+
+    fn instant<'a>(&'a self, what: &'a str, expr: &'a str, at: i64) -> InstantFuture<'a> {
+        Box::pin(self.querier.instant(what, expr, at))
     }
 
     fn describe(&self) -> String {

@@ -180,6 +180,23 @@ impl RangeQuerier {
         Ok(out.into_values().collect())
     }
 
+    /// The value of `expr` at `at`: the sum over its series of their value then (`None`:
+    /// no series). One point of a range query, so retries and limits are the same.
+    pub(super) async fn instant(
+        &self,
+        what: &str,
+        expr: &str,
+        at: i64,
+    ) -> Result<Option<f64>, SourceError> {
+        let series = self.run(what, expr, at, at, 60).await?;
+        let values: Vec<f64> = series
+            .iter()
+            .filter_map(|(_, points)| points.iter().rev().find(|(t, _)| *t <= at).map(|p| p.1))
+            .filter(|v| v.is_finite())
+            .collect();
+        Ok((!values.is_empty()).then(|| values.iter().sum()))
+    }
+
     /// One range query for one chunk, retried.
     async fn query_chunk(
         &self,
