@@ -4,6 +4,8 @@
 //! process; HTTP stand-ins only where a server must misbehave on demand (`standin`).
 
 mod cadence;
+mod capacity;
+mod capacity_events;
 mod demo;
 mod exit_codes;
 mod explain;

@@ -99,6 +99,8 @@ pub struct Entry {
     pub field: String,
     /// Its line in the file.
     pub line: Option<usize>,
+    /// The line of its `rps` or `query`.
+    pub amount_line: Option<usize>,
 }
 
 /// A validated `capacity/<service>.yaml`.
@@ -262,10 +264,15 @@ pub fn parse(
             ));
             continue;
         }
+        let amount_line = index.line(&at(match amount {
+            Amount::Rps(_) => "rps",
+            Amount::Query(_) => "query",
+        }));
         entries.push(Entry {
             area,
             from,
             amount,
+            amount_line,
             line: index.line(&format!("capacity[{i}]")),
             field: format!("capacity[{i}]"),
         });

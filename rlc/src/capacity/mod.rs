@@ -65,13 +65,13 @@ pub async fn read(
             let rps = match &e.amount {
                 file::Amount::Rps(rps) => *rps,
                 file::Amount::Query(expr) => {
-                    let what = format!("{}:{}: {}.query", f.path, line(e.line), e.field);
+                    let what = format!("{}:{}: {}.query", f.path, line(e.amount_line), e.field);
                     match source.instant(&what, expr, now).await? {
                         Some(v) if v.is_finite() && v > 0.0 => v,
                         got => {
                             errors.push(ConfigError::new(
                                 &f.path,
-                                e.line,
+                                e.amount_line,
                                 format!("{}.query", e.field),
                                 match got {
                                     None => format!(
