@@ -8,7 +8,7 @@ use grl_config::{Bucket, LimitSource, Mode, ServiceConfig, yaml};
 use policies::{BacktestConfig, BacktestReport, Context, Series, backtest, from_spec};
 use serde_json::{Value, json};
 
-use crate::events::Schedule;
+use crate::events::{Schedule, Scheduled};
 use crate::guards::{self, GuardSettings, Guarded, Outcome};
 use crate::limits_file::{self, LimitLine};
 use crate::pr_description::PrRow;
@@ -421,7 +421,7 @@ pub fn previous_limits(
         let known = bucket.is_some_and(|b| b.limit_source != LimitSource::Fixed);
         if known && entry.rps.is_finite() && entry.rps > 0.0 {
             out.insert(name, entry.rps);
-        } else if !(bucket.is_some() && !entry.scheduled.is_empty()) {
+        } else if bucket.is_none() || entry.scheduled.is_empty() {
             // A fixed bucket's entry stays for its scheduled limits (see `limits_file_for`).
             stale = true;
         }
@@ -475,7 +475,7 @@ pub fn limits_file_for(
             LimitLine {
                 rps: p.guarded.limit?,
                 evidence: p.evidence.clone(),
-                scheduled: p.schedule.entries.iter().map(|e| e.entry()).collect(),
+                scheduled: p.schedule.entries.iter().map(Scheduled::entry).collect(),
             },
         ))
     }));

@@ -141,7 +141,9 @@ impl PlannedCapacity {
 mod tests {
     use super::*;
 
-    fn planned(areas: Vec<(Area, Vec<(Option<i64>, f64)>)>) -> PlannedCapacity {
+    type Step = (Option<i64>, f64);
+
+    fn planned(areas: Vec<(Area, Vec<Step>)>) -> PlannedCapacity {
         PlannedCapacity {
             service: "orders".into(),
             path: "capacity/orders.yaml".into(),

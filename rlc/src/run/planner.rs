@@ -396,6 +396,17 @@ struct Calendar {
     events: Vec<Event>,
 }
 
+impl Calendar {
+    /// Whether `ts` fell in the window of an event of `service/bucket` that has begun by
+    /// `now`: its traffic there was the event's, not the bucket's usual, so the policies do
+    /// not see it (a planned surge does not raise the limits after it).
+    fn during_event(&self, service: &str, bucket: &str, ts: i64, now: i64) -> bool {
+        self.events
+            .iter()
+            .any(|e| e.from <= ts && ts < e.until.min(now) && e.affects(service, bucket))
+    }
+}
+
 /// What planning one service on a blocking thread needs.
 struct PlanJob {
     log: Option<ServiceLog>,
@@ -447,8 +458,13 @@ impl PlanJob {
                 offered_points.push(Vec::new());
                 continue;
             }
-            let series = self.cached(&svc.name, &bucket.name, Measure::Offered, start)?;
+            let mut series = self.cached(&svc.name, &bucket.name, Measure::Offered, start)?;
             with_data += usize::from(!series.is_empty());
+            series.points.retain(|&(ts, _)| {
+                !self
+                    .calendar
+                    .during_event(&svc.name, &bucket.name, ts, self.now)
+            });
             let history = Series::new(
                 series.step_secs.max(1),
                 series

@@ -497,3 +497,107 @@ async fn each_failure_maps_to_its_exit_code() {
     assert_eq!(again.status, RunStatus::NoChange);
     assert_eq!(again.exit_code(), exit::OK);
 }
+
+/// `events.yaml` with `events` (name, from, until, target, raise) in YAML.
+fn events_yaml(events: &[(&str, i64, i64, &str)]) -> String {
+    let mut out = String::from("events:\n");
+    for (name, from, until, rest) in events {
+        out.push_str(&format!(
+            "  - name: {name}\n    from: \"{}\"\n    until: \"{}\"\n    {rest}\n",
+            crate::capacity::utc(*from),
+            crate::capacity::utc(*until)
+        ));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_write_scheduled_limits_keep_past_surges_out_and_are_removed_with_their_event() {
+    let env = setup();
+    // The one 400 rps point of gateway-pay fell in a past event: its limit comes from the
+    // usual traffic (100 + 28.7 at most: 160.9), not from the sale's surge (500).
+    let surge = NOW - 28 * 86_400 + 300 + 5_000 * 300;
+    let (from, until) = (NOW + 86_400, NOW + 86_400 + 2 * 3_600);
+    let events = events_yaml(&[
+        (
+            "last-sale",
+            surge - 600,
+            surge + 600,
+            "buckets: [payments/gateway-pay]\n    multiplier: 4",
+        ),
+        (
+            "launch",
+            from,
+            until,
+            "services: [payments]\n    multiplier: 3",
+        ),
+    ]);
+    person_push(&env.remote, "main", &[("events.yaml", events)]);
+    let report = run_once(
+        &env.settings(PublishMode::Direct),
+        Counting::new(&env.history, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunStatus::Committed);
+    assert!(close(
+        limit(&env.remote, "main", "payments", "gateway-pay"),
+        160.9
+    ));
+    let text = read(&env.remote, "main", "limits/payments.yaml").unwrap();
+    let snap = grl_config::from_files(
+        "v",
+        [
+            (
+                "services/payments.yaml".to_string(),
+                services("0.25")[0].1.clone(),
+            ),
+            ("limits/payments.yaml".to_string(), text.clone()),
+        ],
+    )
+    .unwrap();
+    let svc = snap.service("payments").unwrap();
+    for b in ["gateway-pay", "refunds"] {
+        let bucket = svc.bucket(b).unwrap();
+        let s = &bucket.scheduled;
+        assert_eq!(s.len(), 1, "{text}");
+        assert_eq!((s[0].from, s[0].until), (from, until));
+        assert!(close(s[0].rps, 3.0 * bucket.limit.unwrap()), "{text}");
+        assert_eq!(s[0].reason, "events.yaml: launch");
+    }
+    assert!(
+        report.description.contains("### Scheduled limits\n"),
+        "{}",
+        report.description
+    );
+
+    // The launch is called off: its scheduled limits go, and the review says so.
+    let events = events_yaml(&[(
+        "last-sale",
+        surge - 600,
+        surge + 600,
+        "buckets: [payments/gateway-pay]\n    multiplier: 4",
+    )]);
+    person_push(&env.remote, "main", &[("events.yaml", events)]);
+    let report = run_once(
+        &env.settings(PublishMode::Direct),
+        Counting::new(&env.history, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report.status,
+        RunStatus::Committed,
+        "{}",
+        report.description
+    );
+    let text = read(&env.remote, "main", "limits/payments.yaml").unwrap();
+    assert!(!text.contains("scheduled"), "{text}");
+    assert!(
+        report
+            .description
+            .contains("event launch no longer affects this bucket in events.yaml"),
+        "{}",
+        report.description
+    );
+}

@@ -53,7 +53,9 @@ fn plans(snap: &Snapshot, peaks: &[f64]) -> Vec<BucketPlan> {
         .collect()
 }
 
-fn capacity(areas: Vec<(Area, Vec<(Option<i64>, f64)>)>) -> PlannedCapacity {
+type Step = (Option<i64>, f64);
+
+fn capacity(areas: Vec<(Area, Vec<Step>)>) -> PlannedCapacity {
     PlannedCapacity {
         service: "orders".into(),
         path: "capacity/orders.yaml".into(),
