@@ -121,13 +121,14 @@ pub fn check_topology(capacity: &PlannedCapacity, svc: &ServiceConfig) -> Vec<Co
 }
 
 /// Fits `limits` to every scope of `capacity` over `[from, until)`, widest first, and says
-/// which limits each scope lowered.
+/// which limits each scope lowered; `scaled` names those that may be (`computed limit`) and
+/// `floor` what they stay above (`its floor`).
 fn fit_all(
     capacity: &PlannedCapacity,
     service: &str,
     limits: &mut [Counted],
-    from: i64,
-    until: i64,
+    (from, until): (i64, i64),
+    (scaled, floor): (&str, &str),
 ) -> Vec<Lowered> {
     let until = until.max(from + 1);
     let mut scopes: Vec<(Option<&Area>, String, Option<f64>)> = vec![(
@@ -166,14 +167,14 @@ fn fit_all(
         }
         let why = format!(
             "{service}'s deny limits sum to {} rps where {name} capacity {} × {} allows {}: \
-             each computed limit × {:.3}{}",
+             each {scaled} × {:.3}{}",
             fmt_rps(fit.before),
             fmt_rps(cap),
             capacity.utilization,
             fmt_rps(budget),
             fit.factor,
             if fit.met {
-                ", none below its floor".to_string()
+                format!(", none below {floor}")
             } else {
                 format!(
                     "; fixed limits and floors alone sum to {} rps: the capacity cannot be met",
@@ -249,7 +250,13 @@ pub fn guard_limits(
             }
         }
     }
-    for l in fit_all(capacity, &svc.name, &mut counted, now, now + 1) {
+    for l in fit_all(
+        capacity,
+        &svc.name,
+        &mut counted,
+        (now, now + 1),
+        ("computed limit", "its floor"),
+    ) {
         let Some(i) = owner[l.index] else { continue };
         let p = &mut plans[i];
         p.guarded.notes.push(GuardNote {
@@ -344,7 +351,14 @@ pub fn cap_windows(
             });
             owner.push(overlapping.filter(|_| scalable).map(|k| (i, k)));
         }
-        for l in fit_all(capacity, &svc.name, &mut counted, from.max(now), until) {
+        let window = (from.max(now), until);
+        for l in fit_all(
+            capacity,
+            &svc.name,
+            &mut counted,
+            window,
+            ("raised limit", "the bucket's limit outside the window"),
+        ) {
             let Some((i, k)) = owner[l.index] else {
                 continue;
             };
@@ -352,12 +366,7 @@ pub fn cap_windows(
             entry.wanted.get_or_insert(l.before);
             entry.rps = l.after;
             let name = entry.event.clone().unwrap_or_default();
-            let note = format!(
-                "event {name}: capacity during it: {}: {} → {}",
-                l.why,
-                fmt_rps(l.before),
-                fmt_rps(l.after)
-            );
+            let note = format!("event {name}: during it, {}", l.why);
             plans[i].schedule.notes.push(note);
         }
         for p in plans.iter_mut() {

@@ -65,10 +65,15 @@ impl Shortfall {
 /// The shortfalls of `service` (see the module docs): `demand` is its forecast over the
 /// horizon, `plans` its buckets' plans (for an event's raise of one bucket), `events` those
 /// still to come.
+///
+/// `fixed` is the part of the demand that fixed limits stand for (contracts an event does
+/// not raise).
+#[allow(clippy::too_many_arguments)]
 pub fn find(
     service: &str,
     capacity: &PlannedCapacity,
     demand: &Demand,
+    fixed: f64,
     plans: &[BucketPlan],
     events: &[Event],
     service_peak: Option<f64>,
@@ -98,25 +103,27 @@ pub fn find(
     if let Some((d, cap)) = worst {
         out.push(shortfall(d.at, d.peak, cap, None));
     }
-    let peak = demand.peak();
+    let peak = demand.peak() - fixed;
     for e in events
         .iter()
         .filter(|e| e.until > now && e.touches(service))
     {
         let raised = match (&e.targets, e.raise) {
-            (Targets::Services(_), Raise::Multiplier(m)) => Some(peak * m),
-            (Targets::Services(_), Raise::Rps(rps)) => {
-                service_peak.filter(|p| *p > 0.0).map(|p| peak * rps / p)
-            }
+            (Targets::Services(_), Raise::Multiplier(m)) => Some(fixed + peak * m),
+            (Targets::Services(_), Raise::Rps(rps)) => service_peak
+                .filter(|p| *p > 0.0)
+                .map(|p| fixed + peak * rps / p),
             (Targets::Buckets(_), raise) => Some(
-                peak + plans
-                    .iter()
-                    .filter(|p| e.affects(service, &p.bucket))
-                    .filter_map(|p| {
-                        let bucket_peak = expected_peak(&p.evidence)?;
-                        Some(bucket_peak * (raise.factor(Some(bucket_peak))? - 1.0))
-                    })
-                    .sum::<f64>(),
+                fixed
+                    + peak
+                    + plans
+                        .iter()
+                        .filter(|p| e.affects(service, &p.bucket))
+                        .filter_map(|p| {
+                            let bucket_peak = expected_peak(&p.evidence)?;
+                            Some(bucket_peak * (raise.factor(Some(bucket_peak))? - 1.0))
+                        })
+                        .sum::<f64>(),
             ),
         };
         let Some(raised) = raised else { continue };

@@ -2,7 +2,8 @@
 //! limits file already holds, merged by these rules:
 //!
 //! - an event still to come or in force gives the bucket a scheduled limit for its window:
-//!   the bucket's limit (as the policy and the guards left it) raised by the event
+//!   the bucket's limit (as the policy and the guards left it, before the capacity guard:
+//!   the window's own capacity is checked after) raised by the event
 //!   ([`policies::event::Raise`]; an `rps` given for services is the service's total, so it
 //!   raises each bucket by the factor that brings the service's observed peak to it), then
 //!   held to the bucket's `floor` and `cap` guards; its `reason` is `events.yaml: NAME`;
@@ -199,8 +200,17 @@ pub fn raise(
             .bucket(&p.bucket)
             .and_then(|b| settings.with_overrides(&b.guards).ok())
             .unwrap_or_else(|| settings.clone());
+        // The limit as the policy and the other guards made it: the capacity of today may
+        // have lowered it, but the window has its own capacity, checked after.
+        let usual = p
+            .guarded
+            .notes
+            .iter()
+            .find(|n| n.guard == "capacity")
+            .and_then(|n| n.before)
+            .or(p.guarded.limit);
         for e in mine {
-            let Some(base) = p.guarded.limit else {
+            let Some(base) = usual else {
                 schedule.notes.push(format!(
                     "event {}: the bucket has no limit to raise",
                     e.name

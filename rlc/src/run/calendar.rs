@@ -108,7 +108,16 @@ pub(super) fn apply(
                     for d in &mut demand.days {
                         d.peak += fixed;
                     }
-                    shortfall::find(&svc.name, cap, &demand, plans, events, service_peak, now)
+                    shortfall::find(
+                        &svc.name,
+                        cap,
+                        &demand,
+                        fixed,
+                        plans,
+                        events,
+                        service_peak,
+                        now,
+                    )
                 }
                 None => Vec::new(),
             }

@@ -208,3 +208,35 @@ fn a_small_change_keeps_the_written_event_limit() {
     );
     assert!(!plans[0].schedule.changed);
 }
+
+#[test]
+fn an_event_raises_the_limit_from_before_todays_capacity_guard() {
+    let snap = snapshot();
+    let svc = snap.service("orders").unwrap();
+    let mut plans = plans(&snap);
+    plans[0].guarded.notes.push(crate::guards::GuardNote {
+        guard: "capacity",
+        detail: "today's capacity".into(),
+        before: Some(1250.0),
+        after: Some(800.0),
+    });
+    plans[0].guarded.limit = Some(800.0);
+    let ev = events(&format!(
+        "events:\n  - name: sale\n    from: \"{}\"\n    until: \"{}\"\n    buckets: [orders/web]\n    multiplier: 3\n",
+        at(NOW + 3_600),
+        at(NOW + 7_200)
+    ));
+    raise(
+        svc,
+        &mut plans,
+        &ev,
+        &BTreeMap::new(),
+        None,
+        &GuardSettings::default(),
+        NOW,
+    );
+    assert_eq!(
+        plans[0].schedule.entries[0].rps, 3750.0,
+        "1250 × 3: the window's capacity is checked after"
+    );
+}
