@@ -573,3 +573,88 @@ async fn capacity_query_that_returns_nothing_is_refused_and_nothing_committed() 
     assert_eq!(s.remote.log("main").len(), 1, "nothing committed");
     Ok(())
 }
+
+#[test]
+fn capacity_backtest_with_events_shows_what_an_events_limit_did_on_past_traffic() -> Result<()> {
+    // nyc_taxi with its traffic tripled for four hours on an evening of December 2014.
+    let (from, until) = (1_418_230_800, 1_418_245_200); // 2014-12-10T17:00Z .. 21:00Z
+    let work = tempfile::tempdir()?;
+    let csv: String = traffic::load_series("nyc_taxi")
+        .iter()
+        .map(|&(t, v)| {
+            let v = if (from..until).contains(&t) {
+                v * 3.0
+            } else {
+                v
+            };
+            format!("{t},{v}\n")
+        })
+        .collect();
+    let series = work.path().join("taxi.csv");
+    std::fs::write(&series, csv)?;
+    let events = work.path().join("events.yaml");
+    std::fs::write(
+        &events,
+        format!(
+            "events:\n  - name: sale\n    from: \"{}\"\n    until: \"{}\"\n    buckets: [taxi/rides]\n    multiplier: 3\n  - name: other\n    from: \"{}\"\n    until: \"{}\"\n    buckets: [taxi/other]\n    multiplier: 2\n",
+            rlc::capacity::utc(from),
+            rlc::capacity::utc(until),
+            rlc::capacity::utc(from),
+            rlc::capacity::utc(until)
+        ),
+    )?;
+    let run = |extra: &[&str]| -> Result<Output> {
+        Ok(std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
+            .args(["backtest", "--series"])
+            .arg(&series)
+            .args([
+                "--policy",
+                "{ kind: historical-peak, window: 28d, buffer: 0.25 }",
+            ])
+            .arg("--events")
+            .arg(&events)
+            .args(extra)
+            .output()?)
+    };
+    let out = run(&["--bucket", "taxi/rides", "--json"])?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let scored = v["events"].as_array().context("events")?;
+    assert_eq!(scored.len(), 1, "only the event of taxi/rides: {v}");
+    let e = &scored[0];
+    assert_eq!(e["name"], "sale");
+    assert_eq!(e["points"], 8, "four hours of 30-minute points");
+    assert!(
+        e["over_limit"].as_u64() > Some(0),
+        "the usual limit let the surge through: {e}"
+    );
+    assert_eq!(e["over_event_limit"], 0, "the event's limit held it: {e}");
+    let limit = e["limit"].as_f64().context("limit")?;
+    assert!((e["event_limit"].as_f64().context("event limit")? / limit - 3.0).abs() < 1e-9);
+    assert!(
+        v["origins"].as_u64() > Some(0),
+        "the usual backtest figures too: {v}"
+    );
+
+    let out = run(&[])?;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("over event limit") && table.contains("sale ") && table.contains("other "),
+        "{table}"
+    );
+
+    std::fs::write(
+        &events,
+        "events:\n  - name: sale\n    from: noon\n    until: \"2014-12-10T21:00:00Z\"\n    services: [taxi]\n    multiplier: 3\n",
+    )?;
+    let out = run(&[])?;
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("events.yaml:3: events[0].from: `noon` is not an RFC 3339 instant"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}

@@ -113,8 +113,10 @@ fn score_events(
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let shown = path.display().to_string();
-    let events = rlc::events::file::parse(&shown, &text)
-        .map_err(|e| anyhow::anyhow!("{}", grl_config::ConfigErrors(e)))?;
+    let events = rlc::events::file::parse(&shown, &text).map_err(|e| {
+        let lines: Vec<String> = e.iter().map(|e| format!("\n  {e}")).collect();
+        anyhow::anyhow!("--events refused:{}", lines.concat())
+    })?;
     Ok(events
         .iter()
         .filter(|e| match bucket.map(|b| b.split_once('/')) {
