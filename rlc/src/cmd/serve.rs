@@ -1,6 +1,6 @@
 //! `rlc serve`: runs on a cron schedule (in a time zone) and right after a person's commit
-//! to `services/`, one run at a time, and exports `/metrics`. `--print-next N` prints the next
-//! N run times and exits, like `systemd-analyze calendar`.
+//! to `services/`, `capacity/` or `events.yaml`, one run at a time, and exports `/metrics`.
+//! `--print-next N` prints the next N run times and exits, like `systemd-analyze calendar`.
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -1,5 +1,6 @@
 //! When the configurator runs: on a cron schedule as people write it, in a time zone, and
-//! right after a person's commit to `services/` on `main` (never after its own commits).
+//! right after a person's commit to `services/`, `capacity/` or `events.yaml` on `main`
+//! (never after its own commits).
 //!
 //! # The expression
 //! Five fields, `minute hour day-of-month month day-of-week`, read as Vixie cron reads them
@@ -204,11 +205,17 @@ fn list(set: FieldSet, shift: u32) -> String {
 }
 
 /// The first commit among `commits` that should trigger a run: made by a person (not the
-/// configurator) and touching `services/`.
+/// configurator) and touching the configurator's inputs: `services/`, `capacity/` or
+/// `events.yaml`.
 pub fn triggering_commit(commits: &[CommitInfo]) -> Option<&CommitInfo> {
-    commits
-        .iter()
-        .find(|c| !c.by_rlc && c.paths.iter().any(|p| p.starts_with("services/")))
+    commits.iter().find(|c| {
+        !c.by_rlc
+            && c.paths.iter().any(|p| {
+                p.starts_with("services/")
+                    || crate::capacity::is_capacity_file(p)
+                    || p == crate::events::file::PATH
+            })
+    })
 }
 
 #[cfg(test)]
@@ -409,5 +416,8 @@ mod tests {
         assert!(triggering_commit(&[commit(true, &["services/a.yaml"])]).is_none());
         assert!(triggering_commit(&[commit(false, &["README.md"])]).is_none());
         assert!(triggering_commit(&[commit(false, &["services/a.yaml"])]).is_some());
+        assert!(triggering_commit(&[commit(false, &["capacity/a.yaml"])]).is_some());
+        assert!(triggering_commit(&[commit(false, &["events.yaml"])]).is_some());
+        assert!(triggering_commit(&[commit(true, &["events.yaml"])]).is_none());
     }
 }
