@@ -43,6 +43,8 @@ pub(crate) struct Tiers {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) ctl: String,
     pub(crate) page: String,
+    /// The aggregators of zones a and b.
+    aggs: Vec<String>,
     _procs: Vec<Proc>,
 }
 
@@ -88,6 +90,7 @@ impl Tiers {
         wait_port(cp);
         wait_port(mp);
         let profile = dir.path().join("profile.csv").display().to_string();
+        let mut aggs = Vec::new();
         for zone in ["a", "b"] {
             let ap = free_port();
             let agg = format!("127.0.0.1:{ap}");
@@ -105,6 +108,7 @@ impl Tiers {
                 "200",
             ]));
             wait_port(ap);
+            aggs.push(agg.clone());
             procs.push(spawn(&[
                 "loadgen",
                 "--service",
@@ -129,6 +133,7 @@ impl Tiers {
             dir,
             ctl,
             page,
+            aggs,
             _procs: procs,
         }
     }
