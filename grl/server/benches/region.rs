@@ -815,7 +815,7 @@ async fn operator_probe(addr: String, metrics: String) {
         let status_ms = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         let page = match http.get(format!("http://{metrics}/status")).send().await {
-            Ok(r) => r.bytes().await.map(|b| b.len()).unwrap_or(0),
+            Ok(r) => r.bytes().await.map_or(0, |b| b.len()),
             Err(_) => 0,
         };
         let page_ms = t.elapsed().as_secs_f64() * 1e3;

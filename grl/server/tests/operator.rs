@@ -248,6 +248,21 @@ fn status_json_gives_each_buckets_rates_zones_and_role() {
     let w = bucket(&v, "web-all");
     assert_eq!((f(w, "drop_ratio"), f(w, "dropped_rps")), (0.0, 0.0), "{w}");
 
+    // An aggregator answers too, from its clients' rows (sent by name).
+    let out = t.grl(&["status", "--aggregator", &t.aggs[0], "--json"]);
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (a["level"].as_str(), a["zone"].as_str()),
+        (Some("zone"), Some("a"))
+    );
+    assert_eq!(a["zones"][0]["children"], 3, "three clients: {a}");
+    let ac = bucket(&a, "checkout");
+    assert!(
+        f(ac, "dropped_rps") > 200.0 && (f(ac, "offered_rps") - 600.0).abs() < 120.0,
+        "{ac}"
+    );
+    assert_eq!(ac["top_zones"][0]["zone"], "a");
+
     let only = t.grl(&[
         "status",
         "--controller",
