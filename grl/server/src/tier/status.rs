@@ -22,7 +22,9 @@ impl Node {
     pub fn status_of(&self, now: Instant, req: &proto::StatusRequest) -> proto::StatusResponse {
         let wanted = |svc: &str| req.service.is_empty() || req.service == svc;
         let fail_open = self.fail_open(now);
+        let started = std::time::Instant::now();
         let s = self.lock();
+        let locked = started.elapsed();
         let children = s
             .children
             .iter()
@@ -92,7 +94,7 @@ impl Node {
             };
             Detail::of(&s.children, now, &s.rules, &keys, first)
         });
-        let buckets = buckets
+        let buckets: Vec<proto::BucketStatus> = buckets
             .into_iter()
             .enumerate()
             .map(|(p, (mut b, own))| {
@@ -109,6 +111,13 @@ impl Node {
                 b
             })
             .collect();
+        tracing::debug!(
+            buckets = buckets.len(),
+            detail = req.detail,
+            waited_ms = locked.as_secs_f64() * 1e3,
+            held_ms = (started.elapsed() - locked).as_secs_f64() * 1e3,
+            "status answered"
+        );
         proto::StatusResponse {
             level: self.cfg.level as i32,
             zone: self.cfg.zone.clone(),
