@@ -9,6 +9,7 @@
 mod changes;
 mod error;
 mod retention;
+mod rollouts;
 mod url;
 
 use chrono::{DateTime, TimeZone, Utc};

@@ -7,7 +7,8 @@
 //! history kept between runs), [`plan`] (policies +
 //! [`guards`] → limits), [`limits_file`] and [`pr_description`] (output), [`git_store`]
 //! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
-//! [`schedule`] (when to run), [`serve_metrics`]; [`secrets`] keeps passwords and tokens out of
+//! [`schedule`] (when to run), [`rollout`] (a commit region by region, gated),
+//! [`serve_metrics`]; [`secrets`] keeps passwords and tokens out of
 //! every output.
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod plan;
 pub mod pr_description;
 pub mod promote;
 pub mod push;
+pub mod rollout;
 pub mod run;
 pub mod schedule;
 pub mod secrets;

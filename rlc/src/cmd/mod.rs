@@ -4,5 +4,6 @@ pub(crate) mod backtest;
 #[cfg(feature = "demo")]
 pub(crate) mod demo;
 pub(crate) mod promote;
+pub(crate) mod rollout;
 pub(crate) mod run;
 pub(crate) mod serve;
