@@ -40,7 +40,10 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
     let s = fleet.status_json().await?;
     assert_eq!(s["state"], "running", "{s:#}");
     until(GENEROUS, "wave 1 passed", || async {
-        Ok(scrape(metrics).await?.get(r#"rlc_rollout_waves_total{result="passed"}"#) == Some(&1.0))
+        Ok(scrape(metrics)
+            .await?
+            .get(r#"rlc_rollout_waves_total{result="passed"}"#)
+            == Some(&1.0))
     })
     .await
     .with_context(|| run.output_tail(40))?;
@@ -58,21 +61,34 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
     let out = run.output();
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("passed every wave"), "{out}");
-    assert_eq!(fleet.versions().await?, [raised.as_str(), raised.as_str(), raised.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [raised.as_str(), raised.as_str(), raised.as_str()]
+    );
     for r in REGIONS {
-        assert_eq!(fleet.remote.tip(&format!("regions/{r}")), Some(raised.clone()));
+        assert_eq!(
+            fleet.remote.tip(&format!("regions/{r}")),
+            Some(raised.clone())
+        );
         let region = fleet.region(r);
         let m = scrape(region.metrics).await?;
         let key = format!(r#"grl_config_version_info{{region="{r}",version="{raised}"}}"#);
         assert_eq!(m.get(&key), Some(&1.0), "{r}: {m:#?}");
         let st = rlc::push::status(&region.addr.to_string(), &Default::default(), true).await?;
-        let b = st.buckets.iter().find(|b| b.bucket == "gateway-pay").unwrap();
+        let b = st
+            .buckets
+            .iter()
+            .find(|b| b.bucket == "gateway-pay")
+            .unwrap();
         assert_eq!(b.limit_rps, Some(400.0), "{r} enforces the new limit");
     }
 
     let history = History::connect(&fleet.db).await?;
     let r = history.latest_rollout().await?.unwrap();
-    assert_eq!((r.state, r.commit.as_str()), (RolloutState::Passed, raised.as_str()));
+    assert_eq!(
+        (r.state, r.commit.as_str()),
+        (RolloutState::Passed, raised.as_str())
+    );
     let moved = |name: &str| r.region(name).unwrap().moved_at_ms.unwrap();
     for later in ["r2", "r3"] {
         assert!(
@@ -81,9 +97,18 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
             moved(later) - moved("r1")
         );
     }
-    assert_eq!(r.waves.iter().map(|w| w.result.as_str()).collect::<Vec<_>>(), ["passed", "passed"]);
+    assert_eq!(
+        r.waves
+            .iter()
+            .map(|w| w.result.as_str())
+            .collect::<Vec<_>>(),
+        ["passed", "passed"]
+    );
     let p = &r.predictions[0];
-    assert_eq!((p.bucket.as_str(), p.old_limit, p.new_limit), ("gateway-pay", Some(300.0), Some(400.0)));
+    assert_eq!(
+        (p.bucket.as_str(), p.old_limit, p.new_limit),
+        ("gateway-pay", Some(300.0), Some(400.0))
+    );
     assert_eq!(p.predicted_drop, Some(0.0));
 
     let table = fleet
@@ -91,7 +116,12 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
             ["status", "--db", &fleet.db]
                 .iter()
                 .map(ToString::to_string)
-                .chain(fleet.regions.iter().flat_map(|g| ["--controller".to_string(), g.addr.to_string()]))
+                .chain(
+                    fleet
+                        .regions
+                        .iter()
+                        .flat_map(|g| ["--controller".to_string(), g.addr.to_string()]),
+                )
                 .collect(),
         )
         .await?;
@@ -100,7 +130,9 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
     assert!(table.contains("passed  2 waves done"), "{table}");
     for r in REGIONS {
         assert!(
-            table.lines().any(|l| l.contains(r) && l.matches(&raised[..12]).count() == 2),
+            table
+                .lines()
+                .any(|l| l.contains(r) && l.matches(&raised[..12]).count() == 2),
             "{r}'s branch and version are shown: {table}"
         );
     }
@@ -150,25 +182,56 @@ async fn a_change_dropping_more_than_predicted_fails_wave_1_and_r1_goes_back() -
         out.contains("rollout gate failed") && out.contains("gate=max_drop_over_prediction"),
         "the log names the gate: {out}"
     );
-    assert_eq!(fleet.versions().await?, [base.as_str(), base.as_str(), base.as_str()], "r1 is back");
+    assert_eq!(
+        fleet.versions().await?,
+        [base.as_str(), base.as_str(), base.as_str()],
+        "r1 is back"
+    );
     assert_eq!(fleet.remote.tip("regions/r1"), Some(base.clone()));
-    assert_eq!(fleet.remote.tip("main"), Some(cut.clone()), "main keeps the change");
+    assert_eq!(
+        fleet.remote.tip("main"),
+        Some(cut.clone()),
+        "main keeps the change"
+    );
 
     let history = History::connect(&fleet.db).await?;
     let r = history.latest_rollout().await?.unwrap();
     assert_eq!(r.state, RolloutState::Failed);
-    assert!(r.reason.as_deref().unwrap().contains("payments/gateway-pay"), "{:?}", r.reason);
+    assert!(
+        r.reason
+            .as_deref()
+            .unwrap()
+            .contains("payments/gateway-pay"),
+        "{:?}",
+        r.reason
+    );
     let f = &r.waves[0].failures[0];
-    assert_eq!((f.region.as_str(), f.gate.as_str()), ("r1", "max_drop_over_prediction"));
+    assert_eq!(
+        (f.region.as_str(), f.gate.as_str()),
+        ("r1", "max_drop_over_prediction")
+    );
     assert_eq!(f.predicted, Some(0.0));
     assert!(f.observed.unwrap() > 0.8, "{f:?}");
     assert_eq!(r.region("r1").unwrap().state, RegionState::RolledBack);
     assert_eq!(r.region("r2").unwrap().state, RegionState::Pending);
 
-    let again = fleet.rollout(std::iter::once("run".to_string()).chain(fleet.drive_args()).collect()).await?;
+    let again = fleet
+        .rollout(
+            std::iter::once("run".to_string())
+                .chain(fleet.drive_args())
+                .collect(),
+        )
+        .await?;
     assert_eq!(again.status.code(), Some(9), "{}", text(&again));
-    assert!(stdout(&again).contains("not tried again"), "{}", text(&again));
-    assert_eq!(fleet.versions().await?, [base.as_str(), base.as_str(), base.as_str()]);
+    assert!(
+        stdout(&again).contains("not tried again"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(
+        fleet.versions().await?,
+        [base.as_str(), base.as_str(), base.as_str()]
+    );
     Ok(())
 }
 
@@ -191,14 +254,24 @@ async fn a_configurator_killed_during_a_bake_resumes_the_same_rollout() -> Resul
     assert_eq!(before.region("r1").unwrap().state, RegionState::Moved);
     assert_eq!(fleet.version("r2").await?, fleet.base, "nothing else moved");
 
-    let out = fleet.rollout(std::iter::once("run".to_string()).chain(fleet.drive_args()).collect()).await?;
+    let out = fleet
+        .rollout(
+            std::iter::once("run".to_string())
+                .chain(fleet.drive_args())
+                .collect(),
+        )
+        .await?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         stdout(&out).contains(&format!("rollout {}:", before.id)),
         "the same rollout finished: {}",
         text(&out)
     );
-    assert!(text(&out).contains("resuming the rollout in progress"), "{}", text(&out));
+    assert!(
+        text(&out).contains("resuming the rollout in progress"),
+        "{}",
+        text(&out)
+    );
     let after = history.rollout(&before.id).await?.unwrap();
     assert_eq!(after.state, RolloutState::Passed);
     assert_eq!(
@@ -206,7 +279,10 @@ async fn a_configurator_killed_during_a_bake_resumes_the_same_rollout() -> Resul
         before.region("r1").unwrap().moved_at_ms,
         "r1 was not moved again"
     );
-    assert_eq!(fleet.versions().await?, [raised.as_str(), raised.as_str(), raised.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [raised.as_str(), raised.as_str(), raised.as_str()]
+    );
     Ok(())
 }
 
@@ -226,26 +302,54 @@ async fn operators_pause_resume_roll_back_and_abort_on_postgres() -> Result<()> 
         Ok(fleet.version("r1").await? == raised)
     })
     .await?;
-    let paused = fleet.rollout(vec!["pause".into(), "--db".into(), fleet.db.clone()]).await?;
+    let paused = fleet
+        .rollout(vec!["pause".into(), "--db".into(), fleet.db.clone()])
+        .await?;
     assert!(paused.status.success(), "{}", text(&paused));
     assert_eq!(wait_exit(&mut run, GENEROUS).await?, 10, "{}", run.output());
-    assert!(run.output().contains("paused before wave 2"), "{}", run.output());
-    assert_eq!(fleet.versions().await?, [raised.as_str(), base.as_str(), base.as_str()], "r2 and r3 wait");
+    assert!(
+        run.output().contains("paused before wave 2"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(
+        fleet.versions().await?,
+        [raised.as_str(), base.as_str(), base.as_str()],
+        "r2 and r3 wait"
+    );
     assert_eq!(fleet.status_json().await?["state"], "paused");
 
     let resumed = fleet
-        .rollout(std::iter::once("resume".to_string()).chain(fleet.drive_args()).collect())
+        .rollout(
+            std::iter::once("resume".to_string())
+                .chain(fleet.drive_args())
+                .collect(),
+        )
         .await?;
     assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
-    assert_eq!(fleet.versions().await?, [raised.as_str(), raised.as_str(), raised.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [raised.as_str(), raised.as_str(), raised.as_str()]
+    );
 
     let back = fleet
-        .rollout(std::iter::once("rollback".to_string()).chain(fleet.drive_args()).collect())
+        .rollout(
+            std::iter::once("rollback".to_string())
+                .chain(fleet.drive_args())
+                .collect(),
+        )
         .await?;
     assert_eq!(back.status.code(), Some(0), "{}", text(&back));
-    assert_eq!(fleet.versions().await?, [base.as_str(), base.as_str(), base.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [base.as_str(), base.as_str(), base.as_str()]
+    );
     for r in REGIONS {
-        assert_eq!(fleet.remote.tip(&format!("regions/{r}")), Some(base.clone()), "{r}");
+        assert_eq!(
+            fleet.remote.tip(&format!("regions/{r}")),
+            Some(base.clone()),
+            "{r}"
+        );
     }
     let s = fleet.status_json().await?;
     assert_eq!(s["state"], "rolled-back", "{s:#}");
@@ -256,11 +360,17 @@ async fn operators_pause_resume_roll_back_and_abort_on_postgres() -> Result<()> 
         Ok(fleet.version("r1").await? == next)
     })
     .await?;
-    let aborted = fleet.rollout(vec!["abort".into(), "--db".into(), fleet.db.clone()]).await?;
+    let aborted = fleet
+        .rollout(vec!["abort".into(), "--db".into(), fleet.db.clone()])
+        .await?;
     assert!(aborted.status.success(), "{}", text(&aborted));
     assert_eq!(wait_exit(&mut run, GENEROUS).await?, 10, "{}", run.output());
     assert!(run.output().contains("aborted"), "{}", run.output());
-    assert_eq!(fleet.versions().await?, [next.as_str(), base.as_str(), base.as_str()], "r1 stays, the rest never moved");
+    assert_eq!(
+        fleet.versions().await?,
+        [next.as_str(), base.as_str(), base.as_str()],
+        "r1 stays, the rest never moved"
+    );
     Ok(())
 }
 
@@ -268,7 +378,8 @@ async fn operators_pause_resume_roll_back_and_abort_on_postgres() -> Result<()> 
 /// progress, then rolls out `main`'s new head; a second configurator started meanwhile
 /// moves nothing and says why. An expedited rollout skips its bakes, recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_landing_during_a_rollout_waits_for_it_and_expedite_skips_the_bakes() -> Result<()> {
+async fn a_change_landing_during_a_rollout_waits_for_it_and_expedite_skips_the_bakes() -> Result<()>
+{
     let fleet = Fleet::start(Some(BAKE), 150.0, 150.0).await?;
     let first = fleet.commit_limit(400.0)?;
     let mut run = fleet.spawn_run(&[])?;
@@ -277,23 +388,52 @@ async fn a_change_landing_during_a_rollout_waits_for_it_and_expedite_skips_the_b
     })
     .await?;
     let second = fleet.commit_limit(450.0)?;
-    let other = fleet.rollout(std::iter::once("run".to_string()).chain(fleet.drive_args()).collect()).await?;
+    let other = fleet
+        .rollout(
+            std::iter::once("run".to_string())
+                .chain(fleet.drive_args())
+                .collect(),
+        )
+        .await?;
     assert_eq!(other.status.code(), Some(0), "{}", text(&other));
-    assert!(stdout(&other).contains("is in progress"), "{}", text(&other));
-    assert_eq!(fleet.version("r2").await?, fleet.base, "the second driver moved nothing");
+    assert!(
+        stdout(&other).contains("is in progress"),
+        "{}",
+        text(&other)
+    );
+    assert_eq!(
+        fleet.version("r2").await?,
+        fleet.base,
+        "the second driver moved nothing"
+    );
 
     assert_eq!(wait_exit(&mut run, GENEROUS).await?, 0, "{}", run.output());
-    assert_eq!(fleet.versions().await?, [second.as_str(), second.as_str(), second.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [second.as_str(), second.as_str(), second.as_str()]
+    );
     let history = History::connect(&fleet.db).await?;
     let a = history.rollout_of_commit(&first).await?.unwrap();
     let b = history.rollout_of_commit(&second).await?.unwrap();
-    assert_eq!((a.state, b.state), (RolloutState::Passed, RolloutState::Passed));
-    assert!(b.started_at_ms >= a.finished_at_ms.unwrap(), "the second waited for the first");
+    assert_eq!(
+        (a.state, b.state),
+        (RolloutState::Passed, RolloutState::Passed)
+    );
+    assert!(
+        b.started_at_ms >= a.finished_at_ms.unwrap(),
+        "the second waited for the first"
+    );
 
     let urgent = fleet.commit_limit(500.0)?;
     let started = std::time::Instant::now();
-    let mut args: Vec<String> = std::iter::once("run".to_string()).chain(fleet.drive_args()).collect();
-    args.extend(["--expedite".into(), "--reason".into(), "INC-42 partner outage".into()]);
+    let mut args: Vec<String> = std::iter::once("run".to_string())
+        .chain(fleet.drive_args())
+        .collect();
+    args.extend([
+        "--expedite".into(),
+        "--reason".into(),
+        "INC-42 partner outage".into(),
+    ]);
     let out = fleet.rollout(args).await?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
@@ -301,10 +441,17 @@ async fn a_change_landing_during_a_rollout_waits_for_it_and_expedite_skips_the_b
         "no bake: {:?}",
         started.elapsed()
     );
-    assert_eq!(fleet.versions().await?, [urgent.as_str(), urgent.as_str(), urgent.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [urgent.as_str(), urgent.as_str(), urgent.as_str()]
+    );
     let c = history.rollout_of_commit(&urgent).await?.unwrap();
     assert_eq!(c.expedite_reason.as_deref(), Some("INC-42 partner outage"));
-    assert!(c.waves.iter().all(|w| w.result == "expedited"), "{:?}", c.waves);
+    assert!(
+        c.waves.iter().all(|w| w.result == "expedited"),
+        "{:?}",
+        c.waves
+    );
     Ok(())
 }
 
@@ -332,20 +479,35 @@ async fn a_region_whose_controller_is_down_does_not_pass_and_nothing_moves() -> 
     };
     let source = rlc::source::FileSource::open(fleet::path(&fleet, "history"))?;
     let outcomes = rlc::rollout::run(&settings, &history, &source).await?;
-    let Some(rlc::rollout::RolloutOutcome::Failed { failures, rolled_back, .. }) = outcomes.last() else {
+    let Some(rlc::rollout::RolloutOutcome::Failed {
+        failures,
+        rolled_back,
+        ..
+    }) = outcomes.last()
+    else {
         panic!("{outcomes:?}");
     };
-    assert_eq!((failures[0].region.as_str(), failures[0].gate.as_str()), ("r1", "observable"));
+    assert_eq!(
+        (failures[0].region.as_str(), failures[0].gate.as_str()),
+        ("r1", "observable")
+    );
     assert!(rolled_back.is_empty(), "nothing had moved");
     for r in REGIONS {
-        assert_eq!(fleet.remote.tip(&format!("regions/{r}")), Some(fleet.base.clone()), "{r}");
+        assert_eq!(
+            fleet.remote.tip(&format!("regions/{r}")),
+            Some(fleet.base.clone()),
+            "{r}"
+        );
     }
     assert_ne!(fleet.version("r2").await?, raised);
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;
-    assert!(out.contains(r#"rlc_rollout_waves_total{result="failed"} 1"#), "{out}");
+    assert!(
+        out.contains(r#"rlc_rollout_waves_total{result="failed"} 1"#),
+        "{out}"
+    );
     Ok(())
 }
 
@@ -362,8 +524,15 @@ async fn an_override_during_a_rollout_takes_effect_at_once_in_every_region() -> 
     })
     .await?;
     let mut cmd = std::process::Command::new(test_support::process::target_bin("grl")?);
-    cmd.args(["override", "set", "--service", "payments", "--caller", "gateway"])
-        .args(["--rps", "5", "--ttl", "10m", "--reason", "INC-7"]);
+    cmd.args([
+        "override",
+        "set",
+        "--service",
+        "payments",
+        "--caller",
+        "gateway",
+    ])
+    .args(["--rps", "5", "--ttl", "10m", "--reason", "INC-7"]);
     for r in &fleet.regions {
         cmd.args(["--controller", &r.addr.to_string()]);
     }
@@ -371,13 +540,17 @@ async fn an_override_during_a_rollout_takes_effect_at_once_in_every_region() -> 
     assert!(set.status.success(), "{}", text(&set));
     for r in REGIONS {
         let addr = fleet.region(r).addr.to_string();
-        until(Duration::from_secs(5), &format!("{r} drops by the override"), || {
-            let addr = addr.clone();
-            async move {
-                let st = rlc::push::status(&addr, &Default::default(), true).await?;
-                Ok(st.buckets.iter().any(|b| b.is_override && b.dropped > 0.0))
-            }
-        })
+        until(
+            Duration::from_secs(5),
+            &format!("{r} drops by the override"),
+            || {
+                let addr = addr.clone();
+                async move {
+                    let st = rlc::push::status(&addr, &Default::default(), true).await?;
+                    Ok(st.buckets.iter().any(|b| b.is_override && b.dropped > 0.0))
+                }
+            },
+        )
         .await?;
     }
     assert_eq!(wait_exit(&mut run, GENEROUS).await?, 0, "{}", run.output());
@@ -391,7 +564,8 @@ async fn an_override_during_a_rollout_takes_effect_at_once_in_every_region() -> 
 /// Without `rollout.yaml`: today's behaviour, every region at once, and the run says so;
 /// with it, `rlc run --once --mode direct` rolls its own commit out wave by wave.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rlc_run_without_rollout_yaml_updates_every_region_at_once_and_with_it_rolls_out() -> Result<()> {
+async fn rlc_run_without_rollout_yaml_updates_every_region_at_once_and_with_it_rolls_out()
+-> Result<()> {
     let fleet = Fleet::start(None, 150.0, 150.0).await?;
     let run = |extra: &[&str]| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"));
@@ -404,26 +578,147 @@ async fn rlc_run_without_rollout_yaml_updates_every_region_at_once_and_with_it_r
     let out = run(&["--min-coverage", "0"]).await??;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        stdout(&out).contains("no rollout.yaml in the config repo: every controller got main at once"),
+        stdout(&out)
+            .contains("no rollout.yaml in the config repo: every controller got main at once"),
         "{}",
         text(&out)
     );
     let head = fleet.remote.tip("main").unwrap();
     assert_ne!(head, fleet.base, "the run committed");
-    assert_eq!(fleet.versions().await?, [head.as_str(), head.as_str(), head.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [head.as_str(), head.as_str(), head.as_str()]
+    );
 
-    fleet.remote.commit_files("main", &[("rollout.yaml", fleet::plan("2s"))], "stage rollouts")?;
+    fleet.remote.commit_files(
+        "main",
+        &[("rollout.yaml", fleet::plan("2s"))],
+        "stage rollouts",
+    )?;
     std::fs::write(
         fleet::path(&fleet, "history/payments/gateway-pay.csv"),
-        (0..600).map(|i| format!("{},{}\n", NOW - 86_400 + i * 300, 100 + i % 7)).collect::<String>(),
+        (0..600)
+            .map(|i| format!("{},{}\n", NOW - 86_400 + i * 300, 100 + i % 7))
+            .collect::<String>(),
     )?;
     let out = run(&["--min-coverage", "0"]).await??;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let staged = fleet.remote.tip("main").unwrap();
     assert!(stdout(&out).contains("passed every wave"), "{}", text(&out));
-    assert_eq!(fleet.versions().await?, [staged.as_str(), staged.as_str(), staged.as_str()]);
+    assert_eq!(
+        fleet.versions().await?,
+        [staged.as_str(), staged.as_str(), staged.as_str()]
+    );
     let history = History::connect(&fleet.db).await?;
     let r = history.rollout_of_commit(&staged).await?.unwrap();
     assert!(r.run_id.is_some(), "the run that committed is recorded");
+    Ok(())
+}
+
+/// `rlc promote` (shadow → deny) goes through the waves like any change: the promoted
+/// bucket is a changed bucket with a prediction, and each region enforces it only when its
+/// wave comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_to_deny_rolls_out_wave_by_wave() -> Result<()> {
+    let fleet = Fleet::start(Some(BAKE), 150.0, 150.0).await?;
+    let promote = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
+        .args(["promote", "payments", "batch", "--mode", "direct"])
+        .args(["--config-repo", &fleet.remote.url()])
+        .arg("--workdir")
+        .arg(fleet::path(&fleet, "promote"))
+        .output()?;
+    assert!(promote.status.success(), "{}", text(&promote));
+    let promoted = fleet.remote.tip("main").unwrap();
+    assert_ne!(promoted, fleet.base);
+    let mode = |name: &'static str| {
+        let addr = fleet.region(name).addr.to_string();
+        async move {
+            let st = rlc::push::status(&addr, &Default::default(), false).await?;
+            let b = st
+                .buckets
+                .iter()
+                .find(|b| b.bucket == "batch")
+                .context("batch")?;
+            anyhow::Ok(b.mode)
+        }
+    };
+    let (deny, shadow) = (
+        grl_core::proto::Mode::Deny as i32,
+        grl_core::proto::Mode::Shadow as i32,
+    );
+    assert_eq!(mode("r1").await?, shadow);
+    let mut run = fleet.spawn_run(&[])?;
+    until(GENEROUS, "r1 enforces batch", || async {
+        Ok(mode("r1").await? == deny)
+    })
+    .await?;
+    assert_eq!(mode("r2").await?, shadow, "r2 waits for r1's bake");
+    assert_eq!(wait_exit(&mut run, GENEROUS).await?, 0, "{}", run.output());
+    for r in REGIONS {
+        assert_eq!(mode(r).await?, deny, "{r}");
+    }
+    let r = History::connect(&fleet.db)
+        .await?
+        .latest_rollout()
+        .await?
+        .unwrap();
+    let p = r.predictions.iter().find(|p| p.bucket == "batch").unwrap();
+    assert_eq!((p.mode.as_str(), p.new_limit), ("deny", Some(50.0)));
+    Ok(())
+}
+
+/// In PR mode, when the rollout of a merged pull request fails a gate, the reason is
+/// commented on that pull request (through the GitHub stand-in, every request checked
+/// against GitHub's description).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_pr_mode_a_failed_rollout_is_commented_on_the_merged_pull_request() -> Result<()> {
+    const TOKEN: &str = "ghp_rollout_standin_0123456789";
+    let fleet = Fleet::start(Some(BAKE), 15.0, 200.0).await?;
+    let gh =
+        test_support::github::GitHubStandIn::start(fleet.remote.path(), "acme", "config", TOKEN)
+            .await?;
+    fleet.remote.commit_files(
+        "rlc/limits",
+        &[("limits/payments.yaml", fleet::limits(20.0))],
+        "rlc: rate limit changes",
+    )?;
+    let n = gh
+        .seed("rlc/limits", "main", "rlc: rate limit changes")
+        .await?;
+    gh.merge(n).await?;
+    let mut args: Vec<String> = std::iter::once("run".to_string())
+        .chain(fleet.drive_args())
+        .collect();
+    args.extend(
+        [
+            "--mode",
+            "pr",
+            "--github-repo",
+            "acme/config",
+            "--github-api",
+            &gh.api_url(),
+        ]
+        .map(String::from),
+    );
+    args.extend([
+        "--github-ca".to_string(),
+        gh.ca_file().display().to_string(),
+    ]);
+    let mut cmd = fleet.rlc(&[]);
+    cmd.args(args).env("RLC_GITHUB_TOKEN", TOKEN);
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
+    assert_eq!(out.status.code(), Some(9), "{}", text(&out));
+    assert!(!text(&out).contains(TOKEN), "the token is never shown");
+    let comments = gh.comments().await?;
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(comments[0]["number"], n);
+    let body = comments[0]["body"].as_str().unwrap_or_default();
+    assert!(
+        body.contains("region r1 gate max_drop_over_prediction bucket payments/gateway-pay predicted 0.0000 observed 0."),
+        "{body}"
+    );
+    let (_, violations) = gh.log().await?;
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(fleet.versions().await?, [fleet.base.as_str(); 3]);
     Ok(())
 }

@@ -111,7 +111,9 @@ pub(crate) fn settings(
         prometheus: args.prometheus.clone(),
         poll: Duration::from_millis(args.rollout_poll_ms.max(10)),
         now: args.now,
-        expedite: args.expedite.then(|| args.reason.clone().unwrap_or_default()),
+        expedite: args
+            .expedite
+            .then(|| args.reason.clone().unwrap_or_default()),
         run_id,
         github: match args.mode {
             ModeArg::Pr => run.github,
@@ -160,7 +162,10 @@ async fn pick(
     found.ok_or_else(|| {
         (
             exit::OTHER,
-            anyhow::anyhow!("no rollout {}in the run history", id.map(|i| format!("{i} ")).unwrap_or_default()),
+            anyhow::anyhow!(
+                "no rollout {}in the run history",
+                id.map(|i| format!("{i} ")).unwrap_or_default()
+            ),
         )
     })
 }
@@ -196,12 +201,18 @@ async fn drive(c: DriveCmd, action: Option<&str>) -> Result<i32, Failure> {
         if !done.map_err(fail(exit::DATABASE))? {
             return Err((
                 exit::OTHER,
-                anyhow::anyhow!("rollout {} is {}: cannot {action} it", r.id, r.state.as_str()),
+                anyhow::anyhow!(
+                    "rollout {} is {}: cannot {action} it",
+                    r.id,
+                    r.state.as_str()
+                ),
             ));
         }
         println!("rollout {}: {verb}", r.id);
         if c.args.config_repo.is_empty() {
-            println!("(the process that drives rollouts carries it out; give --config-repo and --controller to do it here)");
+            println!(
+                "(the process that drives rollouts carries it out; give --config-repo and --controller to do it here)"
+            );
             return Ok(0);
         }
         if action == "rollback" {
@@ -248,7 +259,10 @@ async fn rollback(c: &DriveCmd, history: &History, id: &str) -> Result<i32, Fail
     loop {
         let r = pick(history, Some(id)).await?;
         if r.state == RolloutState::RolledBack {
-            println!("rollout {id}: rolled back by {}", r.owner.as_deref().unwrap_or("its driver"));
+            println!(
+                "rollout {id}: rolled back by {}",
+                r.owner.as_deref().unwrap_or("its driver")
+            );
             return Ok(0);
         }
         let stale = chrono::Utc::now().timestamp_millis()
@@ -294,7 +308,11 @@ async fn change(c: RecordCmd, action: &str) -> Result<i32, Failure> {
     if !done {
         return Err((
             exit::OTHER,
-            anyhow::anyhow!("rollout {} is {}: cannot {action} it", r.id, r.state.as_str()),
+            anyhow::anyhow!(
+                "rollout {} is {}: cannot {action} it",
+                r.id,
+                r.state.as_str()
+            ),
         ));
     }
     println!("rollout {}: {}", r.id, to.as_str());

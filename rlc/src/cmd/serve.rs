@@ -195,7 +195,10 @@ fn watch_commits(
     })
 }
 
-pub(crate) async fn spawn_metrics_server(addr: SocketAddr, metrics: Arc<RlcMetrics>) -> anyhow::Result<()> {
+pub(crate) async fn spawn_metrics_server(
+    addr: SocketAddr,
+    metrics: Arc<RlcMetrics>,
+) -> anyhow::Result<()> {
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {

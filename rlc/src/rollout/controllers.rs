@@ -84,7 +84,7 @@ pub async fn apply(
         match crate::push::apply_config(addr, commit, files.to_vec(), auth).await {
             Ok(resp) => info!(controller = %addr, version = %resp.version, "controller updated"),
             Err(e) => {
-                warn!(controller = %addr, error = %e, "controller push failed; it follows its branch")
+                warn!(controller = %addr, error = %e, "controller push failed; it follows its branch");
             }
         }
     }

@@ -24,6 +24,7 @@ pub mod gates;
 pub mod metrics;
 pub mod notify;
 pub mod observe;
+pub mod outcome;
 pub mod plan_file;
 pub mod prediction;
 pub mod query_gate;
@@ -31,8 +32,9 @@ pub mod repo;
 pub mod state;
 pub mod status;
 
-pub use drive::{RolloutOutcome, RolloutSettings, rollback_now, run};
+pub use drive::{RolloutSettings, rollback_now, run};
 pub use metrics::RolloutMetrics;
+pub use outcome::RolloutOutcome;
 pub use plan_file::{PLAN_FILE, RolloutPlan};
 
 use crate::git_store::GitStoreError;

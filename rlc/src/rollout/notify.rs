@@ -25,7 +25,12 @@ pub async fn comment(gh: &GitHubTarget, commit: &str, text: &str) {
     .await;
     match result {
         Ok(true) => {}
-        Ok(false) => warn!(commit, "no merged pull request to comment the failed rollout on"),
-        Err(e) => warn!(commit, error = %e, "commenting the failed rollout on the pull request failed"),
+        Ok(false) => warn!(
+            commit,
+            "no merged pull request to comment the failed rollout on"
+        ),
+        Err(e) => {
+            warn!(commit, error = %e, "commenting the failed rollout on the pull request failed");
+        }
     }
 }

@@ -122,7 +122,9 @@ pub async fn leader_status(
             Ok(Ok(st)) if st.leading => return Ok(st),
             Ok(Ok(st)) => answers.push(st),
             Ok(Err(e)) => errors.push(e.to_string()),
-            Err(_) => errors.push(format!("controller at {addr}: no answer within {timeout:?}")),
+            Err(_) => errors.push(format!(
+                "controller at {addr}: no answer within {timeout:?}"
+            )),
         }
     }
     answers.into_iter().next().ok_or_else(|| {
@@ -175,7 +177,10 @@ mod tests {
         assert_eq!(baseline.zones, ["a", "b"]);
         assert_eq!(baseline.dropped["pay/a"], 0.0);
         let mut o = Observation::expecting(&baseline);
-        o.add(&status(100.0, 50.0, &[("a", 0.2)]), Duration::from_millis(100));
+        o.add(
+            &status(100.0, 50.0, &[("a", 0.2)]),
+            Duration::from_millis(100),
+        );
         o.add(&status(300.0, 250.0, &[("a", 0.1)]), Duration::from_secs(2));
         o.miss("down".into());
         assert_eq!(o.samples, 2);

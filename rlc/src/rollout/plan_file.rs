@@ -122,7 +122,10 @@ impl RolloutPlan {
         let mut waves = Vec::new();
         for (i, w) in raw.waves.into_iter().enumerate() {
             if w.regions.is_empty() {
-                err(format!("waves[{i}].regions"), "needs at least one region".into());
+                err(
+                    format!("waves[{i}].regions"),
+                    "needs at least one region".into(),
+                );
             }
             for (j, r) in w.regions.iter().enumerate() {
                 let field = format!("waves[{i}].regions[{j}]");
@@ -164,11 +167,7 @@ impl RolloutPlan {
             raw.gates.max_drop_over_prediction,
             DEFAULT_MAX_DROP_OVER_PREDICTION,
         );
-        let max_new_drop = share(
-            "max_new_drop",
-            raw.gates.max_new_drop,
-            DEFAULT_MAX_NEW_DROP,
-        );
+        let max_new_drop = share("max_new_drop", raw.gates.max_new_drop, DEFAULT_MAX_NEW_DROP);
         let mut names = BTreeMap::new();
         for (i, q) in raw.gates.prometheus.iter().enumerate() {
             let at = |f: &str| format!("gates.prometheus[{i}].{f}");

@@ -126,7 +126,10 @@ mod tests {
         let c = changed_buckets(&old, &raised);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].1.bucket, "a");
-        assert_eq!((c[0].1.old_limit, c[0].1.new_limit), (Some(100.0), Some(120.0)));
+        assert_eq!(
+            (c[0].1.old_limit, c[0].1.new_limit),
+            (Some(100.0), Some(120.0))
+        );
         assert_eq!(c[0].0.caller.as_deref(), Some("x"));
         let promoted = snapshot("service: pay\nlimits:\n  a: { rps: 100 }\n", "deny");
         let c = changed_buckets(&old, &promoted);

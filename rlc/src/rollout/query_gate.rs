@@ -110,6 +110,9 @@ mod tests {
             largest(&json!({"resultType": "scalar", "result": [1, "3"]})),
             Some(3.0)
         );
-        assert_eq!(largest(&json!({"resultType": "vector", "result": []})), None);
+        assert_eq!(
+            largest(&json!({"resultType": "vector", "result": []})),
+            None
+        );
     }
 }

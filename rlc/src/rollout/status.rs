@@ -9,8 +9,8 @@ use chrono::{TimeZone, Utc};
 use serde::Serialize;
 
 use super::controllers::ControllerView;
-use super::drive::short;
 use super::gates::GateFailure;
+use super::outcome::short;
 use super::prediction::Prediction;
 use super::state::RolloutRecord;
 
@@ -166,7 +166,11 @@ impl StatusView {
             } else {
                 g.running
                     .iter()
-                    .map(|v| v.split_once('+').map_or(short(v).to_string(), |(c, rest)| format!("{}+{rest}", short(c))))
+                    .map(|v| {
+                        v.split_once('+').map_or(short(v).to_string(), |(c, rest)| {
+                            format!("{}+{rest}", short(c))
+                        })
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             };
@@ -195,7 +199,10 @@ impl StatusView {
             let _ = writeln!(out, "reason: {reason}");
         }
         if !self.predictions.is_empty() {
-            let _ = writeln!(out, "\nchanged buckets (predicted dropped share of the last 24 h):");
+            let _ = writeln!(
+                out,
+                "\nchanged buckets (predicted dropped share of the last 24 h):"
+            );
             for p in &self.predictions {
                 let _ = writeln!(
                     out,

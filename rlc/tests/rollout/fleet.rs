@@ -29,11 +29,16 @@ buckets:
     scope: region
     mode: deny
     policy: { kind: historical-peak, window: 28d, buffer: 0.25 }
+  - name: batch
+    match: { caller: batch }
+    scope: region
+    mode: shadow
+    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }
 ";
 
-/// `limits/payments.yaml` with `gateway-pay` at `rps`.
+/// `limits/payments.yaml` with `gateway-pay` at `rps` (and the shadow bucket `batch` at 50).
 pub(super) fn limits(rps: f64) -> String {
-    format!("service: payments\nlimits:\n  gateway-pay: {{ rps: {rps} }}\n")
+    format!("service: payments\nlimits:\n  gateway-pay: {{ rps: {rps} }}\n  batch: {{ rps: 50 }}\n")
 }
 
 /// `rollout.yaml`: waves `[r1], [r2, r3]`, each baked `bake`.
@@ -75,7 +80,11 @@ impl Fleet {
     /// Starts the fleet on a config with `gateway-pay` at 300 rps and `rollout.yaml` baking
     /// `bake` (none: no `rollout.yaml`); the history says the bucket saw `history_rps` over
     /// the last day, and each region's clients offer `live_rps`.
-    pub(super) async fn start(bake: Option<&str>, history_rps: f64, live_rps: f64) -> Result<Fleet> {
+    pub(super) async fn start(
+        bake: Option<&str>,
+        history_rps: f64,
+        live_rps: f64,
+    ) -> Result<Fleet> {
         let mut files = vec![
             ("services/payments.yaml".to_string(), SERVICES.to_string()),
             ("limits/payments.yaml".to_string(), limits(300.0)),
@@ -110,7 +119,11 @@ impl Fleet {
         };
         for r in &fleet.regions {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while r.clients.iter().any(|c| c.status().config_version.is_empty()) {
+            while r
+                .clients
+                .iter()
+                .any(|c| c.status().config_version.is_empty())
+            {
                 if tokio::time::Instant::now() > deadline {
                     bail!("{}'s clients got no config", r.name);
                 }
@@ -122,7 +135,10 @@ impl Fleet {
 
     /// The region called `name`.
     pub(super) fn region(&self, name: &str) -> &Region {
-        self.regions.iter().find(|r| r.name == name).expect("region")
+        self.regions
+            .iter()
+            .find(|r| r.name == name)
+            .expect("region")
     }
 
     /// A person's commit on `main` setting `gateway-pay` to `rps`.
@@ -160,7 +176,10 @@ impl Fleet {
     /// `rlc rollout <args…>` as a command.
     pub(super) fn rlc(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rlc"));
-        cmd.arg("rollout").args(args).env("RUST_LOG", "info");
+        cmd.arg("rollout")
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1");
         cmd
     }
 
@@ -195,7 +214,12 @@ impl Fleet {
 
     /// `rlc rollout status --json` (asking the controllers too).
     pub(super) async fn status_json(&self) -> Result<serde_json::Value> {
-        let mut args = vec!["status".to_string(), "--json".into(), "--db".into(), self.db.clone()];
+        let mut args = vec![
+            "status".to_string(),
+            "--json".into(),
+            "--db".into(),
+            self.db.clone(),
+        ];
         for r in &self.regions {
             args.push("--controller".into());
             args.push(r.addr.to_string());
@@ -273,7 +297,12 @@ async fn start_region(remote: &BareRemote, name: &'static str) -> Result<Region>
             .args(["--metrics-listen", &metrics.to_string()])
             .args(["--region", name, "--config-git", &remote.url()])
             .args(["--config-ref", &format!("regions/{name}")])
-            .args(["--interval-ms", &INTERVAL_MS.to_string(), "--poll-ms", "200"]),
+            .args([
+                "--interval-ms",
+                &INTERVAL_MS.to_string(),
+                "--poll-ms",
+                "200",
+            ]),
     )?;
     wait_for_tcp(addr, Duration::from_secs(60))
         .await

@@ -152,7 +152,12 @@ impl BareRemote {
     /// that commit to it would; returns `commit`.
     pub fn set_branch(&self, name: &str, commit: &str) -> Result<String> {
         let repo = self.repo()?;
-        repo.reference(&format!("refs/heads/{name}"), Oid::from_str(commit)?, true, "set")?;
+        repo.reference(
+            &format!("refs/heads/{name}"),
+            Oid::from_str(commit)?,
+            true,
+            "set",
+        )?;
         Ok(commit.to_string())
     }
 
