@@ -215,6 +215,24 @@ async fn a_change_dropping_more_than_predicted_fails_wave_1_and_r1_goes_back() -
     assert_eq!(r.region("r1").unwrap().state, RegionState::RolledBack);
     assert_eq!(r.region("r2").unwrap().state, RegionState::Pending);
 
+    let table = fleet
+        .rollout(vec!["status".into(), "--db".into(), fleet.db.clone()])
+        .await?;
+    let table = stdout(&table);
+    println!("{table}");
+    assert!(table.contains("failed  wave 1/2"), "{table}");
+    assert!(
+        table.contains("wave 1: failed")
+            && table.contains("bucket payments/gateway-pay predicted 0.0000 observed 0."),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("1     r1      rolled-back")),
+        "{table}"
+    );
+
     let again = fleet
         .rollout(
             std::iter::once("run".to_string())
