@@ -219,6 +219,12 @@ async fn drive(c: DriveCmd, action: Option<&str>) -> Result<i32, Failure> {
             return rollback(&c, &history, &r.id).await;
         }
     }
+    if c.args.config_repo.is_empty() || c.args.controllers.is_empty() {
+        return Err((
+            exit::USAGE,
+            anyhow::anyhow!("give --config-repo and every region's --controller"),
+        ));
+    }
     let metrics = Arc::new(RlcMetrics::default());
     if let Some(addr) = c.metrics_listen {
         super::serve::spawn_metrics_server(addr, metrics.clone())
