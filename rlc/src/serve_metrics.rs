@@ -77,6 +77,8 @@ pub struct RlcMetrics {
     pub history_cache_bytes: Gauge,
     /// `rlc_history_pruned_runs_total`: runs deleted from the run history by retention.
     pub pruned_runs: Counter,
+    /// The staged rollouts' counters (`rlc_rollout_waves_total{result}`, …).
+    pub rollout: crate::rollout::RolloutMetrics,
 }
 
 impl Default for RlcMetrics {
@@ -99,6 +101,8 @@ impl Default for RlcMetrics {
         let history_fetches = Family::<FetchKindLabel, Counter>::default();
         let history_cache_bytes = Gauge::default();
         let pruned_runs = Counter::default();
+        let rollout = crate::rollout::RolloutMetrics::default();
+        rollout.register(&mut registry);
         registry.register(
             "rlc_run_phase_seconds",
             "Time each phase of a run took (checkout, fetch, plan, commit, deliver, record, prune)",
@@ -186,6 +190,7 @@ impl Default for RlcMetrics {
             history_fetches,
             history_cache_bytes,
             pruned_runs,
+            rollout,
         }
     }
 }
