@@ -142,6 +142,8 @@ struct PullJson {
     url: Option<String>,
     #[serde(default)]
     base: Option<RefJson>,
+    #[serde(default)]
+    merged_at: Option<String>,
 }
 
 /// `head` / `base` of a pull request: only the branch name is read.
@@ -243,6 +245,32 @@ impl GitHubClient {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// The pull request from `head` into `base` merged last (the first page of closed ones,
+    /// newest first), if any.
+    pub async fn last_merged(&self, head: &str, base: &str) -> Result<Option<u64>, GitHubError> {
+        let mut url = self.url(&format!("repos/{}/pulls", self.repo))?;
+        url.query_pairs_mut()
+            .append_pair("head", &format!("{}:{head}", self.owner))
+            .append_pair("base", base)
+            .append_pair("state", "closed")
+            .append_pair("per_page", PER_PAGE);
+        let (closed, _) = self.send::<Vec<PullJson>>(Method::GET, url, None).await?;
+        Ok(closed
+            .into_iter()
+            .filter(|pr| pr.merged_at.is_some())
+            .max_by(|a, b| a.merged_at.cmp(&b.merged_at))
+            .map(|pr| pr.number))
+    }
+
+    /// Adds a comment with `body` to pull request `number`.
+    pub async fn comment(&self, number: u64, body: &str) -> Result<(), GitHubError> {
+        let url = self.url(&format!("repos/{}/issues/{number}/comments", self.repo))?;
+        self.send::<serde_json::Value>(Method::POST, url, Some(json!({ "body": body })))
+            .await?;
+        tracing::info!(number, "pull request commented");
+        Ok(())
     }
 
     /// The number of the open pull request from `head` into `base`, paging through every

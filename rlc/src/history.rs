@@ -10,6 +10,7 @@ mod bucket_runs;
 mod changes;
 mod error;
 mod retention;
+mod rollouts;
 mod url;
 
 use chrono::{DateTime, TimeZone, Utc};

@@ -8,9 +8,9 @@
 //! [`guards`] → limits; [`capacity`] and [`events`]: planned capacity and the calendar),
 //! [`limits_file`] and [`pr_description`] (output), [`git_store`]
 //! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
-//! [`schedule`] (when to run), [`serve_metrics`]; [`explain`] says why a bucket's limit is what
-//! it is (`rlc explain`, and the pull request's sections); [`secrets`] keeps passwords and
-//! tokens out of every output.
+//! [`schedule`] (when to run), [`rollout`] (a commit region by region, gated),
+//! [`serve_metrics`]; [`explain`] says why a bucket's limit is what it is (`rlc explain`, and
+//! the pull request's sections); [`secrets`] keeps passwords and tokens out of every output.
 #![forbid(unsafe_code)]
 
 pub mod cache;
@@ -28,6 +28,7 @@ pub mod plan;
 pub mod pr_description;
 pub mod promote;
 pub mod push;
+pub mod rollout;
 pub mod run;
 pub mod schedule;
 pub mod secrets;

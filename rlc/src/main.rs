@@ -34,6 +34,8 @@ enum Command {
     /// names those there are), 3 metrics source, 4 config repo, 5 run history database (the
     /// explanation is still printed), 6 invalid config, 1 anything else.
     Explain(cmd::explain::ExplainCmd),
+    /// Roll main's head out region by region (`rollout.yaml`); status, pause, resume, abort.
+    Rollout(cmd::rollout::RolloutCmd),
     /// The whole loop on this machine with embedded defaults, in under two minutes.
     #[cfg(feature = "demo")]
     Demo(cmd::demo::DemoCmd),
@@ -50,6 +52,7 @@ async fn main() {
         Command::Backtest(c) => report(cmd::backtest::execute(c)),
         Command::Promote(c) => report(cmd::promote::execute(c).await),
         Command::Explain(c) => cmd::explain::execute(c).await,
+        Command::Rollout(c) => cmd::rollout::execute(c).await,
         #[cfg(feature = "demo")]
         Command::Demo(c) => match cmd::demo::execute(c).await {
             Ok(true) => 0,
@@ -75,6 +78,19 @@ fn register_secrets(command: &Command) {
             register_url(&c.config_repo);
             None
         }
+        Command::Rollout(c) => match &c.action {
+            cmd::rollout::Action::Run(d)
+            | cmd::rollout::Action::Resume(d)
+            | cmd::rollout::Action::Rollback(d) => Some(&d.args),
+            cmd::rollout::Action::Status(s) => {
+                register_url(&s.record.db);
+                None
+            }
+            cmd::rollout::Action::Pause(r) | cmd::rollout::Action::Abort(r) => {
+                register_url(&r.db);
+                None
+            }
+        },
         _ => None,
     };
     if let Some(a) = run_args {

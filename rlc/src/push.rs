@@ -9,7 +9,9 @@ use grl_core::tls::ClientTls;
 
 use grl_core::proto::control_client::ControlClient;
 use grl_core::proto::tier_client::TierClient;
-use grl_core::proto::{ApplyConfigRequest, ApplyConfigResponse, ConfigFile, StatusRequest};
+use grl_core::proto::{
+    ApplyConfigRequest, ApplyConfigResponse, ConfigFile, StatusRequest, StatusResponse,
+};
 
 /// How rlc authenticates to the controller (default: plaintext, no token).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -139,14 +141,26 @@ pub async fn apply_config(
 
 /// The config version the controller at `addr` runs (its `Status`), `""` when it has none.
 pub async fn config_version(addr: &str, auth: &ControllerAuth) -> Result<String, PushError> {
+    Ok(status(addr, auth, false).await?.config_version)
+}
+
+/// The `Status` of the controller at `addr`; with `detail`, each bucket's dropped rates too.
+pub async fn status(
+    addr: &str,
+    auth: &ControllerAuth,
+    detail: bool,
+) -> Result<StatusResponse, PushError> {
     let channel = channel(addr, auth).await?;
     let status = TierClient::new(channel)
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
-        .status(StatusRequest::default())
+        .status(StatusRequest {
+            service: String::new(),
+            detail,
+        })
         .await
         .map_err(|status| PushError::Status {
             addr: addr.to_string(),
             status,
         })?;
-    Ok(status.into_inner().config_version)
+    Ok(status.into_inner())
 }

@@ -80,6 +80,8 @@ pub struct RlcMetrics {
     /// `rlc_capacity_shortfall_services`: services whose forecast demand is above their
     /// planned capacity × utilisation, as of the last run that did not fail.
     pub capacity_shortfall_services: Gauge,
+    /// The staged rollouts' counters (`rlc_rollout_waves_total{result}`, …).
+    pub rollout: crate::rollout::RolloutMetrics,
 }
 
 impl Default for RlcMetrics {
@@ -108,6 +110,8 @@ impl Default for RlcMetrics {
             "Services whose forecast demand is above their planned capacity × utilisation (last run)",
             capacity_shortfall_services.clone(),
         );
+        let rollout = crate::rollout::RolloutMetrics::default();
+        rollout.register(&mut registry);
         registry.register(
             "rlc_run_phase_seconds",
             "Time each phase of a run took (checkout, fetch, plan, commit, deliver, record, prune)",
@@ -196,6 +200,7 @@ impl Default for RlcMetrics {
             history_cache_bytes,
             pruned_runs,
             capacity_shortfall_services,
+            rollout,
         }
     }
 }

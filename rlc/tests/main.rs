@@ -15,6 +15,7 @@ mod pull_request;
 mod push_auth;
 mod reliability;
 mod repo_links;
+mod rollout;
 mod run;
 mod schedule;
 mod standin;

@@ -14,10 +14,13 @@ Behaviour of the three pull-request operations the configurator uses:
                                                     the git repo, or an open pull request
                                                     from head into base already exists
   PATCH /repos/{owner}/{repo}/pulls/{pull_number}   200; title/body/state/base
+  POST  /repos/{owner}/{repo}/issues/{n}/comments   201; a comment on pull request n (404
+                                                    when there is no such pull request)
 
 Control endpoints for the test (not part of GitHub, never validated), under /_standin/:
   GET  /_standin/log               {"requests": [...], "violations": [...]}
   GET  /_standin/pulls             every pull request held
+  GET  /_standin/comments          every comment made: [{"number", "body"}]
   POST /_standin/pulls             seed one: {"head", "base", "title", "state"}
   POST /_standin/pulls/N/merge     fast-forward base to head in the git repo; closed + merged
   POST /_standin/pulls/N/close     closed without merging
@@ -155,6 +158,7 @@ class State:
         self.d = description
         self.lock = threading.Lock()
         self.pulls = []
+        self.comments = []
         self.requests = []
         self.violations = []
         self.stale_list = False
@@ -279,6 +283,8 @@ def make_handler(state):
                 return self.reply(200, {"requests": state.requests, "violations": state.violations})
             if (method, path) == ("GET", "/_standin/pulls"):
                 return self.reply(200, state.pulls)
+            if (method, path) == ("GET", "/_standin/comments"):
+                return self.reply(200, state.comments)
             if (method, path) == ("POST", "/_standin/pulls"):
                 pr = state.add_pull(
                     body["head"], body["base"], body.get("title", "seeded"), None, body.get("state", "open")
@@ -425,6 +431,8 @@ def make_handler(state):
                 return self.create(host, body or {})
             if operation == "pulls/update":
                 return self.update(host, int(path_values["pull_number"]), body or {})
+            if operation == "issues/create-comment":
+                return self.comment(host, int(path_values["issue_number"]), body or {})
             return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}
 
         def list_pulls(self, host, query):
@@ -484,6 +492,24 @@ def make_handler(state):
                 pr["state"], pr["closed_at"] = "closed", now()
             pr["updated_at"] = now()
             return 200, state.render(pr, host, simple=False), {}
+
+        def comment(self, host, number, body):
+            if not any(p["number"] == number for p in state.pulls):
+                return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}
+            state.comments.append({"number": number, "body": body.get("body")})
+            owner, repo = state.args.owner, state.args.repo
+            value = d.example("#/components/examples/issue-comment")
+            value.update(
+                {
+                    "id": 5000 + len(state.comments),
+                    "body": body.get("body"),
+                    "url": f"https://{host}/repos/{owner}/{repo}/issues/comments/{5000 + len(state.comments)}",
+                    "issue_url": f"https://{host}/repos/{owner}/{repo}/issues/{number}",
+                    "created_at": now(),
+                    "updated_at": now(),
+                }
+            )
+            return 201, value, {}
 
     return Handler
 

@@ -1,6 +1,6 @@
-//! Cost of one `Client::decide` for a pair already seen, at 1 and 2 threads, beside
-//! governor's keyed limiter and a Redis fixed-window limiter (INCR + EXPIRE, pipelined) in
-//! the same run. Figures go to BENCHMARKS.md ("Client decision").
+//! Cost of one `Client::decide` for a pair already seen, at 1 and 2 threads (and of
+//! `Client::decide_explained`, in the paired rounds), beside governor's keyed limiter and a
+//! Redis fixed-window limiter (INCR + EXPIRE, pipelined) in the same run. Figures go to BENCHMARKS.md ("Client decision").
 //!
 //! Every figure comes from the same harness, so 1 and 2 threads run the same loop: each
 //! thread does `iters` decisions after a barrier, and the reported time per iteration is
@@ -105,6 +105,15 @@ fn grl_loop(client: &Client, caller: usize, n: u64) {
     let callers = ["gw0", "gw1"];
     for _ in 0..n {
         black_box(client.decide(black_box(callers[caller]), black_box(PROCEDURE)));
+    }
+}
+
+/// `n` decisions of caller `gw{caller}` through `decide_explained` (what `grl sidecar`
+/// calls): about one in ten is a refusal that names its bucket.
+fn explained_loop(client: &Client, caller: usize, n: u64) {
+    let callers = ["gw0", "gw1"];
+    for _ in 0..n {
+        black_box(client.decide_explained(black_box(callers[caller]), black_box(PROCEDURE)));
     }
 }
 
@@ -294,7 +303,7 @@ fn paired_rounds() {
     let per = |d: Duration, n: u64| d.as_secs_f64() * 1e9 / n as f64;
     let check = |t: usize, n: u64| governor_loop(&limiter, &keys, t, n);
     // Seconds per operation of each case, one entry per round.
-    let mut ns: [Vec<f64>; 7] = Default::default();
+    let mut ns: [Vec<f64>; 8] = Default::default();
     for _ in 0..ROUNDS {
         let g1 = on_threads(1, DECISIONS, |_, n| grl_loop(&client, 0, n));
         ns[0].push(per(g1, DECISIONS));
@@ -302,6 +311,8 @@ fn paired_rounds() {
         ns[1].push(per(g2, DECISIONS));
         let g2d = on_threads(2, DECISIONS, |t, n| grl_loop(&client, t, n));
         ns[2].push(per(g2d, DECISIONS));
+        let e1 = on_threads(1, DECISIONS, |_, n| explained_loop(&client, 0, n));
+        ns[7].push(per(e1, DECISIONS));
         ns[3].push(per(on_threads(1, CHECKS, |_, n| check(0, n)), CHECKS));
         ns[4].push(per(on_threads(2, CHECKS, check), CHECKS));
         if let Some(window) = window.as_mut() {
@@ -320,6 +331,7 @@ fn paired_rounds() {
         "governor keyed, 2 threads distinct keys",
         "redis INCR+EXPIRE, cpus may idle",
         "redis INCR+EXPIRE, cpus kept awake",
+        "grl decide_explained, 1 thread",
     ];
     println!("\npaired rounds: {ROUNDS} rounds, ns per operation (all threads together)");
     println!("  {:<42} {:>12} {:>12}", "case", "median", "best");
@@ -340,6 +352,7 @@ fn paired_rounds() {
             0,
             3,
         ),
+        ("grl decide_explained time / decide time, 1 thread", 7, 0),
         ("redis round trip (cpus may idle) / grl decide", 5, 0),
         ("redis round trip (cpus kept awake) / grl decide", 6, 0),
     ];

@@ -99,7 +99,7 @@ impl Inner {
                 .shadow
                 .store(shadow, Ordering::Relaxed);
         }
-        let resolver = rules.resolver(ids.clone(), c.registry.cells.clone());
+        let resolver = rules.resolver(&self.cfg.service, ids.clone(), c.registry.cells.clone());
         c.active = ids;
         c.version = ins.config_version.clone();
         for e in self.table.iter() {

@@ -17,6 +17,7 @@ use grl_core::metric_names::UNMATCHED_BUCKET;
 use grl_core::proto;
 use grl_core::wire::{InvalidEnum, match_rule, mode_from_wire};
 
+use super::refusal::RefusingBucket;
 use super::table::DECISIONS;
 
 /// The cell id of "no bucket".
@@ -75,6 +76,8 @@ pub(crate) struct Resolver {
     in_addition: Vec<bool>,
     /// Every cell known when this resolver was built, by id.
     pub(crate) cells: Vec<Arc<BucketCell>>,
+    /// What a refusal says, by cell id, for the cells of this config.
+    refusals: Vec<Option<Arc<RefusingBucket>>>,
 }
 
 impl Resolver {
@@ -85,6 +88,7 @@ impl Resolver {
             cell_of: Vec::new(),
             in_addition: Vec::new(),
             cells,
+            refusals: Vec::new(),
         }
     }
 
@@ -113,12 +117,18 @@ impl Resolver {
     pub(crate) fn cell(&self, id: u32) -> &BucketCell {
         &self.cells[id as usize]
     }
+
+    /// What a refusal by cell `id` says; `None` for a cell not in this config.
+    pub(crate) fn refusal(&self, id: u32) -> Option<&Arc<RefusingBucket>> {
+        self.refusals.get(id as usize)?.as_ref()
+    }
 }
 
 /// One bucket of a service's wire rules, decoded.
 pub(crate) struct RuleSet {
     pub(crate) names: Vec<String>,
     pub(crate) modes: Vec<Mode>,
+    limits: Vec<Option<f64>>,
     rules: Vec<MatchRule>,
     overrides: Vec<bool>,
     in_addition: Vec<bool>,
@@ -134,6 +144,7 @@ impl RuleSet {
         let mut set = RuleSet {
             names: Vec::new(),
             modes: Vec::new(),
+            limits: Vec::new(),
             rules: Vec::new(),
             overrides: Vec::new(),
             in_addition: Vec::new(),
@@ -145,6 +156,7 @@ impl RuleSet {
         {
             set.modes.push(mode_from_wire(b.mode)?);
             set.names.push(b.name.clone());
+            set.limits.push(b.limit_rps);
             set.rules.push(match_rule(b));
             set.overrides.push(b.is_override);
             set.in_addition.push(b.in_addition);
@@ -152,14 +164,27 @@ impl RuleSet {
         Ok(set)
     }
 
-    /// The resolver of these rules, given each bucket's cell id.
-    pub(crate) fn resolver(&self, cell_of: Vec<u32>, cells: Vec<Arc<BucketCell>>) -> Resolver {
+    /// The resolver of these rules of `service`, given each bucket's cell id.
+    pub(crate) fn resolver(
+        &self,
+        service: &str,
+        cell_of: Vec<u32>,
+        cells: Vec<Arc<BucketCell>>,
+    ) -> Resolver {
         let matcher = Matcher::new(self.rules.iter().zip(self.overrides.iter().copied()));
+        let mut refusals = vec![None; cells.len()];
+        for ((&id, name), limit) in cell_of.iter().zip(&self.names).zip(&self.limits) {
+            // A name repeated (an override named as a bucket) is stated as its first rule.
+            if let Some(slot @ None) = refusals.get_mut(id as usize) {
+                *slot = RefusingBucket::new(service, name, *limit).map(Arc::new);
+            }
+        }
         Resolver {
             matcher,
             cell_of,
             in_addition: self.in_addition.clone(),
             cells,
+            refusals,
         }
     }
 }
@@ -226,7 +251,7 @@ mod tests {
         let set = RuleSet::from_wire(&config, "svc").unwrap();
         let mut reg = Registry::new();
         let ids: Vec<u32> = set.names.iter().map(|n| reg.id(n)).collect();
-        let r = set.resolver(ids, reg.cells.clone());
+        let r = set.resolver("svc", ids, reg.cells.clone());
         assert_eq!(r.cell(r.resolve("gw", "Refund")).name, "gw");
         assert_eq!(r.cell(r.resolve("web", "Pay/Cash")).name, "pay");
         assert_eq!(r.cell(r.resolve("gw", "Pay/Card")).name, "incident");

@@ -10,6 +10,10 @@
 //! store (no locked instruction; see `local`). No lock, no allocation for a known pair, no
 //! I/O, no clock read, no tracing, and no cache line written by two threads.
 //!
+//! [`Client::decide_explained`] decides the same way and also tells which bucket refused a
+//! dropped request, with the response headers naming it made once per config version
+//! (`refusal`), for a data plane that says so in its answer (`grl sidecar`).
+//!
 //! Why per-pair thresholds instead of a bucket snapshot behind an atomic pointer: the
 //! per-request cost is then one table lookup; the control plane pays instead, copying each
 //! bucket's threshold into its pairs once per instruction (≤ `max_pairs` stores a second).
@@ -58,6 +62,7 @@ mod local;
 mod metrics;
 mod pair_key;
 mod recorded;
+mod refusal;
 mod report;
 mod shape;
 mod stream;
@@ -78,6 +83,7 @@ pub use metrics::{
     CLIENT_CONFIG_INFO, CLIENT_CONNECTED, CLIENT_DROP_RATIO, CLIENT_FAIL_OPEN,
     CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
 };
+pub use refusal::{Explained, GRL_BUCKET, RATELIMIT_POLICY, RefusingBucket};
 
 use buckets::{BucketCell, Resolver};
 use control::Control;
@@ -302,12 +308,71 @@ impl Client {
     /// The decision of the bucket that applies in addition, combined with `own`'s.
     #[inline(never)]
     fn decide_in_addition(&self, caller: &str, procedure: &str, own: Decision) -> Decision {
-        let also = match self.also_pair(caller, procedure) {
-            Ok(None) => return own,
+        own.and(self.decide_also(caller, procedure))
+    }
+
+    /// The decision of the bucket that applies in addition (allowed when none does).
+    #[inline]
+    fn decide_also(&self, caller: &str, procedure: &str) -> Decision {
+        match self.also_pair(caller, procedure) {
+            Ok(None) => Decision::Allow,
             Ok(Some(e)) => e.decide(),
             Err((resolver, id)) => self.decide_overflow(&resolver, id),
+        }
+    }
+
+    /// [`decide`](Self::decide), telling which bucket refused a dropped request: for a data
+    /// plane that names it in its answer (`grl sidecar`). An allowed request costs what it
+    /// costs in `decide`; a refusal adds one lookup of the pair and a reference count.
+    #[inline]
+    pub fn decide_explained(&self, caller: &str, procedure: &str) -> Explained {
+        let table = &self.inner.table;
+        let key = table.key(caller, procedure);
+        let own = match table.get(&key, caller, procedure) {
+            Some(e) => e.decide(),
+            None => self.decide_new(caller, procedure),
         };
-        own.and(also)
+        let also = if self.inner.also_on.load(Ordering::Relaxed) {
+            self.decide_also(caller, procedure)
+        } else {
+            Decision::Allow
+        };
+        self.explain(caller, procedure, own, also)
+    }
+
+    /// The decision of a request its own bucket decided `own` and the bucket in addition
+    /// `also`, with the bucket that refused it.
+    #[inline]
+    fn explain(&self, caller: &str, procedure: &str, own: Decision, also: Decision) -> Explained {
+        let decision = own.and(also);
+        let refused_by = if decision == Decision::Drop {
+            self.refused_by(caller, procedure, own == Decision::Drop)
+        } else {
+            None
+        };
+        Explained {
+            decision,
+            refused_by,
+        }
+    }
+
+    /// The bucket that refused a request: its own (`own`) or the one in addition. The cell
+    /// its pair points to, else (a full table, or a config applied in between) the one the
+    /// current config's matcher gives.
+    #[cold]
+    #[inline(never)]
+    fn refused_by(&self, caller: &str, procedure: &str, own: bool) -> Option<Arc<RefusingBucket>> {
+        let (table, resolve): (_, fn(&Resolver, &str, &str) -> u32) = if own {
+            (Some(&self.inner.table), Resolver::resolve)
+        } else {
+            (self.inner.also.get(), Resolver::resolve_in_addition)
+        };
+        let resolver = self.inner.resolver.load();
+        table
+            .and_then(|t| t.get(&t.key(caller, procedure), caller, procedure))
+            .and_then(|e| resolver.refusal(e.cell.load(Ordering::Relaxed)))
+            .or_else(|| resolver.refusal(resolve(&resolver, caller, procedure)))
+            .cloned()
     }
 
     /// Decides one call that stands for `n` requests (e.g. Envoy's `hits_addend`): admitted
@@ -319,18 +384,27 @@ impl Client {
     /// bare ratio) a running sum of the batches' admitted fractions plays the budget's part.
     /// Not the hot path.
     pub fn decide_n(&self, caller: &str, procedure: &str, n: u64) -> Decision {
-        if n <= 1 {
-            return if n == 1 {
-                self.decide(caller, procedure)
-            } else {
-                Decision::Allow
-            };
-        }
-        let own = self.decide_batch(self.pair(caller, procedure).map(Some), n);
-        if self.inner.also_on.load(Ordering::Relaxed) {
-            own.and(self.decide_batch(self.also_pair(caller, procedure), n))
-        } else {
-            own
+        self.decide_n_explained(caller, procedure, n).decision
+    }
+
+    /// [`decide_n`](Self::decide_n), telling which bucket refused a dropped batch (see
+    /// [`decide_explained`](Self::decide_explained)).
+    pub fn decide_n_explained(&self, caller: &str, procedure: &str, n: u64) -> Explained {
+        match n {
+            0 => Explained {
+                decision: Decision::Allow,
+                refused_by: None,
+            },
+            1 => self.decide_explained(caller, procedure),
+            _ => {
+                let own = self.decide_batch(self.pair(caller, procedure).map(Some), n);
+                let also = if self.inner.also_on.load(Ordering::Relaxed) {
+                    self.decide_batch(self.also_pair(caller, procedure), n)
+                } else {
+                    Decision::Allow
+                };
+                self.explain(caller, procedure, own, also)
+            }
         }
     }
 

@@ -190,8 +190,8 @@ impl PairTable {
         self.keyer.key(caller, procedure)
     }
 
-    /// The entry of a pair already in the table.
-    #[inline]
+    /// The entry of a pair already in the table. Always inlined: `decide` is one lookup.
+    #[inline(always)]
     pub(crate) fn get(&self, key: &PairKey, caller: &str, procedure: &str) -> Option<&PairEntry> {
         let slots = &*self.slots;
         let mask = slots.len() - 1;

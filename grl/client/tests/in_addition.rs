@@ -1,6 +1,6 @@
 //! A bucket marked `in_addition` protects the requests it matches whoever calls them: a
 //! caller with a caller-wide bucket of its own is decided and counted in the procedure's
-//! bucket too, and refused if either says drop.
+//! bucket too, and refused if either says drop; a refusal names the bucket that refused.
 
 use grl_client::{Client, ClientConfig, Decision};
 use grl_core::proto;
@@ -185,4 +185,71 @@ fn pairs_past_the_table_bound_are_still_decided_in_both_buckets() {
     );
     assert_eq!(totals(&c, "orders-get"), (20, 0, 20, 0));
     assert_eq!(totals(&c, "partner"), (21, 21, 0, 0));
+}
+
+/// The bucket `decide_explained` names for `n` requests (all must agree), and their decision.
+fn refused_by(c: &Client, caller: &str, procedure: &str, n: usize) -> (Decision, Option<String>) {
+    let first = c.decide_explained(caller, procedure);
+    let named = |e: &grl_client::Explained| e.refused_by.as_ref().map(|r| r.bucket().to_string());
+    for _ in 1..n {
+        let e = c.decide_explained(caller, procedure);
+        assert_eq!((e.decision, named(&e)), (first.decision, named(&first)));
+    }
+    (first.decision, named(&first))
+}
+
+#[test]
+fn a_refusal_names_the_bucket_that_refused_it() {
+    let c = client(
+        true,
+        proto::Mode::Deny,
+        &[("partner", 0.0), ("orders-get", 1.0)],
+        100,
+    );
+    let get = (Decision::Drop, Some("orders-get".to_string()));
+    assert_eq!(refused_by(&c, "partner", "orders.Orders/Get", 20), get);
+    assert_eq!(refused_by(&c, "web", "orders.Orders/Get", 20), get);
+    assert_eq!(
+        refused_by(&c, "partner", "orders.Orders/List", 20),
+        (Decision::Allow, None)
+    );
+    let e = c.decide_n_explained("partner", "orders.Orders/Get", 10);
+    let r = e.refused_by.unwrap();
+    assert_eq!(r.grl_bucket(), "orders/orders-get");
+    assert_eq!(
+        r.ratelimit_policy().unwrap(),
+        "\"orders/orders-get\";q=10;w=1"
+    );
+    // Refused by its own bucket, or by both: the request's own bucket is named.
+    for get_ratio in [0.0, 1.0] {
+        let c = client(
+            true,
+            proto::Mode::Deny,
+            &[("partner", 1.0), ("orders-get", get_ratio)],
+            100,
+        );
+        let partner = (Decision::Drop, Some("partner".to_string()));
+        assert_eq!(refused_by(&c, "partner", "orders.Orders/Get", 20), partner);
+        assert_eq!(refused_by(&c, "partner", "orders.Orders/List", 20), partner);
+    }
+    let c = client(
+        true,
+        proto::Mode::Shadow,
+        &[("partner", 0.0), ("orders-get", 1.0)],
+        100,
+    );
+    assert_eq!(
+        refused_by(&c, "partner", "orders.Orders/Get", 20),
+        (Decision::ShadowDrop, None)
+    );
+    // Past the table's bound the pair has no entry: the matcher names the bucket.
+    let c = client(
+        true,
+        proto::Mode::Deny,
+        &[("partner", 0.0), ("orders-get", 1.0)],
+        1,
+    );
+    offer(&c, "partner", "orders.Orders/List", 1);
+    assert_eq!(refused_by(&c, "partner", "orders.Orders/Get", 20), get);
+    assert_eq!(totals(&c, "orders-get"), (20, 0, 20, 0));
 }

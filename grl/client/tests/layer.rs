@@ -173,6 +173,10 @@ async fn http_requests_get_429_with_retry_after_in_the_limited_bucket_only() {
     let (status, head) = http_get(addr, "/a", Some("gw")).await;
     assert_eq!(status, 429);
     assert!(head.contains("\r\nretry-after: 1"), "{head}");
+    assert!(
+        head.contains("\r\ngrl-bucket: web/gw-a\r\n"),
+        "names its bucket: {head}"
+    );
     // Another caller on /a matches no bucket; /b is in the other bucket.
     assert_eq!(http_get(addr, "/a", Some("web")).await.0, 200);
     assert_eq!(http_get(addr, "/a", None).await.0, 200);

@@ -26,6 +26,11 @@
 //! `controller_rss_mib`, `worst_zone_gap_ms`, `bytes_per_row_up`, `bytes_per_row_down`,
 //! `surge_admitted_over_limit`, `other_buckets_dropping`, and a few more.
 //!
+//! `REGION_OPERATOR=1` also asks what an operator's tools ask, once a second during the
+//! window: `Status` with every bucket's detail (what `grl status` and `grl top` send) and
+//! the `/status` page; it prints the slowest answer of each, the page's size, and the tick
+//! figures then include their cost.
+//!
 //! `REGION_CHILDREN=regions` simulates the level above instead: a global controller (no
 //! region of its own) fed by `REGION_ZONES` region controllers, every bucket global.
 //!
@@ -623,6 +628,9 @@ async fn run(
         t.store(start_ms, Relaxed);
     }
     let (cpu0, own0) = (cpu_seconds(pid), cpu_seconds(std::process::id()));
+    let operator = std::env::var("REGION_OPERATOR")
+        .is_ok_and(|v| v == "1")
+        .then(|| tokio::spawn(operator_probe(addr.clone(), metrics.clone())));
     shared.measuring.store(true, Relaxed);
     let t0 = Instant::now();
     let before_step = seconds / 2;
@@ -653,6 +661,26 @@ async fn run(
     }
     shared.measuring.store(false, Relaxed);
     let span = t0.elapsed().as_secs_f64();
+    let operator = match operator {
+        Some(probe) => {
+            probe.abort();
+            let seen = OPERATOR_SEEN.lock().unwrap().clone();
+            println!(
+                "operator: {} Status answers with detail, slowest {:.1} ms; {} /status pages, slowest {:.1} ms, {:.1} MiB",
+                seen.status_count,
+                seen.status_ms_max,
+                seen.page_count,
+                seen.page_ms_max,
+                seen.page_bytes as f64 / 1048576.0
+            );
+            serde_json::json!({
+                "status_detail_ms_max": (seen.status_ms_max * 10.0).round() / 10.0,
+                "status_page_ms_max": (seen.page_ms_max * 10.0).round() / 10.0,
+                "status_page_bytes": seen.page_bytes,
+            })
+        }
+        None => serde_json::Value::Null,
+    };
     let cores = (cpu_seconds(pid) - cpu0) / span;
     let own = (cpu_seconds(std::process::id()) - own0) / span;
     let hist1 = tick_histogram(&metrics).await;
@@ -737,10 +765,69 @@ async fn run(
             "bytes_per_row_down": (down * 100.0).round() / 100.0,
             "surge_admitted_over_limit": surge,
             "other_buckets_dropping": dropping,
+            "operator": operator,
         })
     );
     for t in tasks {
         t.abort();
     }
     drop(ctl);
+}
+
+/// What the operator probe saw.
+#[derive(Debug, Clone, Default)]
+struct OperatorSeen {
+    status_count: u32,
+    status_ms_max: f64,
+    page_count: u32,
+    page_ms_max: f64,
+    page_bytes: usize,
+}
+
+static OPERATOR_SEEN: Mutex<OperatorSeen> = Mutex::new(OperatorSeen {
+    status_count: 0,
+    status_ms_max: 0.0,
+    page_count: 0,
+    page_ms_max: 0.0,
+    page_bytes: 0,
+});
+
+/// Once a second: `Status` with detail over gRPC, then the `/status` page, each timed.
+async fn operator_probe(addr: String, metrics: String) {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut tier = TierClient::new(channel).max_decoding_message_size(256 << 20);
+    let http = reqwest::Client::new();
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        every.tick().await;
+        let t = Instant::now();
+        let ok = tier
+            .status(proto::StatusRequest {
+                service: String::new(),
+                detail: true,
+            })
+            .await
+            .is_ok();
+        let status_ms = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let page = match http.get(format!("http://{metrics}/status")).send().await {
+            Ok(r) => r.bytes().await.map_or(0, |b| b.len()),
+            Err(_) => 0,
+        };
+        let page_ms = t.elapsed().as_secs_f64() * 1e3;
+        let mut seen = OPERATOR_SEEN.lock().unwrap();
+        if ok {
+            seen.status_count += 1;
+            seen.status_ms_max = seen.status_ms_max.max(status_ms);
+        }
+        if page > 0 {
+            seen.page_count += 1;
+            seen.page_ms_max = seen.page_ms_max.max(page_ms);
+            seen.page_bytes = page;
+        }
+    }
 }

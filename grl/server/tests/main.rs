@@ -1,7 +1,8 @@
 //! Integration tests of the tiers: aggregators, controllers and real clients on 127.0.0.1
 //! in one process ([`enforce`], [`config`], and faults on their links: [`faults`]), and the
 //! `grl` binary as real processes ([`binary`], and the sidecar with clients from other
-//! ecosystems: [`sidecar`], [`rls`], [`rlqs`]; its proxy port under hostile connections
+//! ecosystems: [`sidecar`], [`rls`], [`rlqs`]; what its refusals say: [`sidecar_refusals`];
+//! its proxy port under hostile connections
 //! and callers, [`sidecar_port`] and [`sidecar_callers`], with raw clients from
 //! [`raw_http`]), bad input ([`bad_input`]), TLS with authorised admin calls
 //! ([`security`]), credential files ([`creds`]), config files that are links out of their
@@ -36,6 +37,7 @@ mod shapes;
 mod sidecar;
 mod sidecar_callers;
 mod sidecar_port;
+mod sidecar_refusals;
 mod size_bounds;
 mod support;
 mod tls_caps;

@@ -43,6 +43,8 @@ pub(crate) struct Tiers {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) ctl: String,
     pub(crate) page: String,
+    /// The aggregators of zones a and b.
+    aggs: Vec<String>,
     _procs: Vec<Proc>,
 }
 
@@ -88,6 +90,7 @@ impl Tiers {
         wait_port(cp);
         wait_port(mp);
         let profile = dir.path().join("profile.csv").display().to_string();
+        let mut aggs = Vec::new();
         for zone in ["a", "b"] {
             let ap = free_port();
             let agg = format!("127.0.0.1:{ap}");
@@ -105,6 +108,7 @@ impl Tiers {
                 "200",
             ]));
             wait_port(ap);
+            aggs.push(agg.clone());
             procs.push(spawn(&[
                 "loadgen",
                 "--service",
@@ -129,6 +133,7 @@ impl Tiers {
             dir,
             ctl,
             page,
+            aggs,
             _procs: procs,
         }
     }
@@ -242,6 +247,21 @@ fn status_json_gives_each_buckets_rates_zones_and_role() {
     assert!((f(r, "admitted_rps") - f(r, "offered_rps")).abs() < 1e-6);
     let w = bucket(&v, "web-all");
     assert_eq!((f(w, "drop_ratio"), f(w, "dropped_rps")), (0.0, 0.0), "{w}");
+
+    // An aggregator answers too, from its clients' rows (sent by name).
+    let out = t.grl(&["status", "--aggregator", &t.aggs[0], "--json"]);
+    let a: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (a["level"].as_str(), a["zone"].as_str()),
+        (Some("zone"), Some("a"))
+    );
+    assert_eq!(a["zones"][0]["children"], 3, "three clients: {a}");
+    let ac = bucket(&a, "checkout");
+    assert!(
+        f(ac, "dropped_rps") > 200.0 && (f(ac, "offered_rps") - 600.0).abs() < 120.0,
+        "{ac}"
+    );
+    assert_eq!(ac["top_zones"][0]["zone"], "a");
 
     let only = t.grl(&[
         "status",

@@ -54,6 +54,23 @@ async fn over_limit_per_descriptor_with_hits_addend_and_metrics_adding_up() {
     assert_eq!(n(&s["statuses"][0], "OVER_LIMIT"), over, "{s}");
     assert_eq!(n(&s["statuses"][1], "OK"), calls, "{s}");
     assert_eq!(s["hits_sent"][0], 10 * calls);
+    // Every OVER_LIMIT answer names the limited descriptor's bucket for Envoy to add to its
+    // 429; an OK answer names none.
+    let over_headers = &s["headers"]["OVER_LIMIT"];
+    assert_eq!(
+        n(&over_headers["grl-bucket"], "payments/limited"),
+        over,
+        "{s}"
+    );
+    assert_eq!(
+        n(
+            &over_headers["ratelimit-policy"],
+            "\"payments/limited\";q=20;w=1"
+        ),
+        over,
+        "{s}"
+    );
+    assert_eq!(s["headers"]["OK"], serde_json::json!({}), "{s}");
     assert_eq!(s["hits_sent"][1], 3 * calls);
 
     let m = sc.scrape().await;

@@ -4,7 +4,7 @@
 //! ratios: forwarding with streamed bodies, 429 and RESOURCE_EXHAUSTED under a pushed ratio,
 //! shadow mode, upstream failures, and `/metrics` adding up to what was sent.
 //!
-//! The public helpers are shared with [`super::rls`].
+//! The public helpers are shared with [`super::rls`] and [`super::sidecar_refusals`].
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -835,6 +835,21 @@ async fn python_grpc_client_through_the_sidecar_gets_resource_exhausted_under_a_
     assert!(ok > 0 && exhausted > 0, "{s}");
     assert_eq!(s["details"]["RESOURCE_EXHAUSTED"], "rate limited by GRL");
     assert_eq!(s["retry_after"], "1", "{s}");
+    // Every refusal names its bucket in its trailers-only headers, seen as trailing metadata.
+    let refusal = &s["headers"]["RESOURCE_EXHAUSTED"];
+    assert_eq!(
+        n(&refusal["grl-bucket"], "payments/limited"),
+        exhausted,
+        "{s}"
+    );
+    assert_eq!(
+        n(
+            &refusal["ratelimit-policy"],
+            "\"payments/limited\";q=20;w=1"
+        ),
+        exhausted,
+        "{s}"
+    );
     // The upstream's answers came back whole through h2c: messages and trailers.
     assert_eq!(n(&s["overall"], "OK"), ok);
     assert_eq!(up.grpc_calls(), ok);

@@ -5,5 +5,6 @@ pub(crate) mod backtest;
 pub(crate) mod demo;
 pub(crate) mod explain;
 pub(crate) mod promote;
+pub(crate) mod rollout;
 pub(crate) mod run;
 pub(crate) mod serve;

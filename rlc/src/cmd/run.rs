@@ -4,7 +4,9 @@
 //! failed; 5 run history database failed; 6 invalid config; 7 the controller could not be
 //! updated (after a commit, or when it runs another version than `main`); 8 no usable
 //! metrics for any bucket (every series empty, NaN or infinite); 1 anything else; 2 bad
-//! usage.
+//! usage. With `rollout.yaml` in the config repo, the staged rollout that follows the
+//! commit adds 9 (a gate failed, the regions moved were rolled back) and 10 (paused or
+//! stopped by an operator).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -186,6 +188,17 @@ pub(crate) struct RunArgs {
     /// behind a private CA.
     #[arg(long, env = "RLC_GITHUB_CA", hide_env_values = true)]
     pub github_ca: Option<PathBuf>,
+    /// With `rollout.yaml`: how often the regions' controllers are asked during a bake
+    /// (milliseconds).
+    #[arg(long, default_value_t = 1000)]
+    pub rollout_poll_ms: u64,
+    /// With `rollout.yaml`: an urgent change; the rollout this starts skips every bake
+    /// (and so the gates), recorded with `--reason`.
+    #[arg(long, requires = "reason")]
+    pub expedite: bool,
+    /// Why the rollout is expedited (recorded in the run history).
+    #[arg(long, requires = "expedite")]
+    pub reason: Option<String>,
 }
 
 /// `rlc run`.
@@ -310,16 +323,61 @@ pub(crate) async fn execute(cmd: RunCmd) -> i32 {
             return exit::SOURCE;
         }
     };
-    match run_once(&cmd.args.settings("manual"), source).await {
+    match run_once(&cmd.args.settings("manual"), source.clone()).await {
         Ok(report) => {
             print_summary(&report);
             if cmd.print_table {
                 println!("{}", report.description);
             }
-            report.exit_code()
+            match report.exit_code() {
+                exit::OK => roll_out(&cmd.args, &report, source, Default::default()).await,
+                code => code,
+            }
         }
         Err(e) => {
             eprintln!("rlc run failed: {}", scrub(&e.to_string()));
+            e.exit_code()
+        }
+    }
+}
+
+/// After a run: with `rollout.yaml`, the staged rollout of `main`'s head (see
+/// [`rlc::rollout`]); without, says that every controller got it at once. Returns the exit
+/// code.
+pub(crate) async fn roll_out(
+    args: &RunArgs,
+    report: &RunReport,
+    source: Arc<dyn MetricsSource>,
+    metrics: rlc::rollout::RolloutMetrics,
+) -> i32 {
+    if !report.staged_rollout {
+        if matches!(args.mode, ModeArg::Direct) && !args.controllers.is_empty() {
+            println!(
+                "no {} in the config repo: every controller got main at once (no staged rollout)",
+                rlc::rollout::PLAN_FILE
+            );
+        }
+        return exit::OK;
+    }
+    if args.controllers.is_empty() {
+        println!(
+            "{} present but no --controller given: nothing rolled out",
+            rlc::rollout::PLAN_FILE
+        );
+        return exit::OK;
+    }
+    let settings = super::rollout::settings(args, Some(report.run_id.clone()), metrics);
+    let history = match rlc::history::History::connect(&args.db).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("rlc run: rollout: {}", scrub(&e.to_string()));
+            return exit::DATABASE;
+        }
+    };
+    match rlc::rollout::run(&settings, &history, &*source).await {
+        Ok(outcomes) => super::rollout::report(&settings, outcomes).await,
+        Err(e) => {
+            eprintln!("rlc run: rollout: {}", scrub(&e.to_string()));
             e.exit_code()
         }
     }

@@ -116,15 +116,18 @@ pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
     drive(&mut ticker, commits, stop, &metrics, |trigger| {
         let mut settings = cmd.args.settings(&trigger.label());
         settings.metrics = Some(metrics.clone());
-        let (source, metrics) = (source.clone(), metrics.clone());
+        let (source, metrics, args) = (source.clone(), metrics.clone(), cmd.args.clone());
         async move {
             let started = Instant::now();
-            let result = run_once(&settings, source).await;
+            let result = run_once(&settings, source.clone()).await;
             let secs = started.elapsed().as_secs_f64();
             match &result {
                 Ok(report) => {
                     print_summary(report);
                     metrics.observe(Ok(report), secs);
+                    if report.exit_code() == 0 {
+                        super::run::roll_out(&args, report, source, metrics.rollout.clone()).await;
+                    }
                 }
                 Err(e) => {
                     warn!(error = %e, "run failed");
@@ -192,7 +195,10 @@ fn watch_commits(
     })
 }
 
-async fn spawn_metrics_server(addr: SocketAddr, metrics: Arc<RlcMetrics>) -> anyhow::Result<()> {
+pub(crate) async fn spawn_metrics_server(
+    addr: SocketAddr,
+    metrics: Arc<RlcMetrics>,
+) -> anyhow::Result<()> {
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {

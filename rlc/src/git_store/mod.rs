@@ -25,6 +25,7 @@
 
 mod error;
 mod publish;
+mod regions;
 mod remote;
 mod tree;
 
@@ -33,6 +34,7 @@ mod tests;
 
 pub use error::GitStoreError;
 pub use publish::PushOutcome;
+pub use regions::region_branch;
 
 use git2::{
     AutotagOption, FetchOptions, FetchPrune, ObjectType, Oid, Repository, TreeWalkMode,

@@ -136,6 +136,9 @@ pub struct RunReport {
     /// Set when nothing was committed but the controller ran another version than `main`
     /// and was sent `main`'s config.
     pub resynced_controller: bool,
+    /// `main` has a `rollout.yaml`: the controllers were left to the staged rollout
+    /// ([`crate::rollout`]), which the caller runs next.
+    pub staged_rollout: bool,
     /// Seconds each phase took (checkout, fetch, plan, commit, deliver, record, prune).
     pub phases: Vec<(&'static str, f64)>,
     /// How the history was fetched (in full, incrementally) and the cache's size.
@@ -216,7 +219,17 @@ pub async fn run_once(
     };
     progress.phase("deliver", 0);
     let mut resynced_controller = false;
-    let controllers = &settings.controllers;
+    // With rollout.yaml the regions' controllers are moved by the staged rollout
+    // (crate::rollout), which the caller runs after the run; not all at once here.
+    let staged_rollout = published
+        .store
+        .file_at(&published.planned.commit, crate::rollout::PLAN_FILE)
+        .is_ok_and(|f| f.is_some());
+    let controllers: &[String] = if staged_rollout {
+        &[]
+    } else {
+        &settings.controllers
+    };
     let push_error = match (&commit, settings.mode, &settings.github) {
         (Some(c), PublishMode::Direct, _) if !controllers.is_empty() => {
             deliver::push_commit(published.store, controllers, &settings.controller_auth, c)
@@ -312,6 +325,7 @@ pub async fn run_once(
         replanned: published.replanned,
         aborted_runs,
         resynced_controller,
+        staged_rollout,
         phases,
         fetches: published.fetches,
         recorded,

@@ -148,6 +148,24 @@ impl BareRemote {
         .collect()
     }
 
+    /// Points branch `name` at `commit` (created if missing, moved if not), as a push of
+    /// that commit to it would; returns `commit`.
+    pub fn set_branch(&self, name: &str, commit: &str) -> Result<String> {
+        let repo = self.repo()?;
+        repo.reference(
+            &format!("refs/heads/{name}"),
+            Oid::from_str(commit)?,
+            true,
+            "set",
+        )?;
+        Ok(commit.to_string())
+    }
+
+    /// The commit branch `name` points at, if it exists.
+    pub fn tip(&self, name: &str) -> Option<String> {
+        branch_tip(&self.repo().ok()?, name).map(|id| id.to_string())
+    }
+
     /// Whether the local branch `name` exists in the remote.
     pub fn branch_exists(&self, name: &str) -> bool {
         self.repo()

@@ -210,6 +210,14 @@ impl GitHubStandIn {
         Ok(v.as_array().cloned().unwrap_or_default())
     }
 
+    /// Every comment made on a pull request, as `{"number", "body"}`.
+    pub async fn comments(&self) -> Result<Vec<Value>> {
+        let v = self
+            .control(reqwest::Method::GET, "comments", Value::Null)
+            .await?;
+        Ok(v.as_array().cloned().unwrap_or_default())
+    }
+
     /// The API requests seen (method, path, query, operation, body, status) and every
     /// violation of the description found in them (or in the stand-in's own answers).
     pub async fn log(&self) -> Result<(Vec<Value>, Vec<String>)> {

@@ -36,7 +36,11 @@ const GRPC_MESSAGE: HeaderValue = HeaderValue::from_static("rate%20limited%20by%
 const TEXT_MESSAGE: &str = "rate limited by GRL";
 
 /// The response to a dropped request.
-fn refusal<B: Default>(grpc: bool, retry_after: &HeaderValue) -> Response<B> {
+fn refusal<B: Default>(
+    grpc: bool,
+    retry_after: &HeaderValue,
+    by: Option<&crate::RefusingBucket>,
+) -> Response<B> {
     let mut res = Response::new(B::default());
     if !grpc {
         *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
@@ -55,6 +59,9 @@ fn refusal<B: Default>(grpc: bool, retry_after: &HeaderValue) -> Response<B> {
         h.insert("x-grl-reason", HeaderValue::from_static(TEXT_MESSAGE));
     }
     h.insert(header::RETRY_AFTER, retry_after.clone());
+    for (name, value) in by.into_iter().flat_map(crate::RefusingBucket::headers) {
+        h.insert(name, value.clone());
+    }
     res
 }
 
@@ -78,14 +85,16 @@ where
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         let procedure = super::procedure_of(req.uri().path());
-        match self.client.decide(caller, procedure) {
+        let explained = self.client.decide_explained(caller, procedure);
+        match explained.decision {
             Decision::Allow | Decision::ShadowDrop => ResponseFuture::inner(self.inner.call(req)),
             Decision::Drop => {
                 let grpc = req
                     .headers()
                     .get(header::CONTENT_TYPE)
                     .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-                ResponseFuture::refused(refusal(grpc, &self.retry_after))
+                let by = explained.refused_by.as_deref();
+                ResponseFuture::refused(refusal(grpc, &self.retry_after, by))
             }
         }
     }

@@ -8,6 +8,21 @@
 //! * [`rlqs`]: Envoy's rate limit quota service v3 on the same port, for Envoy's
 //!   `rate_limit_quota` filter, which then enforces by itself with this client's share.
 //!
+//! What a refusal says (made by [`grl_client::RefusingBucket`], where the choice is argued):
+//!
+//! | header | proxy, HTTP 429 | proxy, gRPC RESOURCE_EXHAUSTED (trailers-only) | rls, `OVER_LIMIT` (`response_headers_to_add`) | rlqs |
+//! |---|---|---|---|---|
+//! | `grl-bucket: <service>/<bucket>` | yes | yes | yes | no |
+//! | `RateLimit-Policy: "<service>/<bucket>";q=<limit>;w=1` | when the bucket has a limit | same | same | no |
+//! | `RateLimit` (`r`, `t`) | never | never | never | no |
+//! | `Retry-After: <interval, s>` | yes | yes | no | no |
+//! | `x-grl-reason` | yes | no (`grpc-message`) | no | no |
+//!
+//! The bucket named is the one whose draw refused the request (the request's own when a
+//! bucket in addition refused too). A quota assignment of the rate limit quota service has
+//! no place for response headers (Envoy's `deny_response_settings` are its own config),
+//! so Envoy's refusals under [`rlqs`] carry none of these.
+//!
 //! [`start`] binds nothing itself: it serves on listeners the caller made (port 0 in tests)
 //! and returns a [`RunningSidecar`]. [`metrics`] renders `/metrics`; [`envoy`] is the
 //! generated API; [`names`] bounds the callers and procedures Envoy hands over;

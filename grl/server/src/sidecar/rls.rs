@@ -13,7 +13,12 @@
 //! decisions of its pair: N requests' worth of offered load reach the control plane and the
 //! metrics, and the first of them answers for the descriptor. The response is `OVER_LIMIT`
 //! when any descriptor drew Drop, else `OK`, with one status per descriptor in order;
-//! shadow buckets answer `OK` and count their virtual drops. Negative hits (a refund) are
+//! shadow buckets answer `OK` and count their virtual drops. An `OVER_LIMIT` answer carries
+//! in `response_headers_to_add` (which Envoy adds to the 429 it sends) the headers the
+//! proxy's refusals carry, for the first descriptor that drew Drop: `grl-bucket` and, where
+//! its limit can be stated, `RateLimit-Policy` ([`grl_client::RefusingBucket`]). No
+//! descriptor's `current_limit` or `limit_remaining` is set: Envoy would turn them into
+//! `X-RateLimit-Remaining`, which no single process knows for a global limit. Negative hits (a refund) are
 //! answered `OK` and decide nothing: offered load is never taken back. An empty domain, a
 //! foreign domain, no descriptors or more than [`MAX_HITS`] hits over the call's descriptors
 //! is `INVALID_ARGUMENT`, and then nothing is counted; a foreign domain is echoed cut short
@@ -22,9 +27,10 @@
 
 use std::sync::Arc;
 
-use grl_client::{Client, Decision};
+use grl_client::{Client, Decision, RefusingBucket};
 use tonic::{Request, Response, Status};
 
+use super::envoy::envoy::config::core::v3::HeaderValue;
 use super::envoy::{
     RateLimitDescriptor, RateLimitRequest, RateLimitResponse,
     rate_limit_response::{Code, DescriptorStatus},
@@ -120,6 +126,7 @@ impl Rls {
             }
         }
         let mut over = false;
+        let mut refused_by = None;
         let statuses = r
             .descriptors
             .iter()
@@ -129,8 +136,10 @@ impl Rls {
                     self.metrics.long_name(Api::Rls);
                 }
                 let (caller, procedure) = (names::caller(caller), names::procedure(procedure));
-                let code = if self.decide_hits(caller, &procedure, hits(d)) {
+                let decided = self.client.decide_n_explained(caller, &procedure, hits(d));
+                let code = if decided.decision == Decision::Drop {
                     over = true;
+                    refused_by = refused_by.take().or(decided.refused_by);
                     Code::OverLimit
                 } else {
                     Code::Ok
@@ -144,15 +153,23 @@ impl Rls {
         Ok(RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
+            response_headers_to_add: refused_by.as_deref().map_or_else(Vec::new, headers),
             ..Default::default()
         })
     }
+}
 
-    /// Decides a descriptor of `n` hits with one draw (all `n` count as offered under that
-    /// decision); whether it dropped.
-    fn decide_hits(&self, caller: &str, procedure: &str, n: u64) -> bool {
-        self.client.decide_n(caller, procedure, n) == Decision::Drop
-    }
+/// The headers naming the bucket that refused, as Envoy adds them.
+fn headers(by: &RefusingBucket) -> Vec<HeaderValue> {
+    by.headers()
+        .filter_map(|(name, value)| {
+            Some(HeaderValue {
+                key: name.as_str().to_owned(),
+                value: value.to_str().ok()?.to_owned(),
+                ..Default::default()
+            })
+        })
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -290,6 +307,62 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn over_limit_answers_name_the_bucket_that_refused() {
+        let r = rls();
+        let bucket = |name: &str, caller: &str| grl_core::proto::BucketRule {
+            name: name.into(),
+            caller: caller.into(),
+            scope: grl_core::proto::Scope::Global as i32,
+            mode: grl_core::proto::Mode::Deny as i32,
+            limit_rps: Some(20.0),
+            ..Default::default()
+        };
+        r.client.apply_instruction(&grl_core::proto::Instruction {
+            config_version: "v1".into(),
+            has_config: true,
+            config: vec![grl_core::proto::ServiceRules {
+                service: "payments".into(),
+                buckets: vec![bucket("free", "free"), bucket("limited", "limited")],
+                first_index: None,
+            }],
+            ratios: vec![grl_core::proto::DropRatio {
+                service: "payments".into(),
+                bucket: "limited".into(),
+                ratio: 1.0,
+                valid_for_ms: 600_000,
+                allowed: None,
+            }],
+            ..Default::default()
+        });
+        let req = |callers: &[&str]| RateLimitRequest {
+            domain: "payments".into(),
+            descriptors: callers
+                .iter()
+                .map(|c| descriptor(&[("source_cluster", c)]))
+                .collect(),
+            hits_addend: 0,
+        };
+        let res = r.decide(&req(&["free", "limited", "limited"])).unwrap();
+        assert_eq!(res.overall_code, Code::OverLimit as i32);
+        let headers: Vec<(&str, &str)> = res
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                ("grl-bucket", "payments/limited"),
+                ("ratelimit-policy", "\"payments/limited\";q=20;w=1"),
+            ]
+        );
+        let res = r.decide(&req(&["free"])).unwrap();
+        assert_eq!(res.overall_code, Code::Ok as i32);
+        assert!(res.response_headers_to_add.is_empty());
+        assert!(res.statuses.iter().all(|s| s.current_limit.is_none()));
     }
 
     #[test]

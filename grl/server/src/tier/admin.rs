@@ -175,7 +175,9 @@ async fn status_page(
         service: q.service.unwrap_or_default(),
         detail: true,
     };
+    let started = std::time::Instant::now();
     let view = StatusView::from(&(s.site.status)(&req));
+    let answered = started.elapsed();
     let generated = chrono::Utc::now()
         .format("%Y-%m-%d %H:%M:%S UTC")
         .to_string();
@@ -191,6 +193,13 @@ async fn status_page(
             &generated,
         )
     };
+    tracing::debug!(
+        buckets = view.buckets.len(),
+        bytes = html.len(),
+        status_ms = answered.as_secs_f64() * 1e3,
+        render_ms = (started.elapsed() - answered).as_secs_f64() * 1e3,
+        "status page served"
+    );
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),

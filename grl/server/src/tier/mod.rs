@@ -31,6 +31,7 @@ pub mod rules;
 pub mod service;
 mod sources;
 pub mod status;
+mod status_detail;
 pub mod tick_times;
 pub mod tls;
 pub mod tls_accept;

@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use super::FastMap;
 use super::node::Node;
+use super::status_detail::Detail;
 use grl_core::config::Role;
 use grl_core::proto;
 
@@ -21,7 +22,9 @@ impl Node {
     pub fn status_of(&self, now: Instant, req: &proto::StatusRequest) -> proto::StatusResponse {
         let wanted = |svc: &str| req.service.is_empty() || req.service == svc;
         let fail_open = self.fail_open(now);
+        let started = std::time::Instant::now();
         let s = self.lock();
+        let locked = started.elapsed();
         let children = s
             .children
             .iter()
@@ -76,21 +79,25 @@ impl Node {
                 buckets
             }
         };
-        let mut detail = if req.detail {
-            Detail::of(s.children.rows(now).filter(|((svc, ..), _)| wanted(svc)))
-        } else {
-            FastMap::default()
-        };
-        let keys = s
+        let keys: Vec<(&str, &str)> = s
             .rules
             .services()
             .iter()
             .filter(|(svc, _)| wanted(svc))
-            .flat_map(|(svc, rules)| rules.iter().map(move |b| (svc.as_str(), b.name.as_str())));
-        let buckets = buckets
+            .flat_map(|(svc, rules)| rules.iter().map(move |b| (svc.as_str(), b.name.as_str())))
+            .collect();
+        let detail = req.detail.then(|| {
+            let first = match req.service.as_str() {
+                _ if s.rules.dense().is_none() => None,
+                "" => Some(0),
+                svc => s.rules.slots(svc).and_then(|x| x.first_index),
+            };
+            Detail::of(&s.children, now, &s.rules, &keys, first)
+        });
+        let buckets: Vec<proto::BucketStatus> = buckets
             .into_iter()
-            .zip(keys)
-            .map(|((mut b, own), key)| {
+            .enumerate()
+            .map(|(p, (mut b, own))| {
                 let from_parent = s
                     .parent
                     .ratios
@@ -98,12 +105,19 @@ impl Node {
                     .filter(|p| p.expires > now)
                     .map(|p| p.ratio);
                 b.drop_ratio = own.or(from_parent).unwrap_or(0.0);
-                if let Some(d) = detail.remove(&key) {
-                    d.fill(&mut b);
+                if let Some(d) = &detail {
+                    d.fill(p, &mut b);
                 }
                 b
             })
             .collect();
+        tracing::debug!(
+            buckets = buckets.len(),
+            detail = req.detail,
+            waited_ms = locked.as_secs_f64() * 1e3,
+            held_ms = (started.elapsed() - locked).as_secs_f64() * 1e3,
+            "status answered"
+        );
         proto::StatusResponse {
             level: self.cfg.level as i32,
             zone: self.cfg.zone.clone(),
@@ -199,55 +213,6 @@ fn bucket_status(
         ..Default::default()
     };
     (status, own)
-}
-
-/// How many zones a bucket's status lists ([`proto::BucketStatus::top_zones`]).
-const TOP_ZONES: usize = 5;
-
-/// One bucket's refused rates and offered rate by zone, summed over the fresh children.
-#[derive(Default)]
-struct Detail<'a> {
-    dropped: f64,
-    shadow_dropped: f64,
-    by_zone: Vec<(&'a str, f64)>,
-}
-
-impl<'a> Detail<'a> {
-    /// The details of every bucket in `rows`, keyed by service and bucket.
-    fn of(
-        rows: impl Iterator<Item = (super::ratios::KeyRef<'a>, &'a super::ratios::Rate)>,
-    ) -> FastMap<(&'a str, &'a str), Self> {
-        let mut all: FastMap<(&str, &str), Detail> = FastMap::default();
-        for ((service, bucket, region, zone), r) in rows {
-            let d = all.entry((service, bucket)).or_default();
-            d.dropped += r.dropped;
-            d.shadow_dropped += r.shadow_dropped;
-            // A global controller's children are regions: their rows name no zone.
-            let place = if zone.is_empty() { region } else { zone };
-            match d.by_zone.iter_mut().find(|(z, _)| *z == place) {
-                Some((_, o)) => *o += r.offered,
-                None => d.by_zone.push((place, r.offered)),
-            }
-        }
-        all
-    }
-
-    fn fill(mut self, b: &mut proto::BucketStatus) {
-        b.dropped = self.dropped;
-        b.shadow_dropped = self.shadow_dropped;
-        self.by_zone
-            .sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(y.0)));
-        b.top_zones = self
-            .by_zone
-            .into_iter()
-            .filter(|(_, o)| *o > 0.0)
-            .take(TOP_ZONES)
-            .map(|(zone, offered)| proto::ZoneLoad {
-                zone: zone.to_string(),
-                offered,
-            })
-            .collect();
-    }
 }
 
 /// The offered sum of one bucket over this tier's fresh children (for tests and tools).

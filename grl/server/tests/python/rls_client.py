@@ -3,7 +3,10 @@ stubs the gRPC project generates from Envoy's published API), used by the sideca
 
 It calls envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit on --target, either the
 sidecar's rate limit service or, through the sidecar's proxy, an upstream serving it, and
-prints one JSON summary of what it saw on stdout.
+prints one JSON summary of what it saw on stdout: counts by gRPC status and overall code,
+and, by overall code or gRPC status, how many answers carried each value of each header
+GRL names refusals with (`response_headers_to_add` of an answer, the trailers of a failed
+call).
 
 Descriptors are JSON: {"entries": [["key", "value"], ...], "hits": N or absent}; a value
 may be {"repeat": "text", "times": N} for a value too long for a command line.
@@ -20,6 +23,15 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
 from google.protobuf import wrappers_pb2
 
 CODES = {v: k for k, v in rls_pb2.RateLimitResponse.Code.items()}
+REFUSAL_HEADERS = ("grl-bucket", "ratelimit-policy", "ratelimit")
+
+
+def count_headers(summary, code, pairs):
+    seen = summary["headers"].setdefault(code, {})
+    for k, v in pairs:
+        if k.lower() in REFUSAL_HEADERS:
+            values = seen.setdefault(k.lower(), {})
+            values[v] = values.get(v, 0) + 1
 
 
 def value(v):
@@ -70,6 +82,7 @@ def main():
         "overall": {},
         "statuses": [{} for _ in specs],
         "details": {},
+        "headers": {},
         "hits_sent": [0 for _ in specs],
         "seen": a.until is None,
         "seconds": 0.0,
@@ -94,6 +107,9 @@ def main():
                 res = stub.ShouldRateLimit(req, metadata=metadata, timeout=a.timeout)
                 code, overall = "OK", CODES[res.overall_code]
                 summary["overall"][overall] = summary["overall"].get(overall, 0) + 1
+                count_headers(
+                    summary, overall, [(h.key, h.value) for h in res.response_headers_to_add]
+                )
                 for i, st in enumerate(res.statuses):
                     if i < len(specs):
                         c = CODES[st.code]
@@ -104,6 +120,7 @@ def main():
             except grpc.RpcError as e:
                 code, overall = e.code().name, None
                 summary["details"].setdefault(code, e.details())
+                count_headers(summary, code, e.trailing_metadata() or ())
                 trailing = dict(e.trailing_metadata() or ())
                 if "retry-after" in trailing:
                     summary.setdefault("retry_after", trailing["retry-after"])

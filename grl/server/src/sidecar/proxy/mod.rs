@@ -15,9 +15,10 @@
 //!
 //! A dropped request never reaches the upstream: HTTP 429 with `Retry-After`, or for gRPC
 //! (`content-type: application/grpc*`) a trailers-only HTTP 200 with `grpc-status: 8`
-//! (RESOURCE_EXHAUSTED). An upstream that refuses the connection gives 502 (gRPC: status 14,
-//! UNAVAILABLE); one that does not answer within the timeout gives 504 (gRPC: 14 too)
-//! ([`respond`]).
+//! (RESOURCE_EXHAUSTED), both naming the bucket that refused it in `grl-bucket` and, where
+//! its limit can be stated, `RateLimit-Policy` ([`grl_client::RefusingBucket`]). An
+//! upstream that refuses the connection gives 502 (gRPC: status 14, UNAVAILABLE); one that
+//! does not answer within the timeout gives 504 (gRPC: 14 too) ([`respond`]).
 
 pub mod caller;
 pub mod conn;
@@ -47,7 +48,7 @@ use super::metrics::{SidecarMetrics, UpstreamError};
 use super::port_metrics::{Name, Refused};
 use caller::{CallerError, CallerFrom};
 pub use listen::{PortOptions, serve};
-use respond::{failure, grpc_status, plain, refused};
+use respond::{failure, plain, refused};
 
 /// The body of every response of the proxy: the upstream's, streamed, or one it made.
 pub type ProxyBody = Either<Incoming, Full<Bytes>>;
@@ -211,8 +212,9 @@ impl Proxy {
         if let Cow::Owned(_) = procedure {
             self.metrics.port.cut(Name::Procedure);
         }
-        if self.client.decide(caller, &procedure) == Decision::Drop {
-            return self.refusal(grpc);
+        let decided = self.client.decide_explained(caller, &procedure);
+        if decided.decision == Decision::Drop {
+            return respond::dropped(grpc, &self.retry_after, decided.refused_by.as_deref());
         }
         let target = if let Cow::Borrowed(_) = path {
             let pq = req.uri().path_and_query().cloned();
@@ -341,22 +343,5 @@ impl Proxy {
                 failure(grpc, StatusCode::GATEWAY_TIMEOUT, &msg)
             }
         }
-    }
-
-    /// The answer to a dropped request.
-    fn refusal(&self, grpc: bool) -> Response<ProxyBody> {
-        let mut res = if grpc {
-            grpc_status(respond::GRPC_RESOURCE_EXHAUSTED, "rate limited by GRL")
-        } else {
-            let mut r = plain(StatusCode::TOO_MANY_REQUESTS, "rate limited by GRL\n");
-            r.headers_mut().insert(
-                "x-grl-reason",
-                HeaderValue::from_static("rate limited by GRL"),
-            );
-            r
-        };
-        res.headers_mut()
-            .insert(header::RETRY_AFTER, self.retry_after.clone());
-        res
     }
 }

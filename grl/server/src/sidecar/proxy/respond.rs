@@ -1,13 +1,15 @@
 //! The answers the proxy makes itself, in HTTP or, for gRPC requests
 //! (`content-type: application/grpc*`), as trailers-only gRPC statuses: drops (429 with
-//! `Retry-After`, gRPC RESOURCE_EXHAUSTED), upstream failures (502/504, gRPC UNAVAILABLE)
-//! and requests refused before any decision (400/403, gRPC INVALID_ARGUMENT /
-//! PERMISSION_DENIED).
+//! `Retry-After` and the headers naming the bucket, gRPC RESOURCE_EXHAUSTED with the same
+//! headers), upstream failures (502/504, gRPC UNAVAILABLE) and requests refused before any
+//! decision (400/403, gRPC INVALID_ARGUMENT / PERMISSION_DENIED).
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::{Either, Full};
+
+use grl_client::RefusingBucket;
 
 use super::ProxyBody;
 
@@ -20,6 +22,30 @@ pub(super) const GRPC_UNAVAILABLE: u8 = 14;
 pub(super) fn is_grpc(h: &HeaderMap) -> bool {
     h.get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The answer to a dropped request: 429 (gRPC: RESOURCE_EXHAUSTED) with `Retry-After` and,
+/// when the bucket is known, `grl-bucket` and `RateLimit-Policy` ([`RefusingBucket`]).
+pub(super) fn dropped(
+    grpc: bool,
+    retry_after: &HeaderValue,
+    by: Option<&RefusingBucket>,
+) -> Response<ProxyBody> {
+    const REASON: &str = "rate limited by GRL";
+    let mut res = if grpc {
+        grpc_status(GRPC_RESOURCE_EXHAUSTED, REASON)
+    } else {
+        let mut r = plain(StatusCode::TOO_MANY_REQUESTS, "rate limited by GRL\n");
+        r.headers_mut()
+            .insert("x-grl-reason", HeaderValue::from_static(REASON));
+        r
+    };
+    let h = res.headers_mut();
+    h.insert(header::RETRY_AFTER, retry_after.clone());
+    for (name, value) in by.into_iter().flat_map(RefusingBucket::headers) {
+        h.insert(name, value.clone());
+    }
+    res
 }
 
 /// A request refused before any decision: `status` with `message` for HTTP, `grpc_code`
