@@ -19,7 +19,8 @@ struct Cli {
 enum Command {
     /// Run the configurator once (`--once`), for cron or a Kubernetes CronJob.
     Run(cmd::run::RunCmd),
-    /// Run on a cron schedule and after each person's commit to services/.
+    /// Run on a cron schedule and after each person's commit to services/, capacity/ or
+    /// events.yaml.
     Serve(cmd::serve::ServeCmd),
     /// Backtest a policy on a `timestamp,value` CSV.
     Backtest(cmd::backtest::BacktestCmd),
