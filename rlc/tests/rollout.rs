@@ -233,13 +233,7 @@ async fn a_change_dropping_more_than_predicted_fails_wave_1_and_r1_goes_back() -
         "{table}"
     );
 
-    let again = fleet
-        .rollout(
-            std::iter::once("run".to_string())
-                .chain(fleet.drive_args())
-                .collect(),
-        )
-        .await?;
+    let again = fleet.run_to_end().await?;
     assert_eq!(again.status.code(), Some(9), "{}", text(&again));
     assert!(
         stdout(&again).contains("not tried again"),
@@ -272,13 +266,7 @@ async fn a_configurator_killed_during_a_bake_resumes_the_same_rollout() -> Resul
     assert_eq!(before.region("r1").unwrap().state, RegionState::Moved);
     assert_eq!(fleet.version("r2").await?, fleet.base, "nothing else moved");
 
-    let out = fleet
-        .rollout(
-            std::iter::once("run".to_string())
-                .chain(fleet.drive_args())
-                .collect(),
-        )
-        .await?;
+    let out = fleet.run_to_end().await?;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         stdout(&out).contains(&format!("rollout {}:", before.id)),
@@ -406,13 +394,7 @@ async fn a_change_landing_during_a_rollout_waits_for_it_and_expedite_skips_the_b
     })
     .await?;
     let second = fleet.commit_limit(450.0)?;
-    let other = fleet
-        .rollout(
-            std::iter::once("run".to_string())
-                .chain(fleet.drive_args())
-                .collect(),
-        )
-        .await?;
+    let other = fleet.run_to_end().await?;
     assert_eq!(other.status.code(), Some(0), "{}", text(&other));
     assert!(
         stdout(&other).contains("is in progress"),

@@ -190,6 +190,16 @@ impl Fleet {
         spawn(&mut cmd)
     }
 
+    /// `rlc rollout run` with the fleet's flags, run to its end.
+    pub(super) async fn run_to_end(&self) -> Result<Output> {
+        self.rollout(
+            std::iter::once("run".to_string())
+                .chain(self.drive_args())
+                .collect(),
+        )
+        .await
+    }
+
     /// `rlc rollout <sub>` with `args`, run to its end.
     pub(super) async fn rollout(&self, args: Vec<String>) -> Result<Output> {
         let mut cmd = self.rlc(&[]);
