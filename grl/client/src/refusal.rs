@@ -21,10 +21,12 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use http::{HeaderName, HeaderValue};
 
 use crate::Decision;
+use crate::buckets::Resolver;
 
 /// The header naming the bucket that refused a request.
 pub const GRL_BUCKET: HeaderName = HeaderName::from_static("grl-bucket");
@@ -123,6 +125,83 @@ fn policy_value(name: &str, q: u64, w: u64) -> Option<HeaderValue> {
     }
     let _ = write!(s, "\";q={q};w={w}");
     HeaderValue::from_str(&s).ok()
+}
+
+impl crate::Client {
+    /// [`decide`](Self::decide), telling which bucket refused a dropped request: for a data
+    /// plane that names it in its answer (`grl sidecar`). An allowed request costs what it
+    /// costs in `decide`; a refusal adds one lookup of the pair and a reference count.
+    #[inline]
+    pub fn decide_explained(&self, caller: &str, procedure: &str) -> Explained {
+        let table = &self.inner.table;
+        let key = table.key(caller, procedure);
+        let own = match table.get(&key, caller, procedure) {
+            Some(e) => e.decide(),
+            None => self.decide_new(caller, procedure),
+        };
+        let also = if self.inner.also_on.load(Ordering::Relaxed) {
+            self.decide_also(caller, procedure)
+        } else {
+            Decision::Allow
+        };
+        self.explain(caller, procedure, own, also)
+    }
+
+    /// The decision of a request its own bucket decided `own` and the bucket in addition
+    /// `also`, with the bucket that refused it.
+    #[inline]
+    fn explain(&self, caller: &str, procedure: &str, own: Decision, also: Decision) -> Explained {
+        let decision = own.and(also);
+        let refused_by = if decision == Decision::Drop {
+            self.refused_by(caller, procedure, own == Decision::Drop)
+        } else {
+            None
+        };
+        Explained {
+            decision,
+            refused_by,
+        }
+    }
+
+    /// The bucket that refused a request: its own (`own`) or the one in addition. The cell
+    /// its pair points to, else (a full table, or a config applied in between) the one the
+    /// current config's matcher gives.
+    #[cold]
+    #[inline(never)]
+    fn refused_by(&self, caller: &str, procedure: &str, own: bool) -> Option<Arc<RefusingBucket>> {
+        let (table, resolve): (_, fn(&Resolver, &str, &str) -> u32) = if own {
+            (Some(&self.inner.table), Resolver::resolve)
+        } else {
+            (self.inner.also.get(), Resolver::resolve_in_addition)
+        };
+        let resolver = self.inner.resolver.load();
+        table
+            .and_then(|t| t.get(&t.key(caller, procedure), caller, procedure))
+            .and_then(|e| resolver.refusal(e.cell.load(Ordering::Relaxed)))
+            .or_else(|| resolver.refusal(resolve(&resolver, caller, procedure)))
+            .cloned()
+    }
+
+    /// [`decide_n`](Self::decide_n), telling which bucket refused a dropped batch (see
+    /// [`decide_explained`](Self::decide_explained)).
+    pub fn decide_n_explained(&self, caller: &str, procedure: &str, n: u64) -> Explained {
+        match n {
+            0 => Explained {
+                decision: Decision::Allow,
+                refused_by: None,
+            },
+            1 => self.decide_explained(caller, procedure),
+            _ => {
+                let own = self.decide_batch(self.pair(caller, procedure).map(Some), n);
+                let also = if self.inner.also_on.load(Ordering::Relaxed) {
+                    self.decide_batch(self.also_pair(caller, procedure), n)
+                } else {
+                    Decision::Allow
+                };
+                self.explain(caller, procedure, own, also)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
