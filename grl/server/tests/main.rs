@@ -39,6 +39,7 @@ mod sidecar_callers;
 mod sidecar_port;
 mod sidecar_refusals;
 mod size_bounds;
+mod status_page_tls;
 mod support;
 mod tls_caps;
 mod wire;

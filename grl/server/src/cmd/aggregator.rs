@@ -53,6 +53,10 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             server_tls: a.tls.server_tls()?,
             uplink_tls: a.uplink_tls.client(&a.tls),
             children: a.tls.children(),
+            admin_http: grl::tier::admin::AdminHttp {
+                tls: a.tls.metrics_tls()?,
+                insecure: false,
+            },
             ..Default::default()
         },
     };

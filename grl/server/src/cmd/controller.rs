@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use grl::tier::admin::AdminHttp;
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
 use grl::tier::election;
 
@@ -145,6 +146,10 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         server_tls,
         uplink_tls: a.uplink_tls.client(&a.tls),
         children: a.tls.children(),
+        admin_http: AdminHttp {
+            tls: a.tls.metrics_tls()?,
+            insecure: a.admin.insecure_admin,
+        },
     };
     let metrics = match &a.metrics_listen {
         Some(m) => Some(super::bind(m).await?),

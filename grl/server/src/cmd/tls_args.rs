@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use grl::tier::auth::{self, AdminAuth, ChildAuth, TokenError};
 use grl::tier::cred_file;
-use grl::tier::tls::{ConnLimits, ServerTls, ServerTlsFiles};
+use grl::tier::tls::{ConnLimits, Served, ServerTls, ServerTlsFiles};
 use grl_core::tls::ClientTls;
 
 use super::validate::Usage;
@@ -52,6 +52,12 @@ pub(crate) struct ServerTlsArgs {
     #[arg(long, value_name = "MS", default_value_t = 10_000,
           value_parser = super::validate::timeout_ms)]
     pub(crate) tls_handshake_timeout_ms: u64,
+    /// Serve `--metrics-listen` over TLS too, with `--tls-cert/--tls-key` (HTTP/1.1 and
+    /// HTTP/2). With `--tls-client-ca`, a client certificate is asked for but optional: a
+    /// scraper of `/metrics` needs none, and `/status` accepts an `--admin-allow` identity
+    /// as the gRPC port's admin calls do.
+    #[arg(long, requires = "tls_cert")]
+    pub(crate) metrics_tls: bool,
 }
 
 impl ServerTlsArgs {
@@ -74,6 +80,22 @@ impl ServerTlsArgs {
             ServerTls::load(files)
                 .context("--tls-cert/--tls-key/--tls-client-ca")?
                 .with_limits(limits),
+        )))
+    }
+
+    /// TLS for the admin HTTP port (`--metrics-tls`), with its own connection caps.
+    pub(crate) fn metrics_tls(&self) -> anyhow::Result<Option<Arc<ServerTls>>> {
+        let (true, Some(cert), Some(key)) = (self.metrics_tls, &self.tls_cert, &self.tls_key)
+        else {
+            return Ok(None);
+        };
+        let files = ServerTlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        };
+        Ok(Some(Arc::new(
+            ServerTls::load_for(files, Served::Web).context("--metrics-tls")?,
         )))
     }
 

@@ -1,6 +1,9 @@
 //! The admin HTTP server of a tier: `GET /metrics` in Prometheus text format, and the
 //! read-only `GET /status` page (every bucket with the last minutes of its load, see
-//! [`crate::view::page`]) behind the tier's admin authorisation.
+//! [`crate::view::page`]) behind the tier's admin authorisation: the admin token, or over
+//! TLS (`--metrics-tls`) an admin client certificate, as on the gRPC port. On a plain-HTTP
+//! port that is not on a loopback address, the page takes no credentials at all (they would
+//! cross the network in the clear) unless the operator said `--insecure-admin`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,7 +17,9 @@ use grl_core::proto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::admin_conn::{HttpPeer, PlainListener, TlsListener};
 use super::auth::{AdminAuth, Refusal};
+use super::tls::ServerTls;
 use crate::view::{StatusView, history::History, page};
 
 /// Produces the `/metrics` body.
@@ -39,6 +44,19 @@ pub struct Site {
     pub auth: Arc<AdminAuth>,
     /// The tier's interval: how often the page refreshes itself.
     pub interval: Duration,
+    /// TLS on the port, and whether credentials may come in the clear.
+    pub http: AdminHttp,
+}
+
+/// How the admin HTTP port is secured.
+#[derive(Debug, Clone, Default)]
+pub struct AdminHttp {
+    /// TLS on the port (`--metrics-tls`): the tier's certificate; with its client CA, a
+    /// client certificate is asked for but optional, so a scraper needs none.
+    pub tls: Option<Arc<ServerTls>>,
+    /// Accept the admin token over plain HTTP on a non-loopback address
+    /// (`--insecure-admin`).
+    pub insecure: bool,
 }
 
 impl std::fmt::Debug for Site {
@@ -53,6 +71,8 @@ impl std::fmt::Debug for Site {
 struct Served {
     site: Site,
     history: Arc<Mutex<History>>,
+    /// Whether credentials may come over plain HTTP: a loopback port, or `--insecure-admin`.
+    cleartext_ok: bool,
 }
 
 #[derive(serde::Deserialize)]
@@ -107,18 +127,32 @@ pub async fn serve_site(
             }
         })
     };
+    let cleartext_ok = site.http.insecure || listener.local_addr()?.ip().is_loopback();
+    let tls = site.http.tls.clone();
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/status", get(status_page))
-        .with_state(Served { site, history });
-    let served = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+        .with_state(Served {
+            site,
+            history,
+            cleartext_ok,
+        });
+    let stop = async move {
         let _ = shutdown.wait_for(|s| *s).await;
-    })
-    .await;
+    };
+    let make = app.into_make_service_with_connect_info::<HttpPeer>();
+    let served = match tls {
+        Some(tls) => {
+            axum::serve(TlsListener::new(listener, tls)?, make)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+        None => {
+            axum::serve(PlainListener(listener), make)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+    };
     sampler.abort();
     served
 }
@@ -138,38 +172,63 @@ fn metrics_body(body: String) -> Response {
         .into_response()
 }
 
+/// Why the page was refused, as the answer says it.
+fn refusal_text(r: Refusal, peer: &HttpPeer, auth: &AdminAuth) -> (StatusCode, &'static str) {
+    match r {
+        Refusal::WrongToken | Refusal::IdentityNotAllowed if !auth.has_token() && !peer.tls => (
+            StatusCode::FORBIDDEN,
+            "the status page takes the admin token (--admin-token-file), or an admin client \
+             certificate when this port serves TLS (--metrics-tls); or use `grl status`\n",
+        ),
+        Refusal::WrongToken => (StatusCode::FORBIDDEN, "the token is not accepted\n"),
+        Refusal::IdentityNotAllowed => (
+            StatusCode::FORBIDDEN,
+            "this client certificate is not an allowed admin\n",
+        ),
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            "the status page needs the admin token (`Authorization: Bearer <token>`, or the \
+             token as the password of the browser's prompt) or an admin client certificate\n",
+        ),
+    }
+}
+
+fn refused(code: StatusCode, text: &'static str) -> Response {
+    (
+        code,
+        [
+            (header::WWW_AUTHENTICATE, "Basic realm=\"grl status\""),
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+        ],
+        text,
+    )
+        .into_response()
+}
+
 async fn status_page(
     State(s): State<Served>,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    ConnectInfo(peer): ConnectInfo<HttpPeer>,
     Query(q): Query<StatusQuery>,
     headers: HeaderMap,
 ) -> Response {
+    let auth = &s.site.auth;
+    if !peer.tls && !s.cleartext_ok && !auth.is_open() {
+        tracing::warn!(peer = %peer.addr, "status page refused: plain HTTP on a non-loopback port");
+        return (
+            StatusCode::FORBIDDEN,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "this port serves plain HTTP on a non-loopback address, where the admin token \
+             would cross the network in the clear: serve it with TLS (--metrics-tls), or \
+             accept that with --insecure-admin\n",
+        )
+            .into_response();
+    }
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if let Err(r) = s.site.auth.check_http(authorization, &peer.to_string()) {
-        let (code, text) = match r {
-            Refusal::WrongToken | Refusal::IdentityNotAllowed if !s.site.auth.has_token() => (
-                StatusCode::FORBIDDEN,
-                "the status page takes the admin token (--admin-token-file); client \
-                 certificates are checked on the gRPC port only: use `grl status`\n",
-            ),
-            Refusal::WrongToken => (StatusCode::FORBIDDEN, "the token is not accepted\n"),
-            _ => (
-                StatusCode::UNAUTHORIZED,
-                "the status page needs the admin token: `Authorization: Bearer <token>`, or \
-                 the token as the password of the browser's prompt\n",
-            ),
-        };
-        return (
-            code,
-            [
-                (header::WWW_AUTHENTICATE, "Basic realm=\"grl status\""),
-                (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
-            ],
-            text,
-        )
-            .into_response();
+    if let Err(r) = auth.check_http(authorization, &peer) {
+        let (code, text) = refusal_text(r, &peer, auth);
+        return refused(code, text);
     }
     let req = proto::StatusRequest {
         service: q.service.unwrap_or_default(),

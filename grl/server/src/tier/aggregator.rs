@@ -78,6 +78,7 @@ pub fn start(
             status: Arc::new(move |req| n.status_of(tokio::time::Instant::now(), req)),
             auth: opts.security.admin.clone(),
             interval: node.cfg.interval,
+            http: opts.security.admin_http.clone(),
         };
         (l, site)
     });
@@ -100,6 +101,7 @@ pub(crate) fn counters(n: &Node, sec: &super::Security) -> Counters {
             std::array::from_fn(|i| refused[i].1)
         },
         tls: sec.server_tls.as_ref().map(|t| t.snapshot()),
+        admin_http_tls: sec.admin_http.tls.as_ref().map(|t| t.snapshot()),
         child_refused: sec.children.refused.snapshot(),
         admin_refused: sec.admin.refused.snapshot(),
         election: Vec::new(),

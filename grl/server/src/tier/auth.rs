@@ -173,18 +173,9 @@ impl AdminAuth {
         let verdict = match auth {
             Some(v) => match v.to_str().ok().and_then(|s| s.strip_prefix("Bearer ")) {
                 None => Err(Refusal::MalformedAuthorization),
-                Some(t) => match &self.token {
-                    Some(k) if k.matches(t.trim()) => Ok(format!("token:{}", k.name)),
-                    _ => Err(Refusal::WrongToken),
-                },
+                Some(t) => self.by_token(t),
             },
-            None => match peer.names.iter().find(|n| self.allow.contains(n)) {
-                Some(n) => Ok(format!("cert:{n}")),
-                None if !peer.names.is_empty() && !self.allow.is_empty() => {
-                    Err(Refusal::IdentityNotAllowed)
-                }
-                None => Err(Refusal::NoCredentials),
-            },
+            None => self.by_certificate(&peer.names),
         };
         match verdict {
             Ok(principal) => Ok(Admin { peer, principal }),
@@ -201,33 +192,60 @@ impl AdminAuth {
 }
 
 impl AdminAuth {
-    /// Allows or refuses a request for a read-only admin page on the plain-HTTP metrics
-    /// port (`/status`), by its `authorization` header: open mode lets anyone through; with
-    /// a token, `Bearer <token>` or HTTP Basic with the token as the password (what a
-    /// browser's login prompt sends). A certificate allow-list cannot be checked there (the
-    /// port has no TLS), so with an allow-list and no token the page is refused.
-    pub fn check_http(&self, authorization: Option<&str>, peer: &str) -> Result<String, Refusal> {
+    /// Allows or refuses a request for a read-only admin page on the admin HTTP port
+    /// (`/status`), as [`AdminAuth::check`] does a gRPC admin call: open mode lets anyone
+    /// through; a present `authorization` header decides alone (`Bearer <token>`, or HTTP
+    /// Basic with the token as the password, what a browser's login prompt sends); without
+    /// one, the client certificate's names decide (over `--metrics-tls`). The principal, or
+    /// why not.
+    pub fn check_http(
+        &self,
+        authorization: Option<&str>,
+        peer: &super::admin_conn::HttpPeer,
+    ) -> Result<String, Refusal> {
+        if authorization.is_some() && !peer.tls {
+            self.plaintext_tokens.fetch_add(1, Ordering::Relaxed);
+        }
         if self.is_open() {
             return Ok("anonymous".into());
         }
         let verdict = match authorization {
-            None => Err(Refusal::NoCredentials),
-            Some(h) => {
-                self.plaintext_tokens.fetch_add(1, Ordering::Relaxed);
-                match bearer_or_basic_password(h) {
-                    None => Err(Refusal::MalformedAuthorization),
-                    Some(t) => match &self.token {
-                        Some(k) if k.matches(t.trim()) => Ok(format!("token:{}", k.name)),
-                        _ => Err(Refusal::WrongToken),
-                    },
-                }
-            }
+            Some(h) => match bearer_or_basic_password(h) {
+                None => Err(Refusal::MalformedAuthorization),
+                Some(t) => self.by_token(&t),
+            },
+            None => self.by_certificate(&peer.names),
         };
         if let Err(r) = verdict {
             self.refused.add(r);
-            warn!(call = "status page", reason = r.as_str(), %peer, "admin page refused");
+            let identity = if peer.names.is_empty() {
+                "-".to_string()
+            } else {
+                peer.names.join(",")
+            };
+            warn!(
+                call = "status page", reason = r.as_str(), peer = %peer.addr, %identity,
+                "admin page refused"
+            );
         }
         verdict
+    }
+
+    /// The principal of a bearer token, or why it is refused.
+    fn by_token(&self, t: &str) -> Result<String, Refusal> {
+        match &self.token {
+            Some(k) if k.matches(t.trim()) => Ok(format!("token:{}", k.name)),
+            _ => Err(Refusal::WrongToken),
+        }
+    }
+
+    /// The principal of a client certificate's `names`, or why they are refused.
+    fn by_certificate(&self, names: &[String]) -> Result<String, Refusal> {
+        match names.iter().find(|n| self.allow.contains(n)) {
+            Some(n) => Ok(format!("cert:{n}")),
+            None if !names.is_empty() && !self.allow.is_empty() => Err(Refusal::IdentityNotAllowed),
+            None => Err(Refusal::NoCredentials),
+        }
     }
 }
 
@@ -307,10 +325,19 @@ mod tests {
         (d, AdminAuth::new(vec![], Some(p)).unwrap())
     }
 
+    fn http_peer(names: &[&str], tls: bool) -> crate::tier::admin_conn::HttpPeer {
+        crate::tier::admin_conn::HttpPeer {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            names: names.iter().map(ToString::to_string).collect(),
+            tls,
+        }
+    }
+
     #[test]
     fn the_status_page_takes_the_token_as_bearer_or_basic_password() {
         use base64::Engine as _;
         let (_d, a) = with_token("s3cret-s3cret-s3cret");
+        let p = http_peer(&[], false);
         let basic = |pair: &str| {
             format!(
                 "Basic {}",
@@ -318,32 +345,54 @@ mod tests {
             )
         };
         assert!(
-            a.check_http(Some("Bearer s3cret-s3cret-s3cret"), "p")
+            a.check_http(Some("Bearer s3cret-s3cret-s3cret"), &p)
                 .is_ok()
         );
         assert!(
-            a.check_http(Some(&basic("ops:s3cret-s3cret-s3cret")), "p")
+            a.check_http(Some(&basic("ops:s3cret-s3cret-s3cret")), &p)
                 .is_ok()
         );
-        assert_eq!(a.check_http(None, "p"), Err(Refusal::NoCredentials));
+        assert_eq!(a.check_http(None, &p), Err(Refusal::NoCredentials));
         assert_eq!(
-            a.check_http(Some(&basic("ops:nope")), "p"),
+            a.check_http(Some(&basic("ops:nope")), &p),
             Err(Refusal::WrongToken)
         );
         assert_eq!(
-            a.check_http(Some("Basic !!"), "p"),
+            a.check_http(Some("Basic !!"), &p),
             Err(Refusal::MalformedAuthorization)
         );
-        let certs_only = AdminAuth::new(vec!["ops".into()], None).unwrap();
         assert_eq!(
-            certs_only.check_http(Some("Bearer x"), "p"),
-            Err(Refusal::WrongToken),
-            "an allow-list cannot be checked over plain HTTP"
+            a.plaintext_tokens.load(Ordering::Relaxed),
+            4,
+            "every header over plain HTTP is counted"
         );
         assert!(
-            AdminAuth::default().check_http(None, "p").is_ok(),
+            AdminAuth::default().check_http(None, &p).is_ok(),
             "open mode"
         );
+    }
+
+    #[test]
+    fn the_status_page_over_tls_takes_an_admin_certificate() {
+        let certs_only = AdminAuth::new(vec!["ops".into()], None).unwrap();
+        assert_eq!(
+            certs_only.check_http(None, &http_peer(&["ops", "ops.example"], true)),
+            Ok("cert:ops".into())
+        );
+        assert_eq!(
+            certs_only.check_http(None, &http_peer(&["intruder"], true)),
+            Err(Refusal::IdentityNotAllowed)
+        );
+        assert_eq!(
+            certs_only.check_http(None, &http_peer(&[], true)),
+            Err(Refusal::NoCredentials)
+        );
+        assert_eq!(
+            certs_only.check_http(Some("Bearer x"), &http_peer(&["ops"], true)),
+            Err(Refusal::WrongToken),
+            "a present header decides alone, as on the gRPC port"
+        );
+        assert_eq!(certs_only.plaintext_tokens.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -375,6 +375,7 @@ pub async fn start(
             }),
             auth: opts.security.admin.clone(),
             interval: opts.interval,
+            http: opts.security.admin_http.clone(),
         };
         (l, site)
     });

@@ -100,6 +100,14 @@ pub const TLS_EVENTS: &str = "grl_tier_tls_events";
 /// without TLS.
 pub const TLS_CONNECTIONS: &str = "grl_tier_tls_connections";
 
+/// TLS events on the admin HTTP port (`--metrics-tls`), by the `{event}`s of
+/// [`TLS_EVENTS`]. Exposed as `grl_tier_admin_http_tls_events_total`; absent without it.
+pub const ADMIN_HTTP_TLS_EVENTS: &str = "grl_tier_admin_http_tls_events";
+
+/// Connections of the admin HTTP port's TLS by `{state}`, as [`TLS_CONNECTIONS`]. Absent
+/// without `--metrics-tls`.
+pub const ADMIN_HTTP_TLS_CONNECTIONS: &str = "grl_tier_admin_http_tls_connections";
+
 /// Admin calls that carried a bearer token over a connection without TLS (the token
 /// crossed the network in the clear). Exposed as
 /// `grl_controller_admin_plaintext_tokens_total`.
@@ -127,6 +135,8 @@ pub struct Counters {
     pub reports_refused: [u64; Reason::ALL.len()],
     /// TLS counters and connection gauges (`None` without TLS).
     pub tls: Option<crate::tier::tls::TlsSnapshot>,
+    /// The same of the admin HTTP port (`None` without `--metrics-tls`).
+    pub admin_http_tls: Option<crate::tier::tls::TlsSnapshot>,
     /// Refused child streams by reason.
     pub child_refused: Vec<(&'static str, u64)>,
     /// Refused admin calls by reason (rendered on controllers only).
@@ -135,6 +145,41 @@ pub struct Counters {
     pub election: Vec<(&'static str, u64)>,
     /// Admin calls with a bearer token over plaintext (rendered on controllers only).
     pub admin_plaintext_tokens: u64,
+}
+
+/// The TLS events and connection gauges of one port, under `(events, connections)`.
+fn tls_port(
+    reg: &mut Registry,
+    (events, connections): (&str, &str),
+    port: &str,
+    t: crate::tier::tls::TlsSnapshot,
+) {
+    by_label(
+        reg,
+        events,
+        &format!("TLS events on {port}"),
+        "event",
+        &[
+            ("handshake_failed", t.handshake_failed),
+            ("reloaded", t.reloaded),
+            ("reload_failed", t.reload_failed),
+            ("over_connection_cap", t.over_connection_cap),
+            ("over_handshake_cap", t.over_handshake_cap),
+            ("key_readable", t.key_readable),
+        ],
+    );
+    let conns = Family::<Labels, G>::default();
+    conns
+        .get_or_create(&labels(&[("state", "open")]))
+        .set(t.open as f64);
+    conns
+        .get_or_create(&labels(&[("state", "handshaking")]))
+        .set(t.handshaking as f64);
+    reg.register(
+        connections,
+        format!("Connections of the TLS of {port}"),
+        conns,
+    );
 }
 
 fn by_label(reg: &mut Registry, name: &str, help: &str, label: &str, v: &[(&str, u64)]) {
@@ -326,28 +371,11 @@ pub fn render(st: &proto::StatusResponse, c: &Counters) -> String {
         &c.child_refused,
     );
     if let Some(t) = c.tls {
-        by_label(
-            &mut reg,
-            TLS_EVENTS,
-            "TLS events on the gRPC port",
-            "event",
-            &[
-                ("handshake_failed", t.handshake_failed),
-                ("reloaded", t.reloaded),
-                ("reload_failed", t.reload_failed),
-                ("over_connection_cap", t.over_connection_cap),
-                ("over_handshake_cap", t.over_handshake_cap),
-                ("key_readable", t.key_readable),
-            ],
-        );
-        let conns = Family::<Labels, G>::default();
-        conns
-            .get_or_create(&labels(&[("state", "open")]))
-            .set(t.open as f64);
-        conns
-            .get_or_create(&labels(&[("state", "handshaking")]))
-            .set(t.handshaking as f64);
-        reg.register(TLS_CONNECTIONS, "Connections of the TLS port", conns);
+        tls_port(&mut reg, (TLS_EVENTS, TLS_CONNECTIONS), "the gRPC port", t);
+    }
+    if let Some(t) = c.admin_http_tls {
+        let names = (ADMIN_HTTP_TLS_EVENTS, ADMIN_HTTP_TLS_CONNECTIONS);
+        tls_port(&mut reg, names, "the admin HTTP port", t);
     }
     if !c.election.is_empty() {
         by_label(

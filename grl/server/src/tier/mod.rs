@@ -8,6 +8,7 @@
 //! listeners the caller made (port 0 in tests) and return a [`Running`] handle.
 
 pub mod admin;
+pub mod admin_conn;
 pub mod admission;
 pub mod aggregator;
 pub mod auth;
@@ -78,6 +79,8 @@ pub struct Security {
     pub children: Arc<auth::ChildAuth>,
     /// Who may make admin calls (controllers).
     pub admin: Arc<auth::AdminAuth>,
+    /// TLS on the admin HTTP port, and whether it takes credentials in the clear.
+    pub admin_http: admin::AdminHttp,
 }
 
 /// A started tier: its addresses, its node, and its tasks.

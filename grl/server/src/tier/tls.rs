@@ -1,5 +1,5 @@
-//! Server-side TLS settings of the tiers' gRPC ports: a rustls acceptor built from PEM
-//! files and rebuilt when the content of any of them changes (checked at every handshake,
+//! Server-side TLS settings of the tiers' gRPC ports (and of the admin HTTP port, see
+//! [`Served::Web`]): a rustls acceptor built from PEM files and rebuilt when the content of any of them changes (checked at every handshake,
 //! so a rotated certificate is served to the next connection without a restart), mutual
 //! TLS when a client CA is given, the limits of the port's connections (enforced by
 //! [`super::tls_accept`]), and the peer's identity (SAN DNS names and subject CN of its
@@ -56,6 +56,19 @@ pub struct ServerTlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// What a TLS port serves, which decides its ALPN and whether a client certificate is
+/// required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Served {
+    /// gRPC: HTTP/2 only; with a client CA, every client must present a certificate.
+    #[default]
+    Grpc,
+    /// The admin HTTP port (`/metrics`, `/status`): HTTP/2 and HTTP/1.1 for browsers and
+    /// scrapers; with a client CA, a certificate is asked for but optional (a scraper may
+    /// come without one), and one that is presented must chain to the CA.
+    Web,
+}
+
 /// Why TLS settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -94,8 +107,8 @@ fn certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>
     Ok(certs)
 }
 
-/// Builds a rustls server config (HTTP/2 only) from `files`.
-pub fn server_config(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
+/// Builds a rustls server config from `files` for what the port serves.
+pub fn server_config(files: &ServerTlsFiles, served: Served) -> Result<ServerConfig, TlsError> {
     let chain = certs("certificate", &files.cert)?;
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| file_err("private key", &files.key, e))?;
@@ -109,9 +122,13 @@ pub fn server_config(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
             for c in certs("client CA", ca)? {
                 roots.add(c).map_err(|e| file_err("client CA", ca, e))?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| file_err("client CA", ca, e))?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match served {
+                Served::Grpc => verifier,
+                Served::Web => verifier.allow_unauthenticated(),
+            }
+            .build()
+            .map_err(|e| file_err("client CA", ca, e))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -119,7 +136,10 @@ pub fn server_config(files: &ServerTlsFiles) -> Result<ServerConfig, TlsError> {
     let mut cfg = builder
         .with_single_cert(chain, key)
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    cfg.alpn_protocols = match served {
+        Served::Grpc => vec![b"h2".to_vec()],
+        Served::Web => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+    };
     Ok(cfg)
 }
 
@@ -172,6 +192,7 @@ pub(crate) struct Slots {
 #[derive(Debug)]
 pub struct ServerTls {
     files: ServerTlsFiles,
+    served: Served,
     current: Mutex<(Stamp, Arc<ServerConfig>)>,
     pub(crate) limits: ConnLimits,
     pub(crate) slots: Slots,
@@ -183,10 +204,16 @@ impl ServerTls {
     /// Loads `files` with the default [`ConnLimits`]; an error here stops the server from
     /// starting. A private key that others may read is warned about, as ssh does.
     pub fn load(files: ServerTlsFiles) -> Result<Self, TlsError> {
+        Self::load_for(files, Served::Grpc)
+    }
+
+    /// Loads `files` for a port serving `served`, with the default [`ConnLimits`].
+    pub fn load_for(files: ServerTlsFiles, served: Served) -> Result<Self, TlsError> {
         let s = stamp(Self::paths(&files));
-        let cfg = Arc::new(server_config(&files)?);
+        let cfg = Arc::new(server_config(&files, served)?);
         let tls = Self {
             files,
+            served,
             current: Mutex::new((s, cfg)),
             limits: ConnLimits::default(),
             slots: Slots::new(ConnLimits::default()),
@@ -243,7 +270,7 @@ impl ServerTls {
 
     /// Whether clients must present a certificate from the client CA.
     pub fn mutual(&self) -> bool {
-        self.files.client_ca.is_some()
+        self.files.client_ca.is_some() && self.served == Served::Grpc
     }
 
     /// The acceptor for the next handshake: rebuilt first if a file changed. A change that
@@ -256,7 +283,7 @@ impl ServerTls {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if cur.0 != now {
-            match server_config(&self.files) {
+            match server_config(&self.files, self.served) {
                 Ok(cfg) => {
                     *cur = (now, Arc::new(cfg));
                     self.counters.reloads.fetch_add(1, Ordering::Relaxed);

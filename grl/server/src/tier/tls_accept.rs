@@ -30,6 +30,23 @@ pub struct TlsConn {
     _slot: OwnedSemaphorePermit,
 }
 
+impl TlsConn {
+    /// The client's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.get_ref().0.peer_addr()
+    }
+
+    /// The names of the client's certificate (empty without one).
+    pub fn peer_names(&self) -> Vec<String> {
+        self.inner
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first().map(|leaf| super::tls::cert_names(leaf)))
+            .unwrap_or_default()
+    }
+}
+
 impl Connected for TlsConn {
     type ConnectInfo = <TlsStream<TcpStream> as Connected>::ConnectInfo;
 
