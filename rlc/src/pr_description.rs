@@ -7,6 +7,12 @@
 //! Each bucket given an [`Explanation`] gets a collapsible section below the table, and its
 //! row links to it. The sections share what [`MAX_BODY`] leaves after the table and the
 //! other sections; those that do not fit are left out, and the description says how many.
+//!
+//! At fleet size (thousands of buckets) the table alone would pass GitHub's limit, so it
+//! keeps what a reviewer needs first: removed and new limits, then changed ones by the size
+//! of the change, then unchanged ones; the rows left out are counted below the table (the
+//! summary line still counts every bucket, and the diff of `limits/` shows every change).
+//! The other sections take at most half of the limit, each clipped at a line.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -22,6 +28,9 @@ pub const MAX_BODY: usize = 65_536;
 
 /// Room kept for the note that says how many explanations were left out.
 const NOTE_ROOM: usize = 300;
+
+/// Room kept for the note that says how many rows were left out of the table.
+const ROWS_NOTE_ROOM: usize = 300;
 
 /// The heading of the explanations.
 const WHY: &str = "\n### Why these limits\n\n";
@@ -62,14 +71,13 @@ pub fn render(
 ) -> String {
     let mut sorted: Vec<&PrRow> = rows.iter().collect();
     sorted.sort_by(|a, b| (&a.service, &a.bucket).cmp(&(&b.service, &b.bucket)));
-    let mut extras = String::new();
-    for (heading, body) in extra_sections {
-        let _ = write!(extras, "\n### {}\n\n{}\n", heading.trim(), body.trim_end());
-    }
-    let unlinked = table(run_id, &sorted, &BTreeMap::new()).len() + extras.len();
-    let (anchors, sections, left_out) = fit_explanations(&sorted, explanations, unlinked);
+    let extras = extras(extra_sections);
+    let room = MAX_BODY.saturating_sub(extras.len() + WHY.len() + NOTE_ROOM + ROWS_NOTE_ROOM);
+    let shown = fit_rows(&sorted, room);
+    let unlinked = table(run_id, &sorted, &shown, &BTreeMap::new()).len() + extras.len();
+    let (anchors, sections, left_out) = fit_explanations(&shown, explanations, unlinked);
 
-    let mut out = table(run_id, &sorted, &anchors);
+    let mut out = table(run_id, &sorted, &shown, &anchors);
     if !sections.is_empty() || left_out > 0 {
         out.push_str(WHY);
         out.push_str(&sections);
@@ -86,42 +94,154 @@ pub fn render(
     out
 }
 
-/// The heading, summary and table; a row whose `service/bucket` is in `anchors` links to it.
-fn table(run_id: &str, sorted: &[&PrRow], anchors: &BTreeMap<(&str, &str), String>) -> String {
+/// The other sections, each `### heading` and body; together they take at most half of
+/// [`MAX_BODY`], each clipped at a line to its share.
+fn extras(extra_sections: &[(String, String)]) -> String {
+    let share = (MAX_BODY / 2) / extra_sections.len().max(1);
+    let mut out = String::new();
+    for (heading, body) in extra_sections {
+        let heading = heading.trim();
+        let body = clip_lines(body.trim_end(), share.saturating_sub(heading.len() + 200));
+        let _ = write!(out, "\n### {heading}\n\n{body}\n");
+    }
+    out
+}
+
+/// `text` whole if it has at most `room` bytes; else its first lines that fit, and a line
+/// saying how many were left out.
+fn clip_lines(text: &str, room: usize) -> String {
+    if text.len() <= room {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut kept = 0;
+    for line in &lines {
+        if out.len() + line.len() + 1 > room {
+            break;
+        }
+        out.push_str(line);
+        out.push('\n');
+        kept += 1;
+    }
+    let _ = write!(
+        out,
+        "\n… {} more lines left out to keep this description within GitHub's {MAX_BODY} \
+         characters.",
+        lines.len() - kept
+    );
+    out
+}
+
+/// The rows the table shows within `room` bytes, in name order: all when they fit; else
+/// removed and new limits, then changed ones by the size of the change, then unchanged.
+fn fit_rows<'a>(sorted: &[&'a PrRow], room: usize) -> Vec<&'a PrRow> {
+    let lines: Vec<usize> = sorted.iter().map(|r| row_line(r, None).len()).collect();
+    let head = table_head().len();
+    if head + lines.iter().sum::<usize>() <= room {
+        return sorted.to_vec();
+    }
+    let mut order: Vec<usize> = (0..sorted.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ka, kb) = (weight(sorted[a]), weight(sorted[b]));
+        ka.0.cmp(&kb.0).then(kb.1.total_cmp(&ka.1)).then(a.cmp(&b))
+    });
+    let mut keep = vec![false; sorted.len()];
+    let mut used = head;
+    // Stops at the first row that does not fit, so no row is shown in place of a larger change.
+    for i in order {
+        if used + lines[i] > room {
+            break;
+        }
+        used += lines[i];
+        keep[i] = true;
+    }
+    sorted
+        .iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(*r))
+        .collect()
+}
+
+/// How much a reviewer needs a row: its class (0 removed or new, 1 changed, 2 unchanged)
+/// and, within a class, the relative size of the change (larger first).
+fn weight(r: &PrRow) -> (u8, f64) {
+    match (r.old, r.new) {
+        (None, Some(_)) | (Some(_), None) => (0, 0.0),
+        (Some(o), Some(n)) if fmt_rate(o) != fmt_rate(n) => {
+            let size = if o != 0.0 {
+                ((n - o) / o).abs()
+            } else {
+                f64::MAX
+            };
+            (1, if size.is_finite() { size } else { f64::MAX })
+        }
+        _ => (2, 0.0),
+    }
+}
+
+fn table_head() -> &'static str {
+    "| bucket | old | new | change | policy | observed peak | coverage | notes |\n\
+     |---|---:|---:|---:|---|---:|---:|---|\n"
+}
+
+/// The heading, the summary of every row in `sorted`, and the table of the `shown` ones; a
+/// row whose `service/bucket` is in `anchors` links to it. The rows left out are counted
+/// below the table.
+fn table(
+    run_id: &str,
+    sorted: &[&PrRow],
+    shown: &[&PrRow],
+    anchors: &BTreeMap<(&str, &str), String>,
+) -> String {
     let mut out = String::new();
     out.push_str("## Rate limit changes\n\n");
     out.push_str(&summary(run_id, sorted));
     out.push_str("\n\n");
-    if !sorted.is_empty() {
-        out.push_str(
-            "| bucket | old | new | change | policy | observed peak | coverage | notes |\n",
-        );
-        out.push_str("|---|---:|---:|---:|---|---:|---:|---|\n");
-        for row in sorted {
-            let name = format!("{}/{}", escape(&row.service), escape(&row.bucket));
-            let bucket = match anchors.get(&(row.service.as_str(), row.bucket.as_str())) {
-                Some(a) => format!("[{}](#{a})", name.replace('[', "\\[").replace(']', "\\]")),
-                None => name,
-            };
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
-                bucket,
-                opt_rate(row.old),
-                opt_rate(row.new),
-                change(row.old, row.new),
-                escape(&row.policy),
-                opt_rate(row.observed_peak),
-                coverage(row.coverage),
-                if row.notes.is_empty() {
-                    NONE.to_string()
-                } else {
-                    escape(&row.notes)
-                },
-            );
+    if !shown.is_empty() {
+        out.push_str(table_head());
+        for row in shown {
+            let anchor = anchors.get(&(row.service.as_str(), row.bucket.as_str()));
+            out.push_str(&row_line(row, anchor.map(String::as_str)));
         }
     }
+    let left_out = sorted.len() - shown.len();
+    if left_out > 0 {
+        let changed = sorted.iter().filter(|r| weight(r).0 < 2).count()
+            - shown.iter().filter(|r| weight(r).0 < 2).count();
+        let _ = writeln!(
+            out,
+            "\n{left_out} more row{} ({changed} of them new, removed or changed) left out to keep \
+             this description within GitHub's {MAX_BODY} characters; the diff of `limits/` \
+             shows every change.",
+            if left_out == 1 { "" } else { "s" }
+        );
+    }
     out
+}
+
+/// One row of the table, its bucket linked to `anchor` if given.
+fn row_line(row: &PrRow, anchor: Option<&str>) -> String {
+    let name = format!("{}/{}", escape(&row.service), escape(&row.bucket));
+    let bucket = match anchor {
+        Some(a) => format!("[{}](#{a})", name.replace('[', "\\[").replace(']', "\\]")),
+        None => name,
+    };
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        bucket,
+        opt_rate(row.old),
+        opt_rate(row.new),
+        change(row.old, row.new),
+        escape(&row.policy),
+        opt_rate(row.observed_peak),
+        coverage(row.coverage),
+        if row.notes.is_empty() {
+            NONE.to_string()
+        } else {
+            escape(&row.notes)
+        },
+    )
 }
 
 /// Which explanations fit beside `used` bytes of the rest: their anchors by bucket (only
@@ -236,224 +356,4 @@ fn escape(text: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(service: &str, bucket: &str, old: Option<f64>, new: Option<f64>) -> PrRow {
-        PrRow {
-            service: service.into(),
-            bucket: bucket.into(),
-            old,
-            new,
-            policy: "peak-buffer".into(),
-            observed_peak: Some(812.345),
-            coverage: Some(0.9876),
-            notes: String::new(),
-        }
-    }
-
-    #[test]
-    fn renders_sorted_table_with_exact_formatting() {
-        let mut notes = row("checkout", "pay|ment", Some(1000.0), Some(1250.0));
-        notes.notes = "guard: step | capped\nsee run".into();
-        let rows = vec![
-            row("search", "query", Some(2000.0), Some(1500.56)),
-            notes,
-            row("checkout", "cart", None, Some(40.0)),
-            PrRow {
-                observed_peak: None,
-                coverage: None,
-                ..row("auth", "login", Some(7.25), None)
-            },
-            row("auth", "token", Some(12000.0), Some(12000.0)),
-        ];
-        let extra = vec![(
-            "Guards".to_string(),
-            "- step guard capped 1 bucket\n".to_string(),
-        )];
-        let got = render("20261129T201500Z-ab12", &rows, &extra, &[]);
-        let want = "\
-## Rate limit changes
-
-RLC run `20261129T201500Z-ab12`: 5 buckets: 2 changed, 1 new, 1 removed, 1 unchanged.
-
-| bucket | old | new | change | policy | observed peak | coverage | notes |
-|---|---:|---:|---:|---|---:|---:|---|
-| auth/login | 7.3 | — | removed | peak-buffer | — | — | — |
-| auth/token | 12000 | 12000 | +0.0% | peak-buffer | 812.3 | 98.8% | — |
-| checkout/cart | — | 40 | new | peak-buffer | 812.3 | 98.8% | — |
-| checkout/pay\\|ment | 1000 | 1250 | +25.0% | peak-buffer | 812.3 | 98.8% | guard: step \\| capped see run |
-| search/query | 2000 | 1500.6 | -25.0% | peak-buffer | 812.3 | 98.8% | — |
-
-### Guards
-
-- step guard capped 1 bucket
-";
-        assert_eq!(got, want);
-    }
-
-    #[test]
-    fn empty_run_has_summary_and_no_table() {
-        let got = render("r1", &[], &[], &[]);
-        assert_eq!(
-            got,
-            "## Rate limit changes\n\nRLC run `r1`: 0 buckets: 0 changed, 0 new, 0 removed, 0 unchanged.\n\n"
-        );
-    }
-
-    /// A fixed bucket's explanation (its limit `rps`).
-    fn explained(service: &str, bucket: &str, rps: f64) -> Explanation {
-        let text = format!(
-            "service: {service}\nbuckets:\n  - name: {bucket}\n    match: {{ caller: c }}\n    \
-             scope: global\n    mode: deny\n    policy: {{ kind: fixed, rps: {rps} }}\n"
-        );
-        let file = format!("services/{service}.yaml");
-        let snap = grl_config::from_files("v", [(file, text)]).unwrap();
-        let b = &snap.service(service).unwrap().buckets[0];
-        Explanation::fixed(service, b, "c0ffee", 1_800_000_000)
-    }
-
-    /// The anchors the table links to, and the anchors of the sections, in order.
-    fn links_and_sections(body: &str) -> (Vec<String>, Vec<String>) {
-        let links = body
-            .split("](#")
-            .skip(1)
-            .map(|s| s[..s.find(')').unwrap()].to_string())
-            .collect();
-        let sections = body
-            .split("<a name=\"")
-            .skip(1)
-            .map(|s| s[..s.find('"').unwrap()].to_string())
-            .collect();
-        (links, sections)
-    }
-
-    #[test]
-    fn explained_rows_link_to_their_sections_below_the_table() {
-        let rows = vec![
-            row("search", "query", Some(2000.0), Some(1500.0)),
-            row("checkout", "cart", None, Some(40.0)),
-            row("auth", "token", Some(12000.0), Some(12000.0)),
-        ];
-        let explanations = vec![
-            explained("search", "query", 1500.0),
-            explained("checkout", "cart", 40.0),
-        ];
-        let got = render(
-            "r1",
-            &rows,
-            &[("Shadow".into(), "x\n".into())],
-            &explanations,
-        );
-        assert!(
-            got.contains("| [checkout/cart](#explain-checkout-cart) | — | 40 | new |"),
-            "{got}"
-        );
-        assert!(
-            got.contains("| [search/query](#explain-search-query) | 2000 | 1500 |"),
-            "{got}"
-        );
-        assert!(
-            got.contains("| auth/token | 12000 |"),
-            "not explained, not linked: {got}"
-        );
-        let (links, sections) = links_and_sections(&got);
-        assert_eq!(links, ["explain-checkout-cart", "explain-search-query"]);
-        assert_eq!(
-            links, sections,
-            "each link has its section, in the table's order"
-        );
-        let table_end = got
-            .find("\n\n### Why these limits\n\n")
-            .expect("the heading");
-        assert!(got.find("<details>").unwrap() > table_end, "{got}");
-        assert!(
-            got.contains("<details><summary><b>checkout/cart: 40 rps (fixed)</b></summary>"),
-            "{got}"
-        );
-        assert!(
-            got.find("### Shadow").unwrap() > got.rfind("</details>").unwrap(),
-            "the other sections follow: {got}"
-        );
-        assert!(!got.contains("left out"), "{got}");
-    }
-
-    #[test]
-    fn buckets_whose_names_make_the_same_anchor_get_their_own() {
-        let rows = vec![
-            row("a.b", "x", None, Some(1.0)),
-            row("a-b", "x", None, Some(2.0)),
-        ];
-        let explanations = vec![explained("a.b", "x", 1.0), explained("a-b", "x", 2.0)];
-        let got = render("r1", &rows, &[], &explanations);
-        let (links, sections) = links_and_sections(&got);
-        assert_eq!(links, ["explain-a-b-x", "explain-a-b-x-2"]);
-        assert_eq!(links, sections);
-        assert!(got.contains("[a-b/x](#explain-a-b-x)"), "{got}");
-    }
-
-    #[test]
-    fn explanations_that_do_not_fit_githubs_limit_are_left_out_and_counted() {
-        let n = 400;
-        let mut rows = Vec::new();
-        let mut explanations = Vec::new();
-        for i in 0..n {
-            let bucket = format!("bucket-{i:03}");
-            let mut r = row("payments", &bucket, Some(100.0), Some(200.0));
-            r.notes = "max-increase: proposed 250 is more than 100% above 100".into();
-            rows.push(r);
-            let mut e = explained("payments", &bucket, 200.0);
-            e.refusal = Some("a long reason ".repeat(20));
-            explanations.push(e);
-        }
-        let got = render(
-            "r1",
-            &rows,
-            &[("Shadow".into(), "y\n".into())],
-            &explanations,
-        );
-        assert!(
-            got.chars().count() <= MAX_BODY,
-            "{} characters",
-            got.chars().count()
-        );
-        let (links, sections) = links_and_sections(&got);
-        assert_eq!(links, sections);
-        assert!(
-            !sections.is_empty() && sections.len() < n,
-            "{}",
-            sections.len()
-        );
-        let left_out = n - sections.len();
-        assert!(
-            got.contains(&format!(
-                "\n{left_out} more explanations left out to keep this description within \
-                 GitHub's 65536 characters; `rlc explain SERVICE BUCKET` prints any of them.\n"
-            )),
-            "{}",
-            &got[got.len() - 400..]
-        );
-        assert!(
-            got.ends_with("### Shadow\n\ny\n"),
-            "the other sections stay"
-        );
-        assert_eq!(
-            got.matches("| payments/bucket-").count(),
-            left_out,
-            "rows kept unlinked"
-        );
-    }
-
-    #[test]
-    fn number_formatting_is_deterministic() {
-        assert_eq!(fmt_rate(1234567.0), "1234567");
-        assert_eq!(fmt_rate(0.04), "0");
-        assert_eq!(fmt_rate(-0.01), "0");
-        assert_eq!(fmt_rate(2.45), "2.5");
-        assert_eq!(fmt_rate(f64::NAN), "—");
-        assert_eq!(change(Some(100.0), Some(90.0)), "-10.0%");
-        assert_eq!(change(Some(0.0), Some(5.0)), "—");
-        assert_eq!(change(None, None), "—");
-        assert_eq!(coverage(Some(1.0)), "100%");
-    }
-}
+mod tests;
