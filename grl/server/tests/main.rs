@@ -43,3 +43,4 @@ mod status_page_tls;
 mod support;
 mod tls_caps;
 mod wire;
+mod zone_split;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::child::{Child, SentRatio};
 use super::node::NodeConfig;
+use super::owned::Owned;
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
 use grl_config::Scope;
@@ -91,24 +92,32 @@ impl IndexedSums {
     /// worked by name: the version is not worked by index, this tier has a parent, or a
     /// child reported rows by name or at another version (a child without rows, one that
     /// has not had the config yet, does not count).
-    pub fn of<L>(cfg: &NodeConfig, rules: &Arc<Rules>, children: &[&Child<L>]) -> Option<Self> {
+    pub fn of<L>(
+        cfg: &NodeConfig,
+        owned: &Owned,
+        rules: &Arc<Rules>,
+        children: &[&Child<L>],
+    ) -> Option<Self> {
         let dense = rules.dense()?;
         if cfg.has_parent || !children.iter().all(|c| summable_at(c, rules)) {
             return None;
         }
         let n = dense.len();
-        let owns = |s: Scope| cfg.scopes.contains(&s);
         let mut sums = Self {
             rules: rules.clone(),
-            global: owns(Scope::Global).then(|| Group::new("", n)),
+            global: owned.owns(Scope::Global, "").then(|| Group::new("", n)),
             regions: Vec::new(),
             zones: Vec::new(),
             all: Group::new("", n),
         };
         for c in children {
             let Some(x) = &c.indexed else { continue };
-            let ri = owns(Scope::Region).then(|| group_at(&mut sums.regions, &c.region, n));
-            let zi = owns(Scope::Zone).then(|| group_at(&mut sums.zones, &c.zone, n));
+            let ri = owned
+                .owns(Scope::Region, &c.zone)
+                .then(|| group_at(&mut sums.regions, &c.region, n));
+            let zi = owned
+                .owns(Scope::Zone, &c.zone)
+                .then(|| group_at(&mut sums.zones, &c.zone, n));
             for &(i, r) in &x.rows {
                 let i = i as usize;
                 sums.all.add(i, r.offered);
@@ -203,6 +212,7 @@ impl IndexedSums {
     pub(crate) fn packed_for<L>(
         &self,
         cfg: &NodeConfig,
+        owned: &Owned,
         c: &Child<L>,
         ordinals: &[u32],
     ) -> Option<PackedForChild> {
@@ -238,7 +248,7 @@ impl IndexedSums {
                 continue;
             };
             for i in first as usize..first as usize + len {
-                let Some(scope) = dense.limited_scope[i].filter(|s| cfg.scopes.contains(s)) else {
+                let Some(scope) = dense.limited_scope[i].filter(|s| owned.owns(*s, &c.zone)) else {
                     continue;
                 };
                 while at < rows.len() && (rows[at].0 as usize) < i {

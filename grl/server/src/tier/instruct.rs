@@ -15,6 +15,7 @@ use tracing::{debug, info};
 use super::by_index::PackedForChild;
 use super::child::{Child, SentRatio};
 use super::node::{Bytes, Link, Node, NodeConfig, State};
+use super::owned::Owned;
 use super::packing::{self, OutRatio};
 use super::ratios;
 use super::rules::Rules;
@@ -51,6 +52,7 @@ impl Node {
             config_gen,
             children,
             parent,
+            owned,
             computed,
             bucket_offered,
             indexed,
@@ -63,7 +65,7 @@ impl Node {
         let mut send = |c: &mut Child<Link>| {
             let by_index = indexed.and_then(|x| {
                 let ordinals = c.service_ordinals(rules).to_vec();
-                x.packed_for(&self.cfg, c, &ordinals)
+                x.packed_for(&self.cfg, owned, c, &ordinals)
             });
             let made = match by_index {
                 Some(p) => Made::Packed(p),
@@ -78,10 +80,18 @@ impl Node {
                     };
                     let from =
                         from.get_or_insert_with(|| Sources::new(rules, computed, offered, parent));
-                    Made::Named(ratios_for(&self.cfg, rules, from, c, now))
+                    Made::Named(ratios_for(&self.cfg, owned, rules, from, c, now))
                 }
             };
-            instruct(&self.cfg, (rules, *config_gen), made, c, now, &self.bytes);
+            let shared = owned.tells_shared(c.level, &c.zone);
+            instruct(
+                &self.cfg,
+                (rules, *config_gen),
+                (made, shared),
+                c,
+                now,
+                &self.bytes,
+            );
         };
         match round {
             Round::Child(id) => children.get_mut(id).into_iter().for_each(send),
@@ -125,7 +135,7 @@ fn reinstruct_due(cfg: &NodeConfig, c: &Child<Link>, now: Instant) -> bool {
 fn instruct(
     cfg: &NodeConfig,
     (rules, config_gen): (&Rules, u64),
-    made: Made<'_>,
+    (made, zone_shared): (Made<'_>, bool),
     c: &mut Child<Link>,
     now: Instant,
     bytes: &Bytes,
@@ -183,6 +193,7 @@ fn instruct(
         ratios: named,
         wire_version: grl_core::packed::WIRE_VERSION,
         packed,
+        zone_shared,
     };
     let len = instr.encoded_len() as u64;
     match c.link.try_send(Ok(instr)) {
@@ -226,6 +237,7 @@ pub(crate) struct ChildRatio<'a> {
 /// parent gave none.
 fn ratios_for<'a>(
     cfg: &NodeConfig,
+    owned: &Owned,
     rules: &'a Rules,
     from: &Sources<'_>,
     c: &Child<Link>,
@@ -245,7 +257,7 @@ fn ratios_for<'a>(
             let (Some(_), Ok(scope)) = (b.limit_rps, wire::scope_from_wire(b.scope)) else {
                 continue;
             };
-            let (ratio, valid_for_ms, allowed) = if cfg.scopes.contains(&scope) {
+            let (ratio, valid_for_ms, allowed) = if owned.owns(scope, &c.zone) {
                 let group = ratios::scope_key(scope, &c.region, &c.zone);
                 let own = if slots.first[j] {
                     d.in_group[j]

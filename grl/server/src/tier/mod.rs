@@ -25,6 +25,7 @@ mod instruct;
 pub mod metrics;
 pub mod node;
 pub mod overrides;
+pub mod owned;
 pub mod packing;
 mod parent;
 pub mod ratios;

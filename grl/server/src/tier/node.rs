@@ -28,6 +28,7 @@ use super::child::Child;
 use super::children::Children;
 use super::election::{self, Role};
 use super::instruct::Round;
+use super::owned::Owned;
 use super::packing;
 use super::parent::Parent;
 use super::ratios::{self, Computed, RatioKey, Totals};
@@ -80,6 +81,8 @@ pub(crate) struct State {
     pub config_gen: u64,
     pub children: Children<Link>,
     pub parent: Parent,
+    /// The scopes this tier computes, child by child (see [`Owned`]).
+    pub owned: Owned,
     pub computed: BTreeMap<RatioKey, Computed>,
     /// The last tick's sums by index, when it was worked so (see [`IndexedSums`]).
     pub indexed: Option<IndexedSums>,
@@ -148,6 +151,7 @@ impl Node {
             config_gen: 0,
             children: Children::new(cfg.interval, &ReportLimits::default()),
             parent: Parent::default(),
+            owned: Owned::new(cfg.scopes.clone()),
             computed: BTreeMap::new(),
             indexed: None,
             bucket_offered: BTreeMap::new(),
@@ -406,7 +410,12 @@ impl Node {
             .iter()
             .filter(|c| !st.children.is_stale(c, now))
             .collect();
-        st.indexed = IndexedSums::of(&self.cfg, &st.rules, &fresh);
+        let parent_says_shared = st.parent.zone_shared && st.parent.connected;
+        st.owned.update(
+            fresh.iter().map(|c| (c.level, c.zone.as_str())),
+            parent_says_shared,
+        );
+        st.indexed = IndexedSums::of(&self.cfg, &st.owned, &st.rules, &fresh);
         if st.indexed.is_some() {
             // Made by name only when asked (a scrape, a child reporting by name).
             st.computed.clear();
@@ -418,12 +427,12 @@ impl Node {
             let sums = st.children.sums(&st.rules, st.config_gen, now);
             let rows = sums.iter().map(|(k, r)| (*k, r));
             (st.computed, st.bucket_offered) =
-                ratios_and_offered(&limited, rows.clone(), &self.cfg);
+                ratios_and_offered(&limited, rows.clone(), &st.owned);
             st.upward = ratios::regroup(rows, self.cfg.level == proto::Level::Zone);
         } else {
             let limited = st.rules.limited();
             let rows = st.children.rows(now);
-            (st.computed, st.bucket_offered) = ratios_and_offered(&limited, rows, &self.cfg);
+            (st.computed, st.bucket_offered) = ratios_and_offered(&limited, rows, &st.owned);
         }
         st.parent.ratios.retain(|_, p| p.expires > now);
         self.instruct_children(st, Round::All, now);

@@ -40,6 +40,9 @@ pub(crate) struct Parent {
     /// The config version of the parent's latest instruction: rows go up packed only
     /// when this tier holds the same version (a tier following its own config may not).
     pub config_version: String,
+    /// Whether the parent's latest instruction said this tier's zone is shared with other
+    /// aggregators (see [`super::owned`]).
+    pub zone_shared: bool,
 }
 
 impl Node {
@@ -55,6 +58,7 @@ impl Node {
             s.parent.valid_until = Some(now + dflt);
             s.parent.wire_version = i.wire_version;
             s.parent.config_version.clone_from(&i.config_version);
+            s.parent.zone_shared = i.zone_shared;
             let (named, bad) = packing::unpack_ratios(i, new_rules.as_ref().unwrap_or(&s.rules));
             if let Some(e) = bad {
                 warn!(error = %e, "the parent's packed ratios could not be read");

@@ -6,22 +6,22 @@ use std::collections::BTreeMap;
 
 use super::FastMap;
 use super::child::SentRatio;
-use super::node::NodeConfig;
+use super::owned::Owned;
 use super::parent::{FromParent, Parent};
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
 
-/// A tick's ratios of the scopes `cfg` owns, and its offered rate by (service, bucket),
-/// from `rows` (the children's rows or their sums).
+/// A tick's ratios of the scopes this tier computes (`owned`), and its offered rate by
+/// (service, bucket), from `rows` (the children's rows or their sums).
 pub(super) fn ratios_and_offered<'a>(
     limited: &[ratios::Limited],
     rows: impl Iterator<Item = (ratios::KeyRef<'a>, &'a ratios::Rate)> + Clone,
-    cfg: &NodeConfig,
+    owned: &Owned,
 ) -> (
     BTreeMap<RatioKey, Computed>,
     BTreeMap<(String, String), f64>,
 ) {
-    let computed = ratios::compute(limited, rows.clone(), &cfg.scopes);
+    let computed = ratios::compute(limited, rows.clone(), &owned.computed());
     let mut offered: FastMap<(&str, &str), f64> = FastMap::default();
     for ((service, bucket, ..), r) in rows {
         *offered.entry((service, bucket)).or_default() += r.offered;
