@@ -493,21 +493,14 @@ fn top_in_a_terminal_refreshes_in_place_and_quits_on_q() {
     );
 }
 
-/// `GET http://ADDR/status` with an optional `authorization` header: (code, headers, body).
-fn get_status(addr: &str, authorization: Option<&str>) -> (u16, String, String) {
-    let mut args = vec![
-        "-s".to_string(),
-        "-i".into(),
-        format!("http://{addr}/status"),
-    ];
-    if let Some(a) = authorization {
-        args.extend(["-H".into(), format!("authorization: {a}")]);
-    }
+/// `curl -s -i ARGS…`: (HTTP code, lower-cased head, body); code 0 when no answer came.
+pub(crate) fn curl(args: &[&str]) -> (u16, String, String) {
     let out = Command::new("curl")
-        .args(&args)
+        .args(["-s", "-i", "--max-time", "20"])
+        .args(args)
         .output()
         .expect("curl runs");
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let code = head
         .split_whitespace()
@@ -515,6 +508,15 @@ fn get_status(addr: &str, authorization: Option<&str>) -> (u16, String, String) 
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     (code, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// `GET http://ADDR/status` with an optional `authorization` header: (code, headers, body).
+fn get_status(addr: &str, authorization: Option<&str>) -> (u16, String, String) {
+    let url = format!("http://{addr}/status");
+    match authorization {
+        Some(a) => curl(&["-H", &format!("authorization: {a}"), &url]),
+        None => curl(&[&url]),
+    }
 }
 
 #[test]

@@ -6,31 +6,13 @@
 //! unless the operator accepted that with `--insecure-admin`. Clients are `curl`.
 
 use std::path::Path;
-use std::process::Command;
 
 use rcgen::SanType;
 use test_support::ports::free_port;
 
 use super::binary::{Proc, spawn, wait_port};
-use super::operator::write_config;
+use super::operator::{curl, write_config};
 use super::security::Ca;
-
-/// `curl -s -i ARGS…`: (HTTP code, lower-cased head, body); code 0 when no answer came.
-fn curl(args: &[&str]) -> (u16, String, String) {
-    let out = Command::new("curl")
-        .args(["-s", "-i", "--max-time", "20"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, head.to_ascii_lowercase(), body.to_string())
-}
 
 fn path(p: &Path) -> String {
     p.display().to_string()
@@ -98,31 +80,24 @@ fn over_metrics_tls_the_page_takes_an_admin_certificate_and_a_scraper_needs_none
     let url = |p: &str| format!("https://localhost:{port}{p}");
     let (ops_cert, ops_key) = (path(&ops.0), path(&ops.1));
 
-    let (code, head, body) = curl(&[
-        "--http1.1",
-        "--cacert",
-        &ca_pem,
-        "--cert",
-        &ops_cert,
-        "--key",
-        &ops_key,
-        &url("/status"),
-    ]);
-    assert_eq!(code, 200, "an allowed admin certificate: {head}{body}");
-    assert!(head.contains("content-type: text/html"), "{head}");
-    assert!(body.contains("data-bucket=\"orders/checkout\""), "{body}");
-
-    let (code, head, _) = curl(&[
-        "--http2",
-        "--cacert",
-        &ca_pem,
-        "--cert",
-        &ops_cert,
-        "--key",
-        &ops_key,
-        &url("/status"),
-    ]);
-    assert_eq!(code, 200, "HTTP/2 too: {head}");
+    for http in ["--http1.1", "--http2"] {
+        let (code, head, body) = curl(&[
+            http,
+            "--cacert",
+            &ca_pem,
+            "--cert",
+            &ops_cert,
+            "--key",
+            &ops_key,
+            &url("/status"),
+        ]);
+        assert_eq!(
+            code, 200,
+            "{http}, an allowed admin certificate: {head}{body}"
+        );
+        assert!(head.contains("content-type: text/html"), "{head}");
+        assert!(body.contains("data-bucket=\"orders/checkout\""), "{body}");
+    }
 
     let (code, _, body) = curl(&[
         "--cacert",
