@@ -4,7 +4,9 @@
 //! a test needs its counters); SQLite and PostgreSQL for the rollout's state; the GitHub
 //! stand-in for the comment on a merged pull request.
 
+mod expedite;
 mod fleet;
+mod query_gate;
 
 use std::time::Duration;
 
