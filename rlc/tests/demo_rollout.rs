@@ -13,7 +13,9 @@ fn region_versions<'a>(out: &'a str, from: &str, to: &str) -> Vec<Vec<(&'a str, 
     let end = out[start..].find(to).map_or(out.len(), |e| start + e);
     out[start..end]
         .lines()
-        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("s  r1 "))
+        .filter(|l| {
+            l.trim_start().starts_with(|c: char| c.is_ascii_digit()) && l.contains("s  r1 ")
+        })
         .map(|l| {
             l.split("  |  ")
                 .filter_map(|cell| {
@@ -71,7 +73,9 @@ fn demo_rollout_moves_a_good_change_wave_by_wave_and_rolls_a_bad_one_back() -> R
         "r1 ran the good change while r2 did not yet: {during_good:?}\n{stdout}"
     );
     assert!(
-        during_good.last().is_some_and(|l| l == &[("r1", good), ("r2", good)]),
+        during_good
+            .last()
+            .is_some_and(|l| l == &[("r1", good), ("r2", good)]),
         "both regions run the good change at its end: {during_good:?}"
     );
 
@@ -116,7 +120,9 @@ fn demo_rollout_moves_a_good_change_wave_by_wave_and_rolls_a_bad_one_back() -> R
         "r2 never moved: {during_bad:?}\n{stdout}"
     );
     assert!(
-        during_bad.last().is_some_and(|l| l == &[("r1", good), ("r2", good)]),
+        during_bad
+            .last()
+            .is_some_and(|l| l == &[("r1", good), ("r2", good)]),
         "r1 is back: {during_bad:?}"
     );
     let status = &stdout[stdout.find("== 5.").unwrap_or(0)..];
@@ -138,6 +144,9 @@ fn demo_rollout_moves_a_good_change_wave_by_wave_and_rolls_a_bad_one_back() -> R
         );
     }
     let log = std::fs::read_to_string(dir.path().join("demo.log")).context("demo.log")?;
-    assert!(log.contains("rollout gate failed"), "the log has it:\n{log}");
+    assert!(
+        log.contains("rollout gate failed"),
+        "the log has it:\n{log}"
+    );
     Ok(())
 }

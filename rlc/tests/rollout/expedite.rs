@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rlc::history::History;
 use rlc::rollout::state::{RegionState, RolloutState};
 
@@ -22,8 +22,9 @@ async fn an_operator_expedites_a_rollout_in_progress_and_its_bakes_are_skipped()
     let fleet = Fleet::start(Some("600s"), 150.0, 150.0).await?;
     let base = fleet.base.clone();
     let urgent = fleet.commit_limit(400.0)?;
-    let mut run = fleet.spawn_run(&[])?;
+    // Migrated before the driver starts, so that the two do not migrate it at once.
     let history = History::connect(&fleet.db).await?;
+    let mut run = fleet.spawn_run(&[])?;
     until(GENEROUS, "wave 1 bakes with r1 on the change", || async {
         let Some(r) = history.latest_rollout().await? else {
             return Ok(false);
@@ -33,7 +34,8 @@ async fn an_operator_expedites_a_rollout_in_progress_and_its_bakes_are_skipped()
             && r.bake_started_at_ms.is_some()
             && fleet.version("r1").await? == urgent)
     })
-    .await?;
+    .await
+    .with_context(|| run.output_tail(60))?;
     let before = history.latest_rollout().await?.expect("a rollout");
     assert_eq!(before.expedite_reason, None);
     assert_eq!(
@@ -82,7 +84,10 @@ async fn an_operator_expedites_a_rollout_in_progress_and_its_bakes_are_skipped()
         );
     }
 
-    let after = history.rollout(&before.id).await?.expect("the same rollout");
+    let after = history
+        .rollout(&before.id)
+        .await?
+        .expect("the same rollout");
     assert_eq!(after.state, RolloutState::Passed);
     assert_eq!(after.expedite_reason.as_deref(), Some(reason));
     assert_eq!(
@@ -96,10 +101,7 @@ async fn an_operator_expedites_a_rollout_in_progress_and_its_bakes_are_skipped()
         after.waves
     );
     assert!(
-        after
-            .regions
-            .iter()
-            .all(|g| g.state == RegionState::Passed),
+        after.regions.iter().all(|g| g.state == RegionState::Passed),
         "{:?}",
         after.regions
     );

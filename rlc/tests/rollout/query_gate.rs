@@ -107,7 +107,11 @@ async fn a_query_gate_over_its_max_fails_the_wave_and_r1_goes_back() -> Result<(
     let r = history.latest_rollout().await?.context("a rollout")?;
     assert_eq!(r.state, RolloutState::Failed);
     let failures = &r.waves[0].failures;
-    assert_eq!(failures.len(), 1, "only the query gate failed: {failures:?}");
+    assert_eq!(
+        failures.len(),
+        1,
+        "only the query gate failed: {failures:?}"
+    );
     let f = &failures[0];
     assert_eq!(
         (f.region.as_str(), f.gate.as_str()),
@@ -162,7 +166,7 @@ async fn a_query_gate_at_or_below_its_max_lets_every_wave_pass() -> Result<()> {
     for r in REGIONS {
         let read = out
             .lines()
-            .find(|l| l.contains("query gate read") && l.contains(&format!("region={r} ")))
+            .find(|l| l.contains("query gate read") && l.contains(&format!("region=\"{r}\" ")))
             .unwrap_or_else(|| panic!("{r}'s query gate reading is logged: {out}"));
         assert!(
             read.contains("gate=prometheus:gateway_drops") && read.contains("value=0 "),

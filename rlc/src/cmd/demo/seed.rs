@@ -99,11 +99,7 @@ pub(super) fn history(dir: &Path, now: i64) -> anyhow::Result<PathBuf> {
 }
 
 /// [`history`] for the buckets and medians given.
-pub(super) fn history_of(
-    dir: &Path,
-    now: i64,
-    medians: &[(&str, f64)],
-) -> anyhow::Result<PathBuf> {
+pub(super) fn history_of(dir: &Path, now: i64, medians: &[(&str, f64)]) -> anyhow::Result<PathBuf> {
     let series = Series::from_csv_str(TRAFFIC).map_err(|e| anyhow::anyhow!("demo traffic: {e}"))?;
     let first = series.points.first().context("empty demo traffic")?.ts;
     let last = series.points.last().context("empty demo traffic")?.ts;

@@ -184,7 +184,10 @@ impl Driver<'_> {
                 info!(rollout = %active.id, commit = %active.commit, wave = active.wave + 1, "resuming the rollout in progress");
                 let mut active = active;
                 if let (Some(reason), None) = (&self.s.expedite, &active.expedite_reason)
-                    && self.history.set_rollout_expedite(&active.id, reason).await?
+                    && self
+                        .history
+                        .set_rollout_expedite(&active.id, reason)
+                        .await?
                 {
                     info!(rollout = %active.id, reason = %reason, "rollout expedited: its remaining bakes are skipped");
                     active.expedite_reason = Some(reason.clone());

@@ -70,10 +70,7 @@ pub(super) async fn run(root: &Path, interval: Duration) -> anyhow::Result<bool>
         &repo_path,
         &[
             ("services/payments.yaml", services(START_RPS).as_str()),
-            (
-                "limits/payments.yaml",
-                "service: payments\nlimits: {}\n",
-            ),
+            ("limits/payments.yaml", "service: payments\nlimits: {}\n"),
             ("rollout.yaml", plan().as_str()),
         ],
         "payments: partner-acme 300 rps per region; staged rollouts",
@@ -85,11 +82,8 @@ pub(super) async fn run(root: &Path, interval: Duration) -> anyhow::Result<bool>
     println!(
         "== 2. history: 28 days of {SERVICE}/{BUCKET} (NAB elb series, MIT licence), median {HISTORY_MEDIAN_RPS} rps: the predictions read it"
     );
-    let history_dir = seed::history_of(
-        &root.join("history"),
-        now,
-        &[(BUCKET, HISTORY_MEDIAN_RPS)],
-    )?;
+    let history_dir =
+        seed::history_of(&root.join("history"), now, &[(BUCKET, HISTORY_MEDIAN_RPS)])?;
     println!(
         "\n== 3. two regions in-process: a controller following regions/<r>, an aggregator, 2 clients each; {CALLER} now sends {LIVE_RPS:.0} rps to each"
     );
@@ -215,7 +209,9 @@ impl Demo<'_> {
             "$ rlc rollout run …            # commit {} on main",
             short(commit)
         );
-        println!("  (each region's controller, every second: version, {BUCKET}'s limit, offered and dropped)");
+        println!(
+            "  (each region's controller, every second: version, {BUCKET}'s limit, offered and dropped)"
+        );
         let mut watch = Watch::new();
         let rollout = rlc::rollout::run(self.settings, self.history, self.source);
         tokio::pin!(rollout);
@@ -233,11 +229,9 @@ impl Demo<'_> {
             }
         }
         let record = self.record(commit).await?;
-        let views = rlc::rollout::controllers::discover(
-            &self.regions.controllers(),
-            &self.settings.auth,
-        )
-        .await;
+        let views =
+            rlc::rollout::controllers::discover(&self.regions.controllers(), &self.settings.auth)
+                .await;
         println!("$ rlc rollout status --controller …");
         println!("{}", indent(&StatusView::new(&record, &views).render(true)));
         let tips: Vec<String> = REGIONS
@@ -245,9 +239,7 @@ impl Demo<'_> {
             .map(|r| {
                 let tip = git2::Repository::open_bare(self.repo_path)
                     .ok()
-                    .and_then(|repo| {
-                        repo.refname_to_id(&format!("refs/heads/regions/{r}")).ok()
-                    })
+                    .and_then(|repo| repo.refname_to_id(&format!("refs/heads/regions/{r}")).ok())
                     .map(|id| id.to_string())
                     .unwrap_or_default();
                 format!("regions/{r} → {}", short(&tip))
@@ -292,7 +284,9 @@ fn failed_on_r1(outcomes: &[RolloutOutcome]) -> bool {
         f.region == "r1"
             && f.gate == "max_drop_over_prediction"
             && f.bucket.as_deref() == Some(bucket.as_str())
-            && f.observed.zip(f.predicted).is_some_and(|(o, p)| o > p + 0.5)
+            && f.observed
+                .zip(f.predicted)
+                .is_some_and(|(o, p)| o > p + 0.5)
     }) && rolled_back.iter().map(|(r, _)| r.as_str()).eq(["r1"])
 }
 
