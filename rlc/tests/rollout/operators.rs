@@ -292,3 +292,53 @@ async fn an_operator_expedites_a_rollout_in_progress_and_its_bakes_are_skipped()
     );
     Ok(())
 }
+
+/// A paused rollout resumed with `rlc rollout resume --expedite --reason`: the reason is
+/// recorded on the rollout taken up and its remaining wave is not baked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_with_expedite_skips_the_remaining_bakes_of_a_paused_rollout() -> Result<()> {
+    let fleet = Fleet::start(Some(BAKE), 150.0, 150.0).await?;
+    let raised = fleet.commit_limit(400.0)?;
+    let history = History::connect(&fleet.db).await?;
+    let mut run = fleet.spawn_run(&[])?;
+    until(GENEROUS, "r1 runs the new commit", || async {
+        Ok(fleet.version("r1").await? == raised)
+    })
+    .await
+    .with_context(|| run.output_tail(40))?;
+    let paused = fleet
+        .rollout(["pause", "--db", &fleet.db].map(String::from).to_vec())
+        .await?;
+    assert!(paused.status.success(), "{}", text(&paused));
+    assert_eq!(wait_exit(&mut run, GENEROUS).await?, 10, "{}", run.output());
+
+    let reason = "INC-78 resume it now";
+    let mut args: Vec<String> = std::iter::once("resume".to_string())
+        .chain(fleet.drive_args())
+        .collect();
+    args.extend(["--expedite".into(), "--reason".into(), reason.into()]);
+    let resumed = fleet.rollout(args).await?;
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
+    assert!(
+        text(&resumed).contains("rollout expedited: its remaining bakes are skipped"),
+        "{}",
+        text(&resumed)
+    );
+    assert_eq!(
+        fleet.versions().await?,
+        [raised.as_str(), raised.as_str(), raised.as_str()]
+    );
+    let r = history.latest_rollout().await?.context("a rollout")?;
+    assert_eq!(r.state, RolloutState::Passed);
+    assert_eq!(r.expedite_reason.as_deref(), Some(reason));
+    assert_eq!(
+        r.waves
+            .iter()
+            .map(|w| w.result.as_str())
+            .collect::<Vec<_>>(),
+        ["passed", "expedited"],
+        "wave 1 baked before the pause, wave 2 did not: {:?}",
+        r.waves
+    );
+    Ok(())
+}
