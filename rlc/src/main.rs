@@ -91,6 +91,10 @@ fn register_secrets(command: &Command) {
                 register_url(&r.db);
                 None
             }
+            cmd::rollout::Action::Expedite(e) => {
+                register_url(&e.record.db);
+                None
+            }
         },
         _ => None,
     };

@@ -7,6 +7,7 @@ mod cadence;
 mod capacity;
 mod capacity_events;
 mod demo;
+mod demo_rollout;
 mod exit_codes;
 mod explain;
 mod fleet;

@@ -2,9 +2,13 @@
 //! process following `regions/<region>` of a bare config remote, with an aggregator and
 //! clients offering real traffic; the `rlc` binary driving the rollout (or the library, where
 //! a test needs its counters); SQLite and PostgreSQL for the rollout's state; the GitHub
-//! stand-in for the comment on a merged pull request.
+//! stand-in for the comment on a merged pull request; a real Prometheus scraping the
+//! controllers for the query gates ([`query_gate`]). Operators' commands are in
+//! [`operators`].
 
 mod fleet;
+mod operators;
+mod query_gate;
 
 use std::time::Duration;
 
@@ -288,169 +292,6 @@ async fn a_configurator_killed_during_a_bake_resumes_the_same_rollout() -> Resul
     assert_eq!(
         fleet.versions().await?,
         [raised.as_str(), raised.as_str(), raised.as_str()]
-    );
-    Ok(())
-}
-
-/// An operator pauses (the wave in progress finishes, the next does not start), resumes
-/// (driven by `rlc rollout resume` itself), rolls the passed rollout back, then aborts the
-/// next one mid-wave (its regions stay where they are). The rollout's state lives in
-/// PostgreSQL here.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operators_pause_resume_roll_back_and_abort_on_postgres() -> Result<()> {
-    let mut fleet = Fleet::start(Some(BAKE), 150.0, 150.0).await?;
-    let pg = test_support::postgres::fresh_database()?;
-    fleet.db = pg.url().to_string();
-    let base = fleet.base.clone();
-    let raised = fleet.commit_limit(400.0)?;
-    let mut run = fleet.spawn_run(&[])?;
-    until(GENEROUS, "r1 runs the new commit", || async {
-        Ok(fleet.version("r1").await? == raised)
-    })
-    .await?;
-    let paused = fleet
-        .rollout(vec!["pause".into(), "--db".into(), fleet.db.clone()])
-        .await?;
-    assert!(paused.status.success(), "{}", text(&paused));
-    assert_eq!(wait_exit(&mut run, GENEROUS).await?, 10, "{}", run.output());
-    assert!(
-        run.output().contains("paused before wave 2"),
-        "{}",
-        run.output()
-    );
-    assert_eq!(
-        fleet.versions().await?,
-        [raised.as_str(), base.as_str(), base.as_str()],
-        "r2 and r3 wait"
-    );
-    assert_eq!(fleet.status_json().await?["state"], "paused");
-
-    let resumed = fleet
-        .rollout(
-            std::iter::once("resume".to_string())
-                .chain(fleet.drive_args())
-                .collect(),
-        )
-        .await?;
-    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed));
-    assert_eq!(
-        fleet.versions().await?,
-        [raised.as_str(), raised.as_str(), raised.as_str()]
-    );
-
-    let back = fleet
-        .rollout(
-            std::iter::once("rollback".to_string())
-                .chain(fleet.drive_args())
-                .collect(),
-        )
-        .await?;
-    assert_eq!(back.status.code(), Some(0), "{}", text(&back));
-    assert_eq!(
-        fleet.versions().await?,
-        [base.as_str(), base.as_str(), base.as_str()]
-    );
-    for r in REGIONS {
-        assert_eq!(
-            fleet.remote.tip(&format!("regions/{r}")),
-            Some(base.clone()),
-            "{r}"
-        );
-    }
-    let s = fleet.status_json().await?;
-    assert_eq!(s["state"], "rolled-back", "{s:#}");
-
-    let next = fleet.commit_limit(350.0)?;
-    let mut run = fleet.spawn_run(&[])?;
-    until(GENEROUS, "r1 runs the next commit", || async {
-        Ok(fleet.version("r1").await? == next)
-    })
-    .await?;
-    let aborted = fleet
-        .rollout(vec!["abort".into(), "--db".into(), fleet.db.clone()])
-        .await?;
-    assert!(aborted.status.success(), "{}", text(&aborted));
-    assert_eq!(wait_exit(&mut run, GENEROUS).await?, 10, "{}", run.output());
-    assert!(run.output().contains("aborted"), "{}", run.output());
-    assert_eq!(
-        fleet.versions().await?,
-        [next.as_str(), base.as_str(), base.as_str()],
-        "r1 stays, the rest never moved"
-    );
-    Ok(())
-}
-
-/// A commit that lands during a rollout waits for it: the driver finishes the rollout in
-/// progress, then rolls out `main`'s new head; a second configurator started meanwhile
-/// moves nothing and says why. An expedited rollout skips its bakes, recorded.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_change_landing_during_a_rollout_waits_for_it_and_expedite_skips_the_bakes() -> Result<()>
-{
-    let fleet = Fleet::start(Some(BAKE), 150.0, 150.0).await?;
-    let first = fleet.commit_limit(400.0)?;
-    let mut run = fleet.spawn_run(&[])?;
-    until(GENEROUS, "r1 runs the first commit", || async {
-        Ok(fleet.version("r1").await? == first)
-    })
-    .await?;
-    let second = fleet.commit_limit(450.0)?;
-    let other = fleet.run_to_end().await?;
-    assert_eq!(other.status.code(), Some(0), "{}", text(&other));
-    assert!(
-        stdout(&other).contains("is in progress"),
-        "{}",
-        text(&other)
-    );
-    assert_eq!(
-        fleet.version("r2").await?,
-        fleet.base,
-        "the second driver moved nothing"
-    );
-
-    assert_eq!(wait_exit(&mut run, GENEROUS).await?, 0, "{}", run.output());
-    assert_eq!(
-        fleet.versions().await?,
-        [second.as_str(), second.as_str(), second.as_str()]
-    );
-    let history = History::connect(&fleet.db).await?;
-    let a = history.rollout_of_commit(&first).await?.unwrap();
-    let b = history.rollout_of_commit(&second).await?.unwrap();
-    assert_eq!(
-        (a.state, b.state),
-        (RolloutState::Passed, RolloutState::Passed)
-    );
-    assert!(
-        b.started_at_ms >= a.finished_at_ms.unwrap(),
-        "the second waited for the first"
-    );
-
-    let urgent = fleet.commit_limit(500.0)?;
-    let started = std::time::Instant::now();
-    let mut args: Vec<String> = std::iter::once("run".to_string())
-        .chain(fleet.drive_args())
-        .collect();
-    args.extend([
-        "--expedite".into(),
-        "--reason".into(),
-        "INC-42 partner outage".into(),
-    ]);
-    let out = fleet.rollout(args).await?;
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        started.elapsed() < Duration::from_millis(2 * BAKE_MS as u64),
-        "no bake: {:?}",
-        started.elapsed()
-    );
-    assert_eq!(
-        fleet.versions().await?,
-        [urgent.as_str(), urgent.as_str(), urgent.as_str()]
-    );
-    let c = history.rollout_of_commit(&urgent).await?.unwrap();
-    assert_eq!(c.expedite_reason.as_deref(), Some("INC-42 partner outage"));
-    assert!(
-        c.waves.iter().all(|w| w.result == "expedited"),
-        "{:?}",
-        c.waves
     );
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! `rlc rollout run | status | pause | resume | abort | rollback`: the staged rollout of
-//! `main`'s head, region by region as `rollout.yaml` says, and an operator's hands on it.
+//! `rlc rollout run | status | pause | resume | expedite | abort | rollback`: the staged
+//! rollout of `main`'s head, region by region as `rollout.yaml` says, and an operator's
+//! hands on it.
 //!
 //! Exit codes of `run` (and of `resume` / `rollback` when they drive): 0 every wave passed
 //! (or nothing to roll out, or another configurator drives the rollout in progress and the
@@ -40,8 +41,12 @@ pub(crate) enum Action {
     Status(StatusCmd),
     /// Hold the rollout: the wave in progress finishes, no new wave starts.
     Pause(RecordCmd),
-    /// Let a paused rollout go on; with `--config-repo` etc., drive it here until done.
+    /// Let a paused rollout go on; with `--config-repo` etc., drive it here until done
+    /// (with `--expedite --reason`, skipping its remaining bakes).
     Resume(DriveCmd),
+    /// Skip the remaining bakes of the rollout in progress (an urgent change): its driver
+    /// cuts the bake in progress short at its next poll; the reason is recorded.
+    Expedite(ExpediteCmd),
     /// Stop the rollout where it is; the regions moved stay on the new version.
     Abort(RecordCmd),
     /// Put every region the rollout moved back on its previous version.
@@ -76,6 +81,16 @@ pub(crate) struct StatusCmd {
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `rlc rollout expedite`.
+#[derive(Debug, Args)]
+pub(crate) struct ExpediteCmd {
+    #[command(flatten)]
+    pub record: RecordCmd,
+    /// Why the bakes are skipped (recorded in the run history).
+    #[arg(long)]
+    pub reason: String,
 }
 
 /// Flags of the subcommands that only change the run history.
@@ -130,6 +145,7 @@ pub(crate) async fn execute(cmd: RolloutCmd) -> i32 {
         Action::Status(c) => status(c).await,
         Action::Pause(c) => change(c, "pause").await,
         Action::Resume(c) => drive(c, Some("resume")).await,
+        Action::Expedite(c) => expedite(c).await,
         Action::Abort(c) => change(c, "abort").await,
         Action::Rollback(c) => drive(c, Some("rollback")).await,
     };
@@ -322,6 +338,42 @@ async fn change(c: RecordCmd, action: &str) -> Result<i32, Failure> {
         ));
     }
     println!("rollout {}: {}", r.id, to.as_str());
+    Ok(0)
+}
+
+/// `expedite`: records the reason on the rollout in progress; its driver reads it.
+async fn expedite(c: ExpediteCmd) -> Result<i32, Failure> {
+    if c.reason.trim().is_empty() {
+        return Err((
+            exit::USAGE,
+            anyhow::anyhow!("--reason must say why the bakes are skipped"),
+        ));
+    }
+    let history = connect(&c.record.db).await?;
+    let r = pick(&history, c.record.id.as_deref()).await?;
+    let done = history
+        .set_rollout_expedite(&r.id, c.reason.trim())
+        .await
+        .map_err(fail(exit::DATABASE))?;
+    if !done {
+        return Err((
+            exit::OTHER,
+            anyhow::anyhow!(
+                "rollout {} is {}: cannot expedite it",
+                r.id,
+                r.state.as_str()
+            ),
+        ));
+    }
+    println!(
+        "rollout {}: expedited (wave {}/{}): the bake in progress ends at its driver's next poll, the remaining waves are not baked",
+        r.id,
+        (r.wave + 1).min(r.plan.waves.len()),
+        r.plan.waves.len()
+    );
+    if r.state == RolloutState::Paused {
+        println!("(it is paused: rlc rollout resume lets it go on)");
+    }
     Ok(0)
 }
 

@@ -286,6 +286,24 @@ impl History {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Records `reason` as why rollout `id` skips its bakes from now on (`rlc rollout
+    /// expedite`), if it is running or paused; its driver reads it at its next poll and cuts
+    /// the bake in progress short. Returns whether it was recorded.
+    pub async fn set_rollout_expedite(&self, id: &str, reason: &str) -> Result<bool, HistoryError> {
+        let done = sqlx::query(
+            "UPDATE rlc_rollouts SET expedite_reason = $1 WHERE id = $2 AND state IN ($3, $4)",
+        )
+        .bind(crate::secrets::scrub(reason).into_owned())
+        .bind(id)
+        .bind(RolloutState::Running.as_str())
+        .bind(RolloutState::Paused.as_str())
+        .persistent(false)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| self.query_err("record rollout expedite", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Records where a region of rollout `id` is.
     pub async fn update_rollout_region(
         &self,

@@ -44,7 +44,13 @@ impl fmt::Display for GateFailure {
             write!(f, " bucket {b}")?;
         }
         if let Some(p) = self.predicted {
-            write!(f, " predicted {p:.4}")?;
+            // A query gate's figure is the most it allows, not a prediction.
+            let what = if self.gate.starts_with("prometheus:") {
+                "max"
+            } else {
+                "predicted"
+            };
+            write!(f, " {what} {p:.4}")?;
         }
         if let Some(o) = self.observed {
             write!(f, " observed {o:.4}")?;
@@ -227,6 +233,22 @@ mod tests {
             &seen(&[("pay/a", true, 1000.0, 900.0)]),
         );
         assert!(within.is_empty(), "0.90 is within 0.88 + 0.02: {within:?}");
+    }
+
+    #[test]
+    fn a_query_gate_failure_names_its_max_not_a_prediction() {
+        let f = GateFailure {
+            region: "r1".into(),
+            gate: "prometheus:errors".into(),
+            bucket: None,
+            predicted: Some(0.5),
+            observed: Some(0.9),
+            detail: "query value 0.9 is above its max 0.5".into(),
+        };
+        assert_eq!(
+            f.to_string(),
+            "region r1 gate prometheus:errors max 0.5000 observed 0.9000: query value 0.9 is above its max 0.5"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use tracing::info;
 
 use super::gates::GateFailure;
 use super::plan_file::QueryGate;
@@ -28,7 +29,17 @@ pub async fn judge_queries(base: &str, region: &str, gates: &[QueryGate]) -> Vec
             observed,
             detail,
         };
-        match instant_query(base, &query).await {
+        let answer = instant_query(base, &query).await;
+        if let Ok(value) = &answer {
+            info!(
+                region,
+                gate = %format!("prometheus:{}", g.name),
+                value = %value.map_or("none".into(), |v| v.to_string()),
+                max = %g.max,
+                "query gate read"
+            );
+        }
+        match answer {
             Ok(Some(v)) if v <= g.max => {}
             Ok(Some(v)) => out.push(fail(
                 Some(v),

@@ -5,8 +5,12 @@
 //! history), shows the review table, then starts a controller that follows the repo, three
 //! zone aggregators and six clients in-process, replays traffic with a 15x surge on one
 //! caller and prints a live per-second table and a closing summary.
+//!
+//! `rlc demo --rollout` shows a staged rollout instead ([`rollout`]): two regions, a good
+//! change that passes both waves and a bad one rolled back after the first.
 
 mod replay;
+mod rollout;
 mod seed;
 mod table;
 
@@ -27,9 +31,15 @@ pub(crate) struct DemoCmd {
     /// Seconds of traffic to replay (the surge runs from a third to two thirds of it).
     #[arg(long, default_value_t = 36)]
     pub seconds: u64,
-    /// Reporting interval of the GRL tiers, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub interval_ms: u64,
+    /// Reporting interval of the GRL tiers, in milliseconds (default 1000; 200 with
+    /// `--rollout`).
+    #[arg(long)]
+    pub interval_ms: Option<u64>,
+    /// Show a staged rollout instead: two regions, each following its own branch of the
+    /// config repo; a good change reaches r1 then r2, a bad one fails r1's gate and r1 goes
+    /// back while r2 never moves. Exit 0 when it behaved so.
+    #[arg(long)]
+    pub rollout: bool,
     /// Keep the demo's files here instead of a temporary directory.
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -53,12 +63,17 @@ impl DemoCmd {
     }
 }
 
-/// Runs the demo; exit code 0 when the surge was held and no one else was dropped.
+/// Runs the demo; exit code 0 when the surge was held and no one else was dropped (with
+/// `--rollout`: when the rollouts went as described).
 pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
     let tmp = tempfile::tempdir()?;
     let root = cmd.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&root)?;
     let now = chrono::Utc::now().timestamp();
+    if cmd.rollout {
+        let interval = Duration::from_millis(cmd.interval_ms.unwrap_or(200).max(100));
+        return rollout::run(&root, interval).await;
+    }
 
     println!(
         "== 1. config repo: seeding {} from config-repo/",
@@ -100,7 +115,7 @@ pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
     );
 
     println!("\n== 4. GRL: a controller following the repo, 3 zone aggregators, 6 clients");
-    let interval = Duration::from_millis(cmd.interval_ms.max(100));
+    let interval = Duration::from_millis(cmd.interval_ms.unwrap_or(1000).max(100));
     let summary = replay::run(&remote, interval, cmd.seconds.max(12)).await?;
     summary.print();
     if cmd.json {

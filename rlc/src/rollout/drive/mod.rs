@@ -49,7 +49,9 @@ pub struct RolloutSettings {
     pub poll: Duration,
     /// "now" for the predictions' history (unix seconds); `None`: the wall clock.
     pub now: Option<i64>,
-    /// `--expedite --reason`: skip the bakes (and so the gates) of a rollout this starts.
+    /// `--expedite --reason`: skip the bakes (and so the gates) of the rollout this starts
+    /// or takes up (an operator expedites a rollout another process drives with `rlc
+    /// rollout expedite`).
     pub expedite: Option<String>,
     /// The run that committed what is rolled out, if a run drives it.
     pub run_id: Option<String>,
@@ -180,6 +182,16 @@ impl Driver<'_> {
                     });
                 }
                 info!(rollout = %active.id, commit = %active.commit, wave = active.wave + 1, "resuming the rollout in progress");
+                let mut active = active;
+                if let (Some(reason), None) = (&self.s.expedite, &active.expedite_reason)
+                    && self
+                        .history
+                        .set_rollout_expedite(&active.id, reason)
+                        .await?
+                {
+                    info!(rollout = %active.id, reason = %reason, "rollout expedited: its remaining bakes are skipped");
+                    active.expedite_reason = Some(reason.clone());
+                }
                 active
             }
             None => match self.start(&head, source).await? {

@@ -48,7 +48,7 @@ impl Driver<'_> {
                 return self.fail(r, w, vec![f]).await;
             }
             match self.wait_applied(r, &todo, &addrs).await? {
-                Step::Go => {}
+                Step::Go | Step::Expedited => {}
                 Step::Stop(out) => return Ok(out),
                 Step::Fail(f) => return self.fail(r, w, f).await,
             }
@@ -62,6 +62,7 @@ impl Driver<'_> {
             }
             match self.bake(r, &todo, &addrs).await? {
                 Step::Go => self.pass(r, w, &todo, "passed").await?,
+                Step::Expedited => self.pass(r, w, &todo, "expedited").await?,
                 Step::Stop(out) => return Ok(out),
                 Step::Fail(f) => return self.fail(r, w, f).await,
             }
@@ -212,6 +213,10 @@ impl Driver<'_> {
             if let Some(out) = self.mid_wave(r).await? {
                 return Ok(Step::Stop(out));
             }
+            if let Some(reason) = &r.expedite_reason {
+                info!(rollout = %r.id, wave = r.wave + 1, reason = %reason, baked_secs = start.elapsed().as_secs(), "bake cut short (expedited by an operator)");
+                return Ok(Step::Expedited);
+            }
             for name in todo {
                 let o = seen.get_mut(name).expect("every region observed");
                 match leader_status(&addrs[name], &self.s.auth, true, self.call_timeout()).await {
@@ -298,6 +303,8 @@ impl Driver<'_> {
 /// What a step of a wave came to.
 enum Step {
     Go,
+    /// The bake was cut short: an operator expedited the rollout meanwhile.
+    Expedited,
     Stop(RolloutOutcome),
     Fail(Vec<GateFailure>),
 }
