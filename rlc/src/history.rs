@@ -167,6 +167,25 @@ pub struct History {
     sqlite: bool,
 }
 
+/// Applies the migrations. PostgreSQL serialises concurrent migrators with an advisory
+/// lock; SQLite has none, so two processes opening a fresh file at once both try the
+/// same migration and one fails (its transaction rolls back): it tries again, and finds
+/// the migrations applied by the other.
+async fn migrate(pool: &sqlx::AnyPool, sqlite: bool) -> Result<(), sqlx::migrate::MigrateError> {
+    let attempts = if sqlite { 10 } else { 1 };
+    let mut attempt = 1;
+    loop {
+        match MIGRATOR.run(pool).await {
+            Err(e) if attempt < attempts => {
+                tracing::debug!(error = %e, attempt, "migration raced another process; again");
+                tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 impl History {
     /// Connects to `url` (`sqlite://<path>`, a bare file path, or `postgres://...`), creating
     /// the SQLite file and its parent directories if needed, and applies the migrations.
@@ -195,8 +214,7 @@ impl History {
             .connect(target.connect_url())
             .await
             .map_err(connect_err)?;
-        MIGRATOR
-            .run(&pool)
+        migrate(&pool, target.is_sqlite())
             .await
             .map_err(|source| HistoryError::Migrate {
                 db: db.clone(),

@@ -325,3 +325,19 @@ async fn runs_left_running_by_dead_processes_are_marked_aborted() {
     assert!(h.abort_stale_runs().await.unwrap().is_empty(), "only once");
     h.heartbeat(&live).await.unwrap();
 }
+
+/// Several configurators (a `rlc rollout expedite` beside a running `rlc rollout run`)
+/// opening one fresh SQLite history at the same moment each find its tables ready.
+#[tokio::test]
+async fn processes_opening_a_fresh_sqlite_history_at_once_all_get_it() {
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("h.db").display());
+        let opened = futures::future::join_all((0..6).map(|_| History::connect(&url))).await;
+        for h in opened {
+            if let Err(e) = h {
+                panic!("round {round}: {e}");
+            }
+        }
+    }
+}
