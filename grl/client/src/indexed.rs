@@ -104,7 +104,7 @@ impl Inner {
         c: &Control,
         ins: &proto::Instruction,
     ) -> Vec<(u32, IndexedRatio)> {
-        let Some(p) = &ins.packed else {
+        let Some(p) = ins.packed.as_ref().filter(|p| !p.index_delta.is_empty()) else {
             return Vec::new();
         };
         let Some(first) = c

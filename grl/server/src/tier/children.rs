@@ -203,25 +203,31 @@ impl<L: Liveness> Children<L> {
         now: Instant,
         (rates, indexed): (Totals, Option<IndexedRates>),
     ) -> Result<bool, Reason> {
-        let held = self.map.get(&r.reporter_id).map_or(0, Child::row_count);
-        let rows = self.rows - held + rates.len() + indexed.as_ref().map_or(0, |x| x.rows.len());
+        let new_rows = rates.len() + indexed.as_ref().map_or(0, |x| x.rows.len());
+        // One lookup of the child on the usual path (a report on its own stream).
+        let held = match self.map.get_mut(&r.reporter_id) {
+            Some(c) if c.conn == conn => {
+                let rows = self.rows - c.row_count() + new_rows;
+                if rows > self.max_rows {
+                    return Err(Reason::TooManyRows);
+                }
+                self.rows = rows;
+                c.rates = rates;
+                c.indexed = indexed;
+                c.took_report(r, now);
+                return Ok(false);
+            }
+            Some(c) => c.row_count(),
+            None => 0,
+        };
+        let rows = self.rows - held + new_rows;
         if rows > self.max_rows {
             return Err(Reason::TooManyRows);
         }
         self.rows = rows;
-        Ok(match self.map.get_mut(&r.reporter_id) {
-            Some(c) if c.conn == conn => {
-                c.rates = rates;
-                c.indexed = indexed;
-                c.took_report(r, now);
-                false
-            }
-            _ => {
-                let child = Child::new(r, conn, link, now, (rates, indexed));
-                self.map.insert(r.reporter_id.clone(), child);
-                true
-            }
-        })
+        let child = Child::new(r, conn, link, now, (rates, indexed));
+        self.map.insert(r.reporter_id.clone(), child);
+        Ok(true)
     }
 
     /// The child's stream `conn` ended (a newer stream keeps it): a client is removed; a
