@@ -246,9 +246,7 @@ async fn rows_by_index_are_held_to_the_bounds_and_refused_out_of_range_or_versio
     // Refused, and the sum stays: a rate past the bound on one client (that row), an index
     // past the service's buckets, a version the aggregator does not hold, a malformed list.
     let refused = |reason| agg.node.refused.get(reason);
-    let counts = || {
-        [Reason::Implausible, Reason::UnknownBucket, Reason::Packed].map(|reason| refused(reason))
-    };
+    let counts = || [Reason::Implausible, Reason::UnknownBucket, Reason::Packed].map(refused);
     let start = counts();
     c.send(
         Vec::new(),
