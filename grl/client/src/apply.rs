@@ -1,5 +1,6 @@
 //! Applying what the control plane says: an instruction's config (the service's bucket
-//! rules: books, cells and the pair table rebuilt), its ratios and allowances per bucket,
+//! rules: books, cells and the pair table rebuilt), its ratios and allowances per bucket
+//! (by name, or by index: read in `indexed`),
 //! and the thresholds the hot path reads, written into every pair that belongs to a
 //! bucket. Runs under the control lock ([`Inner::lock`]), never on the hot path.
 
@@ -16,6 +17,7 @@ use super::Inner;
 use super::buckets::{Registry, RuleSet, threshold};
 use super::budget::Budget;
 use super::control::{Control, sync_pair};
+use super::indexed::first_index_of;
 use super::table::{PairEntry, PairTable};
 
 impl Inner {
@@ -30,47 +32,62 @@ impl Inner {
         if ins.has_config {
             self.apply_config(&mut c, ins);
         }
+        c.indexing.heard(ins);
+        let until = |valid_for_ms: u32| match valid_for_ms {
+            0 => now + default_valid,
+            ms => now + Duration::from_millis(ms.into()),
+        };
         for r in ins.ratios.iter().filter(|r| r.service == self.cfg.service) {
             let Some(id) = c.registry.get(&r.bucket).filter(|id| c.active.contains(id)) else {
                 debug!(bucket = %r.bucket, "ratio for a bucket not in the config, ignored");
                 continue;
             };
-            let valid = if r.valid_for_ms > 0 {
-                Duration::from_millis(r.valid_for_ms.into())
-            } else {
-                default_valid
-            };
-            let book = &mut c.books[id as usize];
-            book.expires = Some(now + valid);
-            let had = book.allowed.is_some();
-            book.allowed = r.allowed.filter(|a| a.is_finite() && *a >= 0.0);
-            if !had && book.allowed.is_some() {
-                book.budget = Budget::starting_at(crate::budget::phase_of(&self.cfg.id, id));
-                book.unsettled = true;
-            }
-            if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {
-                if now < until {
-                    book.allowed = Some(a.max(held));
-                } else {
-                    book.hold = None;
-                }
-            }
-            let ratio = match book.allowed {
-                Some(a) => book.budget.ratio(
-                    book.local_share(a),
-                    self.window_secs(),
-                    book.shape.expected(),
-                    book.shape.typical_window(),
-                ),
-                None => r.ratio,
-            };
-            c.registry.cells[id as usize]
-                .threshold
-                .store(threshold(ratio), Ordering::Relaxed);
+            self.apply_ratio(&mut c, id, (r.ratio, r.allowed), until(r.valid_for_ms), now);
+        }
+        for (id, r) in self.indexed_ratios(&c, ins) {
+            self.apply_ratio(&mut c, id, (r.ratio, r.allowed), until(r.valid_for_ms), now);
         }
         c.valid_until = Some(now + default_valid);
         self.fail_open.store(false, Ordering::Relaxed);
         self.sync_pairs(&c.registry);
+    }
+
+    /// Applies one bucket's `(ratio, allowance)`, valid until `expires`, to cell `id`.
+    fn apply_ratio(
+        &self,
+        c: &mut Control,
+        id: u32,
+        (ratio, allowed): (f64, Option<f64>),
+        expires: Instant,
+        now: Instant,
+    ) {
+        let book = &mut c.books[id as usize];
+        book.expires = Some(expires);
+        let had = book.allowed.is_some();
+        book.allowed = allowed.filter(|a| a.is_finite() && *a >= 0.0);
+        if !had && book.allowed.is_some() {
+            book.budget = Budget::starting_at(crate::budget::phase_of(&self.cfg.id, id));
+            book.unsettled = true;
+        }
+        if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {
+            if now < until {
+                book.allowed = Some(a.max(held));
+            } else {
+                book.hold = None;
+            }
+        }
+        let ratio = match book.allowed {
+            Some(a) => book.budget.ratio(
+                book.local_share(a),
+                self.window_secs(),
+                book.shape.expected(),
+                book.shape.typical_window(),
+            ),
+            None => ratio,
+        };
+        c.registry.cells[id as usize]
+            .threshold
+            .store(threshold(ratio), Ordering::Relaxed);
     }
 
     fn apply_config(&self, c: &mut Control, ins: &proto::Instruction) {
@@ -102,6 +119,7 @@ impl Inner {
         let resolver = rules.resolver(&self.cfg.service, ids.clone(), c.registry.cells.clone());
         c.active = ids;
         c.version = ins.config_version.clone();
+        c.indexing.first_index = first_index_of(&ins.config, &self.cfg.service);
         for e in self.table.iter() {
             e.cell.store(
                 resolver.resolve(e.caller(), e.procedure()),

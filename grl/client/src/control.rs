@@ -16,6 +16,7 @@ use tracing::warn;
 
 use super::buckets::{Registry, Resolver};
 use super::budget::Budget;
+use super::indexed::Indexing;
 use super::recorded::Recorded;
 use super::shape::Shape;
 use super::table::{DECISIONS, PairEntry};
@@ -109,6 +110,8 @@ pub(crate) struct Control {
     windows: usize,
     /// Windows in one report interval.
     interval_windows: usize,
+    /// Bucket indices on the link (wire version 2).
+    pub(crate) indexing: Indexing,
 }
 
 /// How many windows a bucket's shape keeps: four intervals, and at least four seconds, so
@@ -135,6 +138,7 @@ impl Control {
             seq: 0,
             window_at: None,
             windows,
+            indexing: Indexing::default(),
         }
     }
 

@@ -57,6 +57,7 @@ mod buckets;
 mod budget;
 mod control;
 mod error;
+mod indexed;
 pub mod layer;
 mod local;
 mod metrics;

@@ -5,7 +5,9 @@
 //! the tiers use the report for, whatever the shape of the traffic ([`Shape::report_rates`]:
 //! the last interval for dense traffic, whole bursts and enough requests for sparse or
 //! bursty traffic); usage decided elsewhere enters as its sliding rate. The row also
-//! carries the cumulative totals, exact whatever horizon the rates cover.
+//! carries the cumulative totals, exact whatever horizon the rates cover (by name only:
+//! the tiers share by rates and ignore them, and a row by index carries rates alone).
+//! Whether rows go by name or by bucket index is decided in `indexed`.
 //!
 //! [`Shape::report_rates`]: crate::shape::Shape::report_rates
 
@@ -26,11 +28,10 @@ impl Inner {
         // Also bounds how long a pair created during a ratio change can hold a stale one.
         self.sync_pairs(&c.registry);
         c.seq += 1;
-        let rates = self.rows(&c);
-        self.report_with(&c, rates)
+        self.report_with(&c)
     }
 
-    /// One row per bucket of the config.
+    /// One row per bucket of the config, by name.
     pub(crate) fn rows(&self, c: &Control) -> Vec<proto::BucketRate> {
         c.active
             .iter()
@@ -54,22 +55,22 @@ impl Inner {
         ((self.cfg.interval.as_secs_f64() / w).round() as usize).max(1)
     }
 
+    /// The offered, dropped and shadow-dropped rates of cell `id` for a report.
+    pub(crate) fn row_rates(&self, c: &Control, id: u32) -> (f64, f64, f64) {
+        let shadow = c.registry.cells[id as usize].shadow.load(Ordering::Relaxed);
+        rates_of(&c.books[id as usize], shadow, self.interval_windows())
+    }
+
     /// One bucket's row of a report; `shadow`: what was not admitted counts as virtual drops.
     fn bucket_rate(&self, bucket: &str, book: &Book, shadow: bool) -> proto::BucketRate {
-        let (offered, admitted) = book.shape.report_rates(self.interval_windows());
-        let refused = (offered - admitted).max(0.0);
-        let (dropped, shadow_dropped) = if shadow {
-            (0.0, refused)
-        } else {
-            (refused, 0.0)
-        };
+        let (offered, dropped, shadow_dropped) = rates_of(book, shadow, self.interval_windows());
         let totals: &[u64; DECISIONS] = &book.totals;
         proto::BucketRate {
             service: self.cfg.service.clone(),
             bucket: bucket.to_string(),
             zone: self.cfg.zone.clone(),
             region: self.cfg.region.clone(),
-            offered: offered + book.recorded.rate,
+            offered,
             dropped,
             shadow_dropped,
             clients: 1,
@@ -81,15 +82,17 @@ impl Inner {
 
     /// The report sent when a stream opens: it names the service whose config the client
     /// needs and, once it has one, carries the rates as a regular report would, so that a
-    /// tier that just restarted hears this client at once.
+    /// tier that just restarted hears this client at once. Nothing is known of the new
+    /// peer's wire version yet: its rows go by name.
     pub(crate) fn hello(&self) -> proto::Report {
-        let c = self.lock();
-        let rates = self.rows(&c);
-        self.report_with(&c, rates)
+        let mut c = self.lock();
+        c.indexing.new_stream();
+        self.report_with(&c)
     }
 
-    /// A report carrying `rates` (empty for the hello sent on connect).
-    pub(crate) fn report_with(&self, c: &Control, rates: Vec<proto::BucketRate>) -> proto::Report {
+    /// A report carrying the rows of every bucket of the config, by name or by index.
+    pub(crate) fn report_with(&self, c: &Control) -> proto::Report {
+        let (rates, packed) = self.rates(c);
         proto::Report {
             reporter_id: self.cfg.id.clone(),
             level: proto::Level::Client as i32,
@@ -102,9 +105,22 @@ impl Inner {
             seq: c.seq,
             urgent: false,
             learning: false,
-            // A client's few rows go by name (wire version 1): it holds one service's rules.
-            wire_version: 0,
-            packed: None,
+            wire_version: grl_core::packed::WIRE_VERSION,
+            packed,
         }
+    }
+}
+
+/// A bucket's offered, dropped and shadow-dropped rates for a report (usage recorded
+/// elsewhere included in what was offered); `shadow`: what was not admitted counts as
+/// virtual drops.
+fn rates_of(book: &Book, shadow: bool, interval_windows: usize) -> (f64, f64, f64) {
+    let (offered, admitted) = book.shape.report_rates(interval_windows);
+    let refused = (offered - admitted).max(0.0);
+    let offered = offered + book.recorded.rate;
+    if shadow {
+        (offered, 0.0, refused)
+    } else {
+        (offered, refused, 0.0)
     }
 }

@@ -66,7 +66,8 @@ async fn connect(inner: &Inner) -> Result<Session, ClientError> {
     let endpoint = endpoint.connect_timeout(timeout).tcp_nodelay(true);
     let channel = endpoint.connect().await?;
     let (reports, rx) = mpsc::channel(16);
-    // The hello tells the aggregator which service's config to send.
+    // The hello tells the aggregator which service's config to send (by name: nothing is
+    // known of this peer's wire version yet).
     let _ = reports.try_send(inner.hello());
     let mut client = TierClient::new(channel)
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)

@@ -96,8 +96,7 @@ impl Inner {
             return None;
         }
         c.seq += 1;
-        let rates = self.rows(&c);
-        let mut report = self.report_with(&c, rates);
+        let mut report = self.report_with(&c);
         report.urgent = true;
         Some(report)
     }

@@ -353,3 +353,73 @@ async fn fails_open_when_the_aggregator_goes_and_recovers_when_it_returns() {
     assert_eq!(status.config_version, "v1");
     task.abort();
 }
+
+/// The next report the server got, before `deadline`.
+async fn next_report(server: &mut Server, deadline: tokio::time::Instant) -> Report {
+    tokio::time::timeout_at(deadline, server.reports.recv())
+        .await
+        .expect("a report before the deadline")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn reports_go_by_name_to_an_older_aggregator_and_by_index_to_a_version_2_one() {
+    use grl_core::packed::{self, IndexedRatio, WIRE_VERSION};
+    let mut server = Server::start("127.0.0.1:0".parse().unwrap()).await;
+    let client = client(server.addr);
+    let task = client.spawn();
+    // An older aggregator (wire version 0, no first index): rows by name, though the client
+    // says it speaks version 2.
+    let tx = connected_with_config(&mut server, &client).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = next_report(&mut server, deadline).await;
+        assert_eq!(r.wire_version, WIRE_VERSION);
+        assert!(r.packed.is_none(), "rows by index to an older aggregator");
+        if r.config_version == "v1" && r.rates.len() == 3 {
+            break;
+        }
+    }
+    // A version-2 aggregator sends config v2 with the service's first index: rows by index.
+    let mut v2 = config("v2");
+    v2.config[0].first_index = Some(10);
+    v2.wire_version = WIRE_VERSION;
+    tx.send(Ok(v2.clone())).await.unwrap();
+    let p = loop {
+        let r = next_report(&mut server, deadline).await;
+        if let Some(p) = r.packed {
+            assert!(r.rates.is_empty(), "rows by name beside rows by index");
+            break p;
+        }
+    };
+    assert_eq!(p.config_version, "v2");
+    let rows = packed::unpack_rows(&p).unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.index).collect::<Vec<_>>(),
+        [10, 11, 12]
+    );
+    // Its ratios by index apply: bucket b (index 11) drops everything.
+    let ratios = Instruction {
+        config_version: "v2".into(),
+        wire_version: WIRE_VERSION,
+        packed: packed::pack_ratios(
+            "v2",
+            &[IndexedRatio {
+                index: 11,
+                ratio: 1.0,
+                allowed: None,
+                valid_for_ms: 60_000,
+            }],
+            60_000,
+        ),
+        valid_for_ms: 60_000,
+        ..Default::default()
+    };
+    tx.send(Ok(ratios)).await.unwrap();
+    eventually(Duration::from_secs(5), "ratio by index applied", || {
+        client.decide("bob", "Pay/Cash") == Decision::Drop
+    })
+    .await;
+    assert_eq!(client.decide("alice", "Pay/Card"), Decision::Allow);
+    task.abort();
+}

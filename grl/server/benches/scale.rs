@@ -3,7 +3,8 @@
 //! 1. Aggregator: a real `grl controller` and `grl aggregator` (processes, 1 s interval),
 //!    and N simulated clients in this process: lightweight `Tier/Exchange` streams (one
 //!    HTTP/2 connection per 100 streams) that report 20 buckets every interval and count
-//!    the instructions they get. Per N: whether every interval's reports were folded (the
+//!    the instructions they get. They speak the wire a real client does: wire version 2,
+//!    rows by bucket index once the aggregator sent the config with its first index. Per N: whether every interval's reports were folded (the
 //!    aggregator's `Status` lists N fresh children, none older than the interval + 10 %)
 //!    and every client was instructed within each interval; the aggregator's CPU (cores,
 //!    from /proc utime + stime) and peak RSS (VmHWM).
@@ -11,7 +12,8 @@
 //!    1,000 buckets, in process.
 //!
 //! `SCALE_CLIENTS` (default `500,1000,2000,5000`), `SCALE_SECONDS` (measured seconds per
-//! N, default 8).
+//! N, default 8), `SCALE_WIRE` (the simulated clients' wire version: 2 by default, as a
+//! real client; 0 reports by name, as clients before version 2 did, for comparison).
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -22,6 +24,7 @@ use std::time::{Duration, Instant};
 use grl::tier::node::{Node, NodeConfig};
 use grl::tier::rules::Rules;
 use grl_config::Scope;
+use grl_core::packed::{self, IndexedRow, WIRE_VERSION};
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 use test_support::ports::free_port;
@@ -80,30 +83,66 @@ fn peak_rss_mib(pid: u32) -> f64 {
     kb / 1024.0
 }
 
-fn report(id: &str, seq: u64, offered: f64) -> proto::Report {
+/// The config version a simulated client holds and its service's first bucket index, once
+/// a version-2 aggregator sent them: it then reports by index, as a real client does.
+type Indexing = Arc<std::sync::Mutex<Option<(String, u32)>>>;
+
+fn report(id: &str, seq: u64, offered: f64, indexing: &Indexing) -> proto::Report {
+    let rate = |b: usize| offered * (1.0 + b as f64 / 10.0);
+    let held = indexing.lock().unwrap().clone();
+    let (config_version, rates, packed) = match held {
+        // The hello, before any config: by name, without rows.
+        None if seq == 0 => (String::new(), Vec::new(), None),
+        // A client of an older wire version: by name.
+        None => {
+            let rates = (0..BUCKETS)
+                .map(|b| proto::BucketRate {
+                    service: "svc".into(),
+                    bucket: format!("b{b}"),
+                    offered: rate(b),
+                    clients: 1,
+                    ..Default::default()
+                })
+                .collect();
+            (String::new(), rates, None)
+        }
+        Some((version, first)) => {
+            let rows: Vec<IndexedRow> = (0..BUCKETS)
+                .map(|b| IndexedRow {
+                    index: first + b as u32,
+                    offered: rate(b),
+                    dropped: 0.0,
+                    shadow_dropped: 0.0,
+                    clients: 1,
+                })
+                .collect();
+            let packed = packed::pack_rows(&version, &rows);
+            (version, Vec::new(), packed)
+        }
+    };
     proto::Report {
         reporter_id: id.to_string(),
         level: proto::Level::Client as i32,
         zone: "a".into(),
         region: "eu".into(),
         services: vec!["svc".into()],
-        config_version: String::new(),
+        config_version,
         interval_ms: 1000,
-        rates: (0..BUCKETS)
-            .map(|b| proto::BucketRate {
-                service: "svc".into(),
-                bucket: format!("b{b}"),
-                offered: offered * (1.0 + b as f64 / 10.0),
-                clients: 1,
-                ..Default::default()
-            })
-            .collect(),
+        rates,
         seq,
         urgent: false,
         learning: false,
-        wire_version: 0,
-        packed: None,
+        wire_version: wire_version(),
+        packed,
     }
+}
+
+/// The simulated clients' wire version (`SCALE_WIRE`, default 2).
+fn wire_version() -> u32 {
+    std::env::var("SCALE_WIRE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(WIRE_VERSION)
 }
 
 /// When each simulated client was last instructed and its longest gap between two
@@ -116,12 +155,14 @@ struct Heard {
 /// One simulated client: reports every second, records when it was last instructed.
 async fn sim(ch: Channel, i: usize, heard: Arc<Heard>, epoch: Instant) {
     let id = format!("sim-{i}");
+    let indexing: Indexing = Default::default();
     let (tx, rx) = mpsc::channel(4);
-    tx.send(report(&id, 0, 0.0)).await.unwrap();
+    tx.send(report(&id, 0, 0.0, &indexing)).await.unwrap();
     let Ok(resp) = TierClient::new(ch).exchange(ReceiverStream::new(rx)).await else {
         return;
     };
     let mut inbound = resp.into_inner();
+    let held = indexing.clone();
     let reporter = tokio::spawn(async move {
         let phase = Duration::from_millis((i as u64 * 7919) % 1000);
         let mut t =
@@ -132,12 +173,20 @@ async fn sim(ch: Channel, i: usize, heard: Arc<Heard>, epoch: Instant) {
             seq += 1;
             // Every client over its share at times: the bucket sums move around the limit.
             let offered = 1.0 + ((seq + i as u64) % 5) as f64 * 0.5;
-            if tx.send(report(&id, seq, offered)).await.is_err() {
+            if tx.send(report(&id, seq, offered, &held)).await.is_err() {
                 return;
             }
         }
     });
-    while let Ok(Some(_)) = inbound.message().await {
+    while let Ok(Some(ins)) = inbound.message().await {
+        let first = ins.config.iter().find(|s| s.service == "svc");
+        if let Some(first) = first.and_then(|s| s.first_index)
+            && ins.has_config
+            && ins.wire_version >= WIRE_VERSION
+            && wire_version() >= WIRE_VERSION
+        {
+            *indexing.lock().unwrap() = Some((ins.config_version.clone(), first));
+        }
         let now = epoch.elapsed().as_millis() as u64;
         let before = heard.last[i].swap(now, Relaxed);
         if before > 0 {
@@ -228,7 +277,8 @@ async fn aggregator_run(n: usize, seconds: u64) {
     gaps.sort_unstable();
     let over = gaps.iter().filter(|&&g| g > 1000).count();
     println!(
-        "aggregator, {n:>5} clients x {BUCKETS} buckets: {folded_ok}/{seconds} s all reports folded (oldest report {worst_age:.2} s), {instructed_ok}/{seconds} s every client instructed (fewest {fewest}), CPU {cores:.2} cores, peak RSS {rss:.0} MiB"
+        "aggregator, {n:>5} clients x {BUCKETS} buckets, wire version {}: {folded_ok}/{seconds} s all reports folded (oldest report {worst_age:.2} s), {instructed_ok}/{seconds} s every client instructed (fewest {fewest}), CPU {cores:.2} cores, peak RSS {rss:.0} MiB",
+        wire_version()
     );
     println!(
         "  longest gap between two instructions to one client: median client {} ms, p99 client {} ms, worst {} ms; {over} of {n} clients had a gap over 1,000 ms; the simulated clients used {own:.2} cores",

@@ -92,7 +92,8 @@ fn main() {
         })
         .collect();
     let instruction_bytes = |packed: bool| {
-        let (named, packed) = packing::pack_ratios(&ratios, &rules.version, 5_000, packed);
+        let (named, packed) =
+            packing::pack_ratios(ratios.iter().copied(), &rules.version, 5_000, packed);
         grl_core::proto::Instruction {
             config_version: rules.version.clone(),
             valid_for_ms: 5_000,

@@ -12,10 +12,12 @@
 //! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]), the config
 //! and message size bounds at their figures ([`size_bounds`]), what an operator sees
 //! (`grl status`/`top`/`explain`, the `/status` page in a browser: [`operator`]) and
-//! limits scheduled for a window ([`scheduled_limits`]).
+//! limits scheduled for a window ([`scheduled_limits`]), and the wire versions of the
+//! links: zone tier → controller ([`wire`]), client → aggregator ([`client_wire`]).
 
 mod bad_input;
 mod binary;
+mod client_wire;
 mod config;
 mod config_links;
 mod creds;

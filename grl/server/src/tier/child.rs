@@ -44,8 +44,9 @@ impl Liveness for bool {
 pub struct Sent {
     /// The config generation sent, if any.
     pub config_gen: Option<u64>,
-    /// The services that config covered.
-    pub services: Vec<String>,
+    /// The generation of the child's list of services that config covered (see
+    /// [`Child::services_gen`]).
+    pub services_gen: Option<u64>,
     /// The ratios and allowances sent, in the order they were sent.
     pub ratios: Vec<SentRatio>,
     /// When the last instruction went out.
@@ -124,6 +125,11 @@ struct Ordinals {
 }
 
 impl<L> Child<L> {
+    /// The generation of the child's list of services: bumped when a report lists others.
+    pub fn services_gen(&self) -> u64 {
+        self.services_gen
+    }
+
     /// Sums [`Child::digest`] again if a report or the rules (of generation `rules_gen`)
     /// came since it was last summed.
     pub fn refresh_digest(&mut self, rules: &Rules, rules_gen: u64) {

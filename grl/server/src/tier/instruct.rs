@@ -62,6 +62,8 @@ impl Node {
         // Both built for the first child worked by name, if any.
         let named = std::cell::OnceCell::new();
         let mut from: Option<Sources<'_>> = None;
+        // One child's ratios by name, made in the same buffer for every child of the round.
+        let mut scratch: Vec<ChildRatio<'_>> = Vec::new();
         let mut send = |c: &mut Child<Link>| {
             let by_index = indexed.and_then(|x| {
                 let ordinals = c.service_ordinals(rules).to_vec();
@@ -80,7 +82,8 @@ impl Node {
                     };
                     let from =
                         from.get_or_insert_with(|| Sources::new(rules, computed, offered, parent));
-                    Made::Named(ratios_for(&self.cfg, owned, rules, from, c, now))
+                    ratios_for(&self.cfg, owned, rules, from, c, now, &mut scratch);
+                    Made::Named(&scratch)
                 }
             };
             let shared = owned.tells_shared(c.level, &c.zone);
@@ -135,15 +138,16 @@ fn reinstruct_due(cfg: &NodeConfig, c: &Child<Link>, now: Instant) -> bool {
 fn instruct(
     cfg: &NodeConfig,
     (rules, config_gen): (&Rules, u64),
-    (made, zone_shared): (Made<'_>, bool),
+    (made, zone_shared): (Made<'_, '_>, bool),
     c: &mut Child<Link>,
     now: Instant,
     bytes: &Bytes,
 ) {
     let resend_config =
-        c.config_version != rules.version && c.sent.at.is_none_or(|t| now - t >= cfg.interval * 2);
-    let send_config =
-        c.sent.config_gen != Some(config_gen) || c.sent.services != c.services || resend_config;
+        c.sent.at.is_none_or(|t| now - t >= cfg.interval * 2) && c.config_version != rules.version;
+    let send_config = c.sent.config_gen != Some(config_gen)
+        || c.sent.services_gen != Some(c.services_gen())
+        || resend_config;
     let changed = match &made {
         Made::Named(ratios) => {
             ratios.len() != c.sent.ratios.len()
@@ -158,27 +162,22 @@ fn instruct(
     if !(send_config || changed || reinstruct_due(cfg, c, now)) {
         return;
     }
-    let (sent_ratios, valid_for_ms, named, packed) = match made {
+    let made_named = match &made {
+        Made::Named(ratios) => Some(*ratios),
+        Made::Packed(_) => None,
+    };
+    let (valid_for_ms, named, packed, by_index) = match made {
         Made::Named(ratios) => {
-            let sent_ratios = ratios
-                .iter()
-                .map(|r| SentRatio {
-                    key: r.key,
-                    ratio: r.out.ratio,
-                    allowed: r.out.allowed,
-                })
-                .collect();
             let valid_for_ms = ratios.iter().map(|r| r.out.valid_for_ms).max().unwrap_or(0);
-            let out: Vec<OutRatio<'_>> = ratios.iter().map(|r| r.out).collect();
             let (named, packed) = packing::pack_ratios(
-                &out,
+                ratios.iter().map(|r| r.out),
                 &rules.version,
                 valid_for_ms,
                 packing::speaks_packed(c.wire_version),
             );
-            (sent_ratios, valid_for_ms, named, packed)
+            (valid_for_ms, named, packed, None)
         }
-        Made::Packed(p) => (p.sent, p.valid_for_ms, Vec::new(), Some(p.packed)),
+        Made::Packed(p) => (p.valid_for_ms, Vec::new(), Some(p.packed), Some(p.sent)),
     };
     let instr = proto::Instruction {
         config_version: rules.version.clone(),
@@ -199,11 +198,23 @@ fn instruct(
     match c.link.try_send(Ok(instr)) {
         Ok(()) => {
             bytes.instructions_out.fetch_add(len, Ordering::Relaxed);
-            c.sent.ratios = sent_ratios;
+            match (by_index, made_named) {
+                (Some(sent), _) => c.sent.ratios = sent,
+                (None, Some(ratios)) => {
+                    // Into the allocation of the last ones: this runs for every child.
+                    c.sent.ratios.clear();
+                    c.sent.ratios.extend(ratios.iter().map(|r| SentRatio {
+                        key: r.key,
+                        ratio: r.out.ratio,
+                        allowed: r.out.allowed,
+                    }));
+                }
+                (None, None) => c.sent.ratios.clear(),
+            }
             c.sent.at = Some(now);
             if send_config {
                 c.sent.config_gen = Some(config_gen);
-                c.sent.services.clone_from(&c.services);
+                c.sent.services_gen = Some(c.services_gen());
             }
         }
         Err(e) => debug!(child = %c.id, error = %e, "instruction not sent"),
@@ -213,15 +224,16 @@ fn instruct(
 /// What a round made for one child: its ratios by name (turned into the wire form only
 /// when an instruction goes out), or by index, already packed (see
 /// [`IndexedSums::packed_for`](super::by_index::IndexedSums::packed_for)).
-pub(crate) enum Made<'a> {
+pub(crate) enum Made<'a, 'b> {
     /// By name.
-    Named(Vec<ChildRatio<'a>>),
+    Named(&'b [ChildRatio<'a>]),
     /// By index.
     Packed(PackedForChild),
 }
 
 /// One bucket's ratio for a child, with borrowed names: built every round for every child,
 /// turned into the wire form only when an instruction goes out.
+#[derive(Clone, Copy)]
 pub(crate) struct ChildRatio<'a> {
     /// [`SentRatio::key_of`] the bucket.
     pub key: u64,
@@ -242,9 +254,10 @@ fn ratios_for<'a>(
     from: &Sources<'_>,
     c: &Child<Link>,
     now: Instant,
-) -> Vec<ChildRatio<'a>> {
+    out: &mut Vec<ChildRatio<'a>>,
+) {
     let own_ms = cfg.validity().as_millis() as u32;
-    let mut out = Vec::new();
+    out.clear();
     for (svc, d) in c.services.iter().zip(&c.digest.per_service) {
         let (Some((svc, buckets)), Some(slots), Some(sources)) = (
             rules.services().get_key_value(svc),
@@ -313,7 +326,6 @@ fn ratios_for<'a>(
             });
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -125,6 +125,8 @@ pub struct Node {
     pub ticks: TickTimes,
     /// Reports and rows refused, by reason.
     pub refused: RefusalCounts,
+    /// Reports taken whole by bucket index (wire version 2: no name read).
+    pub reports_by_index: AtomicU64,
     /// Woken by an urgent report: the ticker recomputes at once.
     pub wake: tokio::sync::Notify,
     /// Woken by an urgent report: the uplink reports to the parent at once.
@@ -170,6 +172,7 @@ impl Node {
             bytes: Bytes::default(),
             ticks: TickTimes::default(),
             refused: RefusalCounts::default(),
+            reports_by_index: AtomicU64::new(0),
             wake: tokio::sync::Notify::new(),
             wake_parent: tokio::sync::Notify::new(),
             ticked: tokio::sync::Notify::new(),
@@ -297,6 +300,9 @@ impl Node {
                 let admit = |row: &IndexedRow| refused_at.binary_search(&row.index).is_err();
                 s.children
                     .report_indexed(conn, link, r, (&rules, &rows), now, admit)
+                    .inspect(|_| {
+                        self.reports_by_index.fetch_add(1, Ordering::Relaxed);
+                    })
             }),
             // Read by name, also when the rules changed since the rows were read.
             _ => match packing::unpack_report(r, &s.rules, s.previous_rules.as_deref()) {
@@ -483,19 +489,23 @@ impl Node {
 }
 
 /// The rows of report `r` by index when it can be taken so: all its rows packed, of the
-/// version `rules` in force, and that version worked by index ([`Rules::dense`]). `None`:
-/// take it by name. A row that cannot be read refuses the whole report, as by name.
+/// version `rules` in force. `None`: take it by name (rows by name beside them, or packed
+/// at another version, read with the previous rules or refused). A row that cannot be
+/// read refuses the whole report, as by name: malformed ([`Reason::Packed`]), or an index
+/// of no bucket this tier holds ([`Reason::UnknownBucket`]: past the version's buckets, or
+/// of a service this tier was not sent).
 fn indexed_rows(r: &proto::Report, rules: &Rules) -> Option<Result<Vec<IndexedRow>, Reason>> {
     let p = r.packed.as_ref()?;
-    let dense = rules.dense()?;
     if !r.rates.is_empty() || p.config_version.is_empty() || p.config_version != rules.version {
         return None;
     }
+    let known = |rows: &[IndexedRow]| match rules.dense() {
+        Some(dense) => rows.last().is_none_or(|x| (x.index as usize) < dense.len()),
+        None => rows.iter().all(|x| rules.locate(x.index).is_some()),
+    };
     Some(match grl_core::packed::unpack_rows(p) {
         Err(_) => Err(Reason::Packed),
-        Ok(rows) if rows.last().is_some_and(|x| x.index as usize >= dense.len()) => {
-            Err(Reason::UnknownBucket)
-        }
+        Ok(rows) if !known(&rows) => Err(Reason::UnknownBucket),
         Ok(rows) => Ok(rows),
     })
 }

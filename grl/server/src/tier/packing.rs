@@ -128,15 +128,15 @@ pub struct OutRatio<'a> {
 
 /// The ratios of an instruction of validity `valid_for_ms`: all by name, or, for a child
 /// that speaks version 2 (`packed`), by index where every one has an index (else by name).
-pub fn pack_ratios(
-    ratios: &[OutRatio<'_>],
+pub fn pack_ratios<'a>(
+    ratios: impl Iterator<Item = OutRatio<'a>> + Clone,
     version: &str,
     valid_for_ms: u32,
     packed: bool,
 ) -> (Vec<proto::DropRatio>, Option<proto::PackedRatios>) {
     if packed {
         let mut indexed: Option<Vec<IndexedRatio>> = ratios
-            .iter()
+            .clone()
             .map(|r| {
                 Some(IndexedRatio {
                     index: r.index?,
@@ -156,7 +156,6 @@ pub fn pack_ratios(
         }
     }
     let named = ratios
-        .iter()
         .map(|r| proto::DropRatio {
             service: r.service.to_string(),
             bucket: r.bucket.to_string(),
