@@ -43,6 +43,10 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
     .with_context(|| run.output_tail(40))?;
     let s = fleet.status_json().await?;
     assert_eq!(s["state"], "running", "{s:#}");
+    // During r1's bake (once it passes, wave 2 moves at once).
+    for r in ["r2", "r3"] {
+        assert_eq!(fleet.version(r).await?, base, "{r} waits for r1's bake");
+    }
     until(GENEROUS, "wave 1 passed", || async {
         Ok(scrape(metrics)
             .await?
@@ -58,7 +62,6 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
         assert_eq!(s["regions"][i]["region"], r);
         assert_eq!(s["regions"][i]["state"], "pending", "{s:#}");
         assert_eq!(s["regions"][i]["running"][0], base.as_str(), "{s:#}");
-        assert_eq!(fleet.version(r).await?, base, "{r} waits for r1's bake");
     }
 
     let code = wait_exit(&mut run, GENEROUS).await?;

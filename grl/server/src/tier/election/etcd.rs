@@ -106,7 +106,7 @@ impl Etcd {
         match timeout {
             Some(t) => tokio::time::timeout(t, exchange)
                 .await
-                .map_err(|_| ElectionError::Backend(format!("etcd {path}: timed out")))?,
+                .map_err(|_| ElectionError::Unanswered(format!("etcd {path}: timed out")))?,
             None => exchange.await,
         }
     }
@@ -161,19 +161,34 @@ impl Etcd {
 
     /// Revokes the leases of ended terms that etcd may still hold, oldest first; stops at
     /// the first that cannot be (etcd still away), keeping it and the rest for later.
+    /// A lease that etcd no longer knows right after a revoke of it went unanswered (a
+    /// restarting etcd that took the request but answered late) was revoked by that
+    /// request, and is counted so: etcd restores leases with a fresh TTL, so it had not
+    /// lapsed.
     async fn revoke_stale(
         &self,
         stale: &mut Vec<Lease>,
+        unanswered: &mut Option<i64>,
         stats: &ElectionStats,
     ) -> Result<(), ElectionError> {
         while let Some(&lease) = stale.first() {
-            if self.revoke(lease).await? {
+            let revoked = match self.revoke(lease).await {
+                Ok(r) => r || *unanswered == Some(lease.id),
+                Err(e) => {
+                    if matches!(e, ElectionError::Unanswered(_)) {
+                        *unanswered = Some(lease.id);
+                    }
+                    return Err(e);
+                }
+            };
+            if revoked {
                 stats.count(Event::StaleLeaseRevoked);
                 info!(
                     lease = lease.id,
                     "revoked the lease of a term that ended while etcd was away"
                 );
             }
+            *unanswered = None;
             stale.remove(0);
         }
         Ok(())
@@ -232,10 +247,11 @@ impl Etcd {
     ) {
         let mut failures = 0u32;
         let mut stale: Vec<Lease> = Vec::new();
+        let mut unanswered = None;
         loop {
             let lease = tokio::select! {
                 l = async {
-                    self.revoke_stale(&mut stale, &stats).await?;
+                    self.revoke_stale(&mut stale, &mut unanswered, &stats).await?;
                     self.grant(ttl).await
                 } => l,
                 _ = shutdown.wait_for(|s| *s) => return,
@@ -264,7 +280,7 @@ impl Etcd {
             role.send_if_modified(|r| r.set_following(None));
             stale.push(lease);
             if stopped {
-                if let Err(e) = self.revoke_stale(&mut stale, &stats).await {
+                if let Err(e) = self.revoke_stale(&mut stale, &mut unanswered, &stats).await {
                     debug!(error = %e, "lease not revoked (it expires by itself)");
                 }
                 return;

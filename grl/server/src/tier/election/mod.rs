@@ -27,6 +27,9 @@ pub enum ElectionError {
     /// The engine could not be reached or answered an error.
     #[error("{0}")]
     Backend(String),
+    /// The engine took too long to answer: the request may have been carried out.
+    #[error("{0}")]
+    Unanswered(String),
 }
 
 /// This controller's part in the election.
