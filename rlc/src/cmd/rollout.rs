@@ -328,17 +328,22 @@ async fn change(c: RecordCmd, action: &str) -> Result<i32, Failure> {
         .await
         .map_err(fail(exit::DATABASE))?;
     if !done {
-        return Err((
-            exit::OTHER,
-            anyhow::anyhow!(
-                "rollout {} is {}: cannot {action} it",
-                r.id,
-                r.state.as_str()
-            ),
-        ));
+        return Err(not_in_state(&r, action));
     }
     println!("rollout {}: {}", r.id, to.as_str());
     Ok(0)
+}
+
+/// The refusal of `action` on rollout `r`, which is not in a state that allows it.
+fn not_in_state(r: &rlc::rollout::state::RolloutRecord, action: &str) -> Failure {
+    (
+        exit::OTHER,
+        anyhow::anyhow!(
+            "rollout {} is {}: cannot {action} it",
+            r.id,
+            r.state.as_str()
+        ),
+    )
 }
 
 /// `expedite`: records the reason on the rollout in progress; its driver reads it.
@@ -356,14 +361,7 @@ async fn expedite(c: ExpediteCmd) -> Result<i32, Failure> {
         .await
         .map_err(fail(exit::DATABASE))?;
     if !done {
-        return Err((
-            exit::OTHER,
-            anyhow::anyhow!(
-                "rollout {} is {}: cannot expedite it",
-                r.id,
-                r.state.as_str()
-            ),
-        ));
+        return Err(not_in_state(&r, "expedite"));
     }
     println!(
         "rollout {}: expedited (wave {}/{}): the bake in progress ends at its driver's next poll, the remaining waves are not baked",

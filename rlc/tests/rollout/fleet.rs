@@ -190,6 +190,36 @@ impl Fleet {
         spawn(&mut cmd)
     }
 
+    /// Watches `run` (rolling out `cut` over `base`) to its end: r2 and r3 never move, r1
+    /// runs `cut` at some point, and the run exits 9 (a gate failed); the line of its
+    /// output saying wave 1 failed.
+    pub(super) async fn wave_1_failed(
+        &self,
+        run: &mut ChildGuard,
+        base: &str,
+        cut: &str,
+    ) -> Result<String> {
+        let mut r1_moved = false;
+        let code = loop {
+            for r in ["r2", "r3"] {
+                assert_eq!(self.version(r).await?, base, "{r} never moves");
+            }
+            r1_moved |= self.version("r1").await? == cut;
+            if let Some(st) = run.try_exited() {
+                break st.code();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let out = run.output();
+        assert!(r1_moved, "r1 ran the cut before it was rolled back: {out}");
+        assert_eq!(code, Some(9), "{out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("wave 1 failed"))
+            .unwrap_or_else(|| panic!("no failure line: {out}"));
+        Ok(line.to_string())
+    }
+
     /// `rlc rollout run` with the fleet's flags, run to its end.
     pub(super) async fn run_to_end(&self) -> Result<Output> {
         self.rollout(

@@ -3,8 +3,6 @@
 //! wave and the regions already moved go back, the reason naming the gate and the figure;
 //! a query at or below its `max` lets every wave pass.
 
-use std::time::Duration;
-
 use anyhow::{Context, Result};
 use rlc::history::History;
 use rlc::rollout::state::{RegionState, RolloutState};
@@ -81,24 +79,7 @@ async fn a_query_gate_over_its_max_fails_the_wave_and_r1_goes_back() -> Result<(
     let mut cmd = fleet.rlc(&["run"]);
     cmd.args(run_args(&fleet, &prom.url()));
     let mut run = test_support::process::spawn(&mut cmd)?;
-    let mut r1_moved = false;
-    let code = loop {
-        for r in ["r2", "r3"] {
-            assert_eq!(fleet.version(r).await?, base, "{r} never moves");
-        }
-        r1_moved |= fleet.version("r1").await? == cut;
-        if let Some(st) = run.try_exited() {
-            break st.code();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let out = run.output();
-    assert!(r1_moved, "r1 ran the cut before it was rolled back: {out}");
-    assert_eq!(code, Some(9), "{out}");
-    let line = out
-        .lines()
-        .find(|l| l.contains("wave 1 failed"))
-        .unwrap_or_else(|| panic!("no failure line: {out}"));
+    let line = fleet.wave_1_failed(&mut run, &base, &cut).await?;
     assert!(
         line.contains("region r1 gate prometheus:gateway_drops max 0.5000 observed 0."),
         "{line}"
