@@ -14,89 +14,26 @@ use grl::tier::admission::Reason;
 use grl::tier::node::Sums;
 use grl_core::packed::{self, IndexedRow, WIRE_VERSION};
 use grl_core::proto;
-use grl_core::proto::tier_client::TierClient;
 use std::sync::atomic::Ordering;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
 
+use super::raw_stream::{IV, RawStream};
 use super::support::{Traffic, aggregator_on, client, controller_on, listener, write_config};
 
-const IV: Duration = Duration::from_millis(200);
-
-/// One client's raw stream to the aggregator.
-struct Raw {
-    tx: mpsc::Sender<proto::Report>,
-    rx: Streaming<proto::Instruction>,
-    id: &'static str,
-    wire_version: u32,
-    seq: u64,
+/// A client's raw stream to the aggregator.
+async fn raw_client(agg: &Running, id: &'static str, wire_version: u32) -> RawStream {
+    RawStream::open(agg.addr, (id, proto::Level::Client, "a"), wire_version).await
 }
 
-impl Raw {
-    async fn open(agg: &Running, id: &'static str, wire_version: u32) -> Self {
-        let mut c = TierClient::connect(format!("http://{}", agg.addr))
-            .await
-            .unwrap();
-        let (tx, rx) = mpsc::channel(16);
-        let mut raw = Raw {
-            tx,
-            rx: c
-                .exchange(ReceiverStream::new(rx))
-                .await
-                .unwrap()
-                .into_inner(),
-            id,
-            wire_version,
-            seq: 0,
-        };
-        raw.send(Vec::new(), None, "").await;
-        raw
-    }
-
-    async fn send(
-        &mut self,
-        rates: Vec<proto::BucketRate>,
-        packed: Option<proto::PackedRows>,
-        version: &str,
-    ) {
-        self.seq += 1;
-        let r = proto::Report {
-            reporter_id: self.id.into(),
-            level: proto::Level::Client as i32,
-            zone: "a".into(),
-            region: "eu".into(),
-            services: vec!["payments".into()],
-            config_version: version.into(),
-            interval_ms: IV.as_millis() as u32,
-            rates,
-            seq: self.seq,
-            wire_version: self.wire_version,
-            packed,
-            ..Default::default()
-        };
-        self.tx.send(r).await.unwrap();
-    }
-
-    async fn next(&mut self) -> proto::Instruction {
-        tokio::time::timeout(Duration::from_secs(10), self.rx.message())
-            .await
-            .expect("no instruction within 10 s")
-            .unwrap()
-            .expect("stream ended")
-    }
-
-    /// The next instruction carrying the config: (version, first index of `payments`,
-    /// index of `name`).
-    async fn config(&mut self, name: &str) -> (String, Option<u32>, u32) {
-        loop {
-            let i = self.next().await;
-            if i.has_config && !i.config.is_empty() {
-                let rules = &i.config[0];
-                let at = rules.buckets.iter().position(|b| b.name == name).unwrap() as u32;
-                let first = rules.first_index;
-                return (i.config_version, first, first.unwrap_or(0) + at);
-            }
+/// The next instruction on `raw` carrying the config: (version, first index of
+/// `payments`, index of `name`).
+async fn config(raw: &mut RawStream, name: &str) -> (String, Option<u32>, u32) {
+    loop {
+        let i = raw.next().await;
+        if i.has_config && !i.config.is_empty() {
+            let rules = &i.config[0];
+            let at = rules.buckets.iter().position(|b| b.name == name).unwrap() as u32;
+            let first = rules.first_index;
+            return (i.config_version, first, first.unwrap_or(0) + at);
         }
     }
 }
@@ -162,8 +99,8 @@ async fn a_client_by_index_and_an_older_client_by_name_share_one_aggregator_and_
     let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), IV).await;
     let new = client(&agg, "a", "eu", "new", IV);
     let _traffic = Traffic::start(vec![(new.clone(), "gateway".into(), 300.0)]);
-    let mut old = Raw::open(&agg, "old", 0).await;
-    let (version, _, _) = old.config("gateway-pay").await;
+    let mut old = raw_client(&agg, "old", 0).await;
+    let (version, _, _) = config(&mut old, "gateway-pay").await;
 
     // 300 rps from each: limit 200, the controller drops 2/3 of the zone's 600.
     let want = 1.0 - 200.0 / 600.0;
@@ -218,8 +155,8 @@ async fn rows_by_index_are_held_to_the_bounds_and_refused_out_of_range_or_versio
     write_config(dir.path(), 200.0);
     let (ctl, _controller) = controller_on(listener().await, dir.path(), IV).await;
     let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), IV).await;
-    let mut c = Raw::open(&agg, "c", WIRE_VERSION).await;
-    let (version, first, gw) = c.config("gateway-pay").await;
+    let mut c = raw_client(&agg, "c", WIRE_VERSION).await;
+    let (version, first, gw) = config(&mut c, "gateway-pay").await;
     let first = first.expect("the aggregator sent no first index");
     let buckets = agg.node.rules().services()["payments"].len() as u32;
 

@@ -31,6 +31,7 @@ mod kube_api;
 mod kube_lease;
 mod operator;
 mod raw_http;
+mod raw_stream;
 mod rlqs;
 mod rls;
 mod scheduled_limits;

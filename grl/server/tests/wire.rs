@@ -10,83 +10,14 @@ use std::time::{Duration, Instant};
 use grl::tier::admission::Reason;
 use grl_core::packed::{self, IndexedRow, WIRE_VERSION};
 use grl_core::proto;
-use grl_core::proto::tier_client::TierClient;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
 
+use super::raw_stream::{IV, RawStream};
 use super::support::{controller_on, listener, write_config};
 
-const IV: Duration = Duration::from_millis(200);
-
-/// One zone tier's stream to the controller.
-struct Zone {
-    tx: mpsc::Sender<proto::Report>,
-    rx: Streaming<proto::Instruction>,
-    zone: &'static str,
-    wire_version: u32,
-    seq: u64,
-}
-
-impl Zone {
-    async fn open(addr: std::net::SocketAddr, zone: &'static str, wire_version: u32) -> Self {
-        let mut client = TierClient::connect(format!("http://{addr}")).await.unwrap();
-        let (tx, rx) = mpsc::channel(16);
-        let mut z = Zone {
-            tx,
-            rx: client
-                .exchange(ReceiverStream::new(rx))
-                .await
-                .unwrap()
-                .into_inner(),
-            zone,
-            wire_version,
-            seq: 0,
-        };
-        z.send(Vec::new(), None, "").await;
-        z
-    }
-
-    fn report(
-        &mut self,
-        rates: Vec<proto::BucketRate>,
-        packed: Option<proto::PackedRows>,
-        version: &str,
-    ) -> proto::Report {
-        self.seq += 1;
-        proto::Report {
-            reporter_id: format!("agg-{}", self.zone),
-            level: proto::Level::Zone as i32,
-            zone: self.zone.into(),
-            region: "eu".into(),
-            services: vec!["payments".into()],
-            config_version: version.into(),
-            interval_ms: IV.as_millis() as u32,
-            rates,
-            seq: self.seq,
-            wire_version: self.wire_version,
-            packed,
-            ..Default::default()
-        }
-    }
-
-    async fn send(
-        &mut self,
-        rates: Vec<proto::BucketRate>,
-        packed: Option<proto::PackedRows>,
-        version: &str,
-    ) {
-        let r = self.report(rates, packed, version);
-        self.tx.send(r).await.unwrap();
-    }
-
-    async fn next(&mut self) -> proto::Instruction {
-        tokio::time::timeout(Duration::from_secs(10), self.rx.message())
-            .await
-            .expect("no instruction within 10 s")
-            .unwrap()
-            .expect("stream ended")
-    }
+/// A zone tier's raw stream to the controller, as `agg-<zone>`.
+async fn zone(addr: std::net::SocketAddr, zone: &'static str, wire_version: u32) -> RawStream {
+    let id = format!("agg-{zone}");
+    RawStream::open(addr, (&id, proto::Level::Zone, zone), wire_version).await
 }
 
 fn named(bucket: &str, offered: f64) -> proto::BucketRate {
@@ -120,8 +51,8 @@ async fn packed_and_named_zone_tiers_share_one_controller_and_one_sum() {
     let dir = tempfile::tempdir().unwrap();
     write_config(dir.path(), 200.0);
     let (ctl, controller) = controller_on(listener().await, dir.path(), IV).await;
-    let mut new = Zone::open(ctl.addr, "a", WIRE_VERSION).await;
-    let mut old = Zone::open(ctl.addr, "b", 0).await;
+    let mut new = zone(ctl.addr, "a", WIRE_VERSION).await;
+    let mut old = zone(ctl.addr, "b", 0).await;
 
     // Both are sent the config; its services carry their first index.
     let config = loop {
