@@ -3,7 +3,7 @@
 //! the share of the last day's offered load its new limit would have dropped (the
 //! prediction the `max_drop_over_prediction` gate holds the region to).
 
-use grl_config::{Bucket, Mode, Snapshot};
+use grl_config::{Mode, Snapshot};
 use serde::{Deserialize, Serialize};
 
 use crate::source::{BucketQuery, Measure, MetricsSource, RangeSeries, SourceError};
@@ -38,7 +38,7 @@ pub fn changed_buckets(old: &Snapshot, new: &Snapshot) -> Vec<(BucketQuery, Pred
             let same = before.is_some_and(|o| o.limit == b.limit && o.mode == b.mode);
             (!same).then(|| {
                 (
-                    query(service, b),
+                    BucketQuery::of(service, b),
                     Prediction {
                         service: service.to_string(),
                         bucket: b.name.clone(),
@@ -85,19 +85,6 @@ pub async fn predict(
         out.push(p);
     }
     Ok(out)
-}
-
-fn query(service: &str, b: &Bucket) -> BucketQuery {
-    BucketQuery {
-        service: service.to_string(),
-        bucket: b.name.clone(),
-        caller: b.rule.caller.clone(),
-        procedure: b
-            .rule
-            .procedure
-            .as_ref()
-            .map(grl_config::ProcedurePattern::as_written),
-    }
 }
 
 #[cfg(test)]

@@ -299,7 +299,7 @@ impl<'a> Planner<'a> {
         let review = review_secs();
         let mut wants = Vec::new();
         for b in &computed {
-            let q = query(&svc.name, b);
+            let q = BucketQuery::of(&svc.name, b);
             wants.push(Want {
                 query: q.clone(),
                 measure: Measure::Offered,
@@ -349,7 +349,7 @@ impl<'a> Planner<'a> {
                         .map(|b| {
                             (
                                 b.name.clone(),
-                                self.syncer.fingerprint(&query(&svc.name, b)),
+                                self.syncer.fingerprint(&BucketQuery::of(&svc.name, b)),
                             )
                         })
                         .collect(),
@@ -579,18 +579,5 @@ impl PlanJob {
             }
         }
         Ok(())
-    }
-}
-
-fn query(service: &str, b: &Bucket) -> BucketQuery {
-    BucketQuery {
-        service: service.to_string(),
-        bucket: b.name.clone(),
-        caller: b.rule.caller.clone(),
-        procedure: b
-            .rule
-            .procedure
-            .as_ref()
-            .map(grl_config::ProcedurePattern::as_written),
     }
 }

@@ -91,6 +91,20 @@ pub struct BucketQuery {
 }
 
 impl BucketQuery {
+    /// The query of bucket `b` of `service`, its rule as written in the config.
+    pub fn of(service: &str, b: &grl_config::Bucket) -> Self {
+        Self {
+            service: service.to_string(),
+            bucket: b.name.clone(),
+            caller: b.rule.caller.clone(),
+            procedure: b
+                .rule
+                .procedure
+                .as_ref()
+                .map(grl_config::ProcedurePattern::as_written),
+        }
+    }
+
     /// `service/bucket`, the name used in logs and errors.
     pub fn name(&self) -> String {
         format!("{}/{}", self.service, self.bucket)
