@@ -9,6 +9,7 @@
 mod bucket_runs;
 mod changes;
 mod error;
+mod migrate;
 mod retention;
 mod rollouts;
 mod url;
@@ -35,8 +36,7 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
 /// host ran it.
 pub const STALE_AFTER: Duration = Duration::from_secs(10 * 60);
 
-/// Schema of the run-history database, embedded from the workspace's `migrations/` folder.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+pub use migrate::MIGRATOR;
 
 /// State of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -167,25 +167,6 @@ pub struct History {
     sqlite: bool,
 }
 
-/// Applies the migrations. PostgreSQL serialises concurrent migrators with an advisory
-/// lock; SQLite has none, so two processes opening a fresh file at once both try the
-/// same migration and one fails (its transaction rolls back): it tries again, and finds
-/// the migrations applied by the other.
-async fn migrate(pool: &sqlx::AnyPool, sqlite: bool) -> Result<(), sqlx::migrate::MigrateError> {
-    let attempts = if sqlite { 10 } else { 1 };
-    let mut attempt = 1;
-    loop {
-        match MIGRATOR.run(pool).await {
-            Err(e) if attempt < attempts => {
-                tracing::debug!(error = %e, attempt, "migration raced another process; again");
-                tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
-                attempt += 1;
-            }
-            done => return done,
-        }
-    }
-}
-
 impl History {
     /// Connects to `url` (`sqlite://<path>`, a bare file path, or `postgres://...`), creating
     /// the SQLite file and its parent directories if needed, and applies the migrations.
@@ -214,7 +195,7 @@ impl History {
             .connect(target.connect_url())
             .await
             .map_err(connect_err)?;
-        migrate(&pool, target.is_sqlite())
+        migrate::run(&pool, target.is_sqlite())
             .await
             .map_err(|source| HistoryError::Migrate {
                 db: db.clone(),
