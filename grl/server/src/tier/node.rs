@@ -282,7 +282,7 @@ impl Node {
         // Rows by index are read and checked before the lock: a zone's report of 22,000
         // rows does not hold the tick and the other streams meanwhile.
         let mut refused_at: Vec<u32> = Vec::new();
-        let indexed = indexed_rows(r, &rules).map(|rows| {
+        let indexed = packing::indexed_rows(r, &rules).map(|rows| {
             rows.inspect(|rows| {
                 for row in rows {
                     let rates = [row.offered, row.dropped, row.shadow_dropped];
@@ -486,28 +486,6 @@ impl Node {
             packed,
         }
     }
-}
-
-/// The rows of report `r` by index when it can be taken so: all its rows packed, of the
-/// version `rules` in force. `None`: take it by name (rows by name beside them, or packed
-/// at another version, read with the previous rules or refused). A row that cannot be
-/// read refuses the whole report, as by name: malformed ([`Reason::Packed`]), or an index
-/// of no bucket this tier holds ([`Reason::UnknownBucket`]: past the version's buckets, or
-/// of a service this tier was not sent).
-fn indexed_rows(r: &proto::Report, rules: &Rules) -> Option<Result<Vec<IndexedRow>, Reason>> {
-    let p = r.packed.as_ref()?;
-    if !r.rates.is_empty() || p.config_version.is_empty() || p.config_version != rules.version {
-        return None;
-    }
-    let known = |rows: &[IndexedRow]| match rules.dense() {
-        Some(dense) => rows.last().is_none_or(|x| (x.index as usize) < dense.len()),
-        None => rows.iter().all(|x| rules.locate(x.index).is_some()),
-    };
-    Some(match grl_core::packed::unpack_rows(p) {
-        Err(_) => Err(Reason::Packed),
-        Ok(rows) if !known(&rows) => Err(Reason::UnknownBucket),
-        Ok(rows) => Ok(rows),
-    })
 }
 
 #[cfg(test)]

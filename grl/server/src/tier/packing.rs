@@ -167,6 +167,28 @@ pub fn pack_ratios<'a>(
     (named, None)
 }
 
+/// The rows of report `r` by index when it can be taken so: all its rows packed, of the
+/// version `rules` in force. `None`: take it by name (rows by name beside them, or packed
+/// at another version, read with the previous rules or refused). A row that cannot be
+/// read refuses the whole report, as by name: malformed ([`Reason::Packed`]), or an index
+/// of no bucket this tier holds ([`Reason::UnknownBucket`]: past the version's buckets, or
+/// of a service this tier was not sent).
+pub fn indexed_rows(r: &proto::Report, rules: &Rules) -> Option<Result<Vec<IndexedRow>, Reason>> {
+    let p = r.packed.as_ref()?;
+    if !r.rates.is_empty() || p.config_version.is_empty() || p.config_version != rules.version {
+        return None;
+    }
+    let known = |rows: &[IndexedRow]| match rules.dense() {
+        Some(dense) => rows.last().is_none_or(|x| (x.index as usize) < dense.len()),
+        None => rows.iter().all(|x| rules.locate(x.index).is_some()),
+    };
+    Some(match grl_core::packed::unpack_rows(p) {
+        Err(_) => Err(Reason::Packed),
+        Ok(rows) if !known(&rows) => Err(Reason::UnknownBucket),
+        Ok(rows) => Ok(rows),
+    })
+}
+
 /// The ratios of instruction `i` by name: its named ones, then its packed ones read with
 /// `rules` (the version the instruction belongs to). Packed ratios of another version, or
 /// malformed, or of a service `rules` lacks, are left out, and the error says so.
