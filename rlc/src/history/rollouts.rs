@@ -81,10 +81,7 @@ impl History {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| self.query_err("read rollout", e))?;
-        match row {
-            Some(row) => Ok(Some(self.full_rollout(&row).await?)),
-            None => Ok(None),
-        }
+        self.full_rollout_of(row).await
     }
 
     /// The most recent rollout (the running or paused one first, if any).
@@ -98,10 +95,7 @@ impl History {
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| self.query_err("read rollouts", e))?;
-        match row {
-            Some(row) => Ok(Some(self.full_rollout(&row).await?)),
-            None => Ok(None),
-        }
+        self.full_rollout_of(row).await
     }
 
     /// The rollout still to be driven (running or paused), the oldest if several.
@@ -114,10 +108,7 @@ impl History {
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| self.query_err("read active rollout", e))?;
-        match row {
-            Some(row) => Ok(Some(self.full_rollout(&row).await?)),
-            None => Ok(None),
-        }
+        self.full_rollout_of(row).await
     }
 
     /// The rollout of `commit`, if there was one.
@@ -130,10 +121,7 @@ impl History {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| self.query_err("read rollout", e))?;
-        match row {
-            Some(row) => Ok(Some(self.full_rollout(&row).await?)),
-            None => Ok(None),
-        }
+        self.full_rollout_of(row).await
     }
 
     /// Makes `owner` the driver of rollout `id` unless a live process drives it: its owner
@@ -343,6 +331,17 @@ impl History {
         .await
         .map_err(|e| self.query_err("record rollout wave", e))?;
         Ok(())
+    }
+
+    /// [`Self::full_rollout`] of `row`, if there is one.
+    async fn full_rollout_of(
+        &self,
+        row: Option<AnyRow>,
+    ) -> Result<Option<RolloutRecord>, HistoryError> {
+        match row {
+            Some(row) => Ok(Some(self.full_rollout(&row).await?)),
+            None => Ok(None),
+        }
     }
 
     async fn full_rollout(&self, row: &AnyRow) -> Result<RolloutRecord, HistoryError> {
