@@ -114,10 +114,13 @@ pub(crate) struct Control {
     pub(crate) indexing: Indexing,
 }
 
-/// How many windows a bucket's shape keeps: four intervals, and at least four seconds, so
-/// that bursts up to two seconds apart are held whole, capped at 2,000 windows.
+/// How many windows a bucket's shape keeps: the rate horizon ([`rate_horizon`]: four
+/// intervals, and at least four seconds, so that bursts up to two seconds apart are held
+/// whole), capped at 2,000 windows.
+///
+/// [`rate_horizon`]: grl_core::wire::rate_horizon
 pub(crate) fn ring_windows(window: Duration, interval: Duration) -> usize {
-    let span = (interval * 4).max(Duration::from_secs(4));
+    let span = grl_core::wire::rate_horizon(interval);
     let w = window.as_secs_f64().max(1e-3);
     ((span.as_secs_f64() / w).ceil() as usize).clamp(2, 2_000)
 }

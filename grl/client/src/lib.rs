@@ -66,6 +66,8 @@ mod recorded;
 mod refusal;
 mod report;
 mod shape;
+#[cfg(test)]
+mod sim;
 mod stream;
 mod table;
 mod window;

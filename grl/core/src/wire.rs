@@ -8,6 +8,14 @@ pub const MAX_TIER_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// in all), in bytes: set explicitly on every `Control` server and client.
 pub const MAX_CONTROL_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
 
+/// The longest time a client counts a bucket's offered rate over for a report, at report
+/// interval `interval`: four intervals, and at least four seconds (a client's ring of
+/// windows). Sparse callers are measured over it, so the tiers size the Poisson noise of a
+/// reported rate by it (see `ratios::noise_margin` in the server).
+pub fn rate_horizon(interval: std::time::Duration) -> std::time::Duration {
+    (interval * 4).max(std::time::Duration::from_secs(4))
+}
+
 use crate::config::{Bucket, MatchRule, Mode, ProcedurePattern, Scope, Snapshot};
 use crate::proto;
 

@@ -41,8 +41,13 @@ impl Group {
 
     /// The group's offered sum in bucket `i` (0 where nobody reported it).
     fn sum(&self, i: usize) -> f64 {
+        self.reported(i).unwrap_or(0.0)
+    }
+
+    /// The group's offered sum in bucket `i`, `None` where nobody reported it.
+    fn reported(&self, i: usize) -> Option<f64> {
         let v = self.offered[i];
-        if v.is_nan() { 0.0 } else { v }
+        (!v.is_nan()).then_some(v)
     }
 }
 
@@ -225,6 +230,7 @@ impl IndexedSums {
         let group = |groups: &'_ [Group], key: &str| groups.iter().position(|g| g.key == key);
         let (region, zone) = (group(&self.regions, &c.region), group(&self.zones, &c.zone));
         let own_ms = cfg.validity().as_millis() as u32;
+        let horizon = cfg.rate_horizon_secs();
         let n = rows.len();
         let mut out = PackedForChild {
             sent: Vec::with_capacity(n),
@@ -263,10 +269,15 @@ impl IndexedSums {
                     Scope::Region => region.map(|at| &self.regions[at]),
                     Scope::Zone => zone.map(|at| &self.zones[at]),
                 };
-                let sum = g.map_or(0.0, |g| g.sum(i));
+                // As by name: a global bucket always has a sum, a region's or a zone's only
+                // where someone in it reported the bucket.
+                let sum = match scope {
+                    Scope::Global => g.map(|g| g.sum(i)),
+                    Scope::Region | Scope::Zone => g.and_then(|g| g.reported(i)),
+                };
                 let limit = dense.limit[i];
-                let ratio = ratios::drop_ratio(sum, limit);
-                let allowed = (own > 0.0).then(|| ratios::share(limit, own, sum));
+                let ratio = ratios::drop_ratio(sum.unwrap_or(0.0), limit);
+                let allowed = sum.and_then(|sum| ratios::share(limit, own, sum, horizon));
                 let key = dense.key[i];
                 out.changed = out.changed
                     || before.get(out.sent.len()).is_none_or(|old| {

@@ -244,9 +244,9 @@ pub(crate) struct ChildRatio<'a> {
 /// The ratios of `c`'s services with their remaining validity: computed here for the scopes
 /// this tier owns, else the parent's as long as they are valid; and `c`'s allowance in
 /// each: its share of the limit over the scope (owned here) or of this tier's allowance
-/// (from the parent), by its share of the offered load. No allowance for a child that
-/// offered nothing in the bucket (it applies the ratio until it has a share), nor where the
-/// parent gave none.
+/// (from the parent), by its share of the offered load ([`ratios::share`]). No allowance
+/// for a child that offered nothing in a bucket at or over its limit (it applies the ratio
+/// until it has a share), nor where the parent gave none.
 fn ratios_for<'a>(
     cfg: &NodeConfig,
     owned: &Owned,
@@ -257,6 +257,7 @@ fn ratios_for<'a>(
     out: &mut Vec<ChildRatio<'a>>,
 ) {
     let own_ms = cfg.validity().as_millis() as u32;
+    let horizon = cfg.rate_horizon_secs();
     out.clear();
     for (svc, d) in c.services.iter().zip(&c.digest.per_service) {
         let (Some((svc, buckets)), Some(slots), Some(sources)) = (
@@ -284,9 +285,8 @@ fn ratios_for<'a>(
                         .get(&(svc.as_str(), b.name.as_str(), group))
                         .copied(),
                 };
-                let allowed = computed
-                    .filter(|_| own > 0.0)
-                    .map(|x| ratios::share(x.limit, own, x.offered));
+                let allowed =
+                    computed.and_then(|x| ratios::share(x.limit, own, x.offered, horizon));
                 (computed.map_or(0.0, |x| x.ratio), own_ms, allowed)
             } else {
                 match sources[j].parent {
@@ -300,14 +300,17 @@ fn ratios_for<'a>(
                         // While dropping, the parent's ratio comes from the whole picture:
                         // a child never gets more than its rate at that admitted fraction,
                         // even where this tier has not heard every child yet (it restarted).
-                        let allowed = p.allowed.filter(|_| own > 0.0).map(|a| {
-                            let s = ratios::share(a, own, group);
-                            if p.ratio > 0.0 {
-                                s.min(own * (1.0 - p.ratio))
-                            } else {
-                                s
-                            }
-                        });
+                        let allowed = p
+                            .allowed
+                            .filter(|_| own > 0.0 || p.ratio <= 0.0)
+                            .and_then(|a| ratios::share(a, own, group, horizon))
+                            .map(|s| {
+                                if p.ratio > 0.0 {
+                                    s.min(own * (1.0 - p.ratio))
+                                } else {
+                                    s
+                                }
+                            });
                         (p.ratio, (p.expires - now).as_millis() as u32, allowed)
                     }
                     _ => continue,

@@ -69,6 +69,12 @@ impl NodeConfig {
     pub fn validity(&self) -> Duration {
         self.interval * self.validity_intervals
     }
+
+    /// The longest time a client counts a reported rate over, in seconds (the horizon of
+    /// [`ratios::noise_margin`](super::ratios::noise_margin)).
+    pub fn rate_horizon_secs(&self) -> f64 {
+        grl_core::wire::rate_horizon(self.interval).as_secs_f64()
+    }
 }
 
 /// The mutable state of a node.

@@ -9,14 +9,21 @@
 //! limit, the shares are proportional to the offered rates, so every instance of a caller,
 //! in every zone, drops the same fraction and the allowances sum to the limit.
 //!
-//! Headroom (an uneven load balancer): while the group is under its allowance, each child
-//! may admit its own rate plus the whole unused part of the group's allowance. So one
-//! instance's rise is never dropped as long as the bucket as a whole stays under its limit
-//! (also when its report was partial, e.g. just after it started). The price: while under
-//! the limit the allowances sum to more than it (`offered + children × unused`), so a rise
-//! on every instance at once is admitted until their urgent reports (sent the window they
-//! see it) come back as shares: one window plus a round trip through the tiers, about
-//! 100 ms, then the shares sum to the limit again.
+//! Headroom under the limit is shared, not copied: while the group is under its allowance,
+//! a child may admit its own rate, its part of the unused allowance by its share of the
+//! load, and its noise margin ([`noise_margin`]: how far above its reported rate its true
+//! rate may plausibly be, since a reported rate is a count over a horizon), never more
+//! than its rate plus the whole unused part. The parts of the unused allowance sum to it,
+//! so when every instance rises at once the allowances sum to the limit plus the margins,
+//! `L + Σ (2 sqrt(r_i / H) + 1 / H)`; for `N` equal children at total rate `R` that is
+//! `L + 2 sqrt(N R / H) + N / H`, which the clients' budgets hold from the first request.
+//! (Copying the whole unused part to every child, as this tier once did, let `N` rising
+//! instances admit `N` times the unused part until the tiers heard: 50x the limit.) One
+//! instance rising alone gets the room once its urgent report comes back as a share: its
+//! rise is found within a few windows (the client's CUSUM), one round trip later. A child
+//! that offered nothing gets only its margin where the group is under its allowance, and
+//! no allowance where it is at or over it (it applies the group's drop ratio from its
+//! first request).
 
 use std::collections::BTreeMap;
 
@@ -261,17 +268,36 @@ pub fn compute<'a>(
 }
 
 /// The rate a child offering `child` may admit, out of a group offering `group` in total
-/// that may admit `allowed` (see the module doc for the headroom under the limit).
-pub fn share(allowed: f64, child: f64, group: f64) -> f64 {
-    if child.is_nan() || child <= 0.0 || !allowed.is_finite() {
-        return 0.0;
+/// that may admit `allowed`, where a reported rate is a count over `horizon_secs` (see the
+/// module doc for the headroom under the limit). `None` for a child that offered nothing
+/// in a group at or over its allowance: it applies the group's drop ratio.
+pub fn share(allowed: f64, child: f64, group: f64, horizon_secs: f64) -> Option<f64> {
+    if child.is_nan() || child < 0.0 || allowed.is_nan() || allowed < 0.0 {
+        return None;
+    }
+    if allowed.is_infinite() {
+        return Some(allowed);
     }
     let group = group.max(child);
     if group >= allowed {
-        allowed * child / group
-    } else {
-        child + (allowed - group)
+        return (child > 0.0).then(|| allowed * child / group);
     }
+    let unused = allowed - group;
+    let by_load = if group > 0.0 {
+        unused * child / group
+    } else {
+        0.0
+    };
+    Some(child + unused.min(by_load + noise_margin(child, horizon_secs)))
+}
+
+/// How far above a reported rate `rate` the true rate may plausibly be when the rate is a
+/// count over `horizon_secs`: two Poisson deviations of the count, and one request, over
+/// the horizon (a caller that sent nothing over it may still be sending one request per
+/// horizon).
+pub fn noise_margin(rate: f64, horizon_secs: f64) -> f64 {
+    let h = horizon_secs.max(1e-3);
+    (2.0 * (rate.max(0.0) * h).sqrt() + 1.0) / h
 }
 
 /// Whether a child should hear about an allowance change now: present/absent changed, or
@@ -418,22 +444,59 @@ mod tests {
     fn over_the_limit_shares_are_proportional_and_sum_to_it() {
         let offered = [1000.0, 300.0, 200.0];
         let total: f64 = offered.iter().sum();
-        let shares: Vec<f64> = offered.iter().map(|o| share(100.0, *o, total)).collect();
+        let shares: Vec<f64> = offered
+            .iter()
+            .map(|o| share(100.0, *o, total, H).unwrap())
+            .collect();
         assert!((shares.iter().sum::<f64>() - 100.0).abs() < 1e-9);
         for (s, o) in shares.iter().zip(offered) {
             assert!((1.0 - s / o - (1.0 - 100.0 / total)).abs() < 1e-12);
         }
     }
 
+    const H: f64 = 4.0;
+
     #[test]
-    fn under_the_limit_a_child_may_take_the_whole_slack() {
-        // 900 of 1000 offered: 100 unused, on top of each child's own rate.
-        assert_eq!(share(1000.0, 50.0, 900.0), 150.0);
-        assert_eq!(share(1000.0, 300.0, 900.0), 400.0);
-        assert_eq!(share(1000.0, 50.0, 100.0), 950.0);
-        assert_eq!(share(1000.0, 0.0, 900.0), 0.0);
-        // At the limit there is no slack: the shares are the offered rates.
-        assert_eq!(share(1000.0, 50.0, 1000.0), 50.0);
+    fn under_the_limit_the_unused_part_is_shared_by_load_plus_a_noise_margin() {
+        // 900 of 1000 offered: 100 unused, shared by load, plus each child's margin.
+        let m = |r: f64| noise_margin(r, H);
+        let a = share(1000.0, 50.0, 900.0, H).unwrap();
+        assert!(
+            (a - (50.0 + 100.0 * 50.0 / 900.0 + m(50.0))).abs() < 1e-9,
+            "{a}"
+        );
+        let b = share(1000.0, 300.0, 900.0, H).unwrap();
+        assert!((b - (300.0 + 100.0 / 3.0 + m(300.0))).abs() < 1e-9, "{b}");
+        // Never more than the child's rate plus the whole unused part.
+        assert_eq!(
+            share(1000.0, 50.0, 60.0, H),
+            Some(50.0 + 940.0f64.min(50.0 * 940.0 / 60.0 + m(50.0)))
+        );
+        assert_eq!(share(10.0, 5.0, 9.9, H), Some(5.1));
+        // An idle child gets its margin: one request over the horizon.
+        assert_eq!(share(1000.0, 0.0, 900.0, H), Some(0.25));
+        // At the limit there is no slack: the shares are the offered rates, and an idle
+        // child applies the ratio.
+        assert_eq!(share(1000.0, 50.0, 1000.0, H), Some(50.0));
+        assert_eq!(share(1000.0, 0.0, 1000.0, H), None);
+        assert_eq!(share(f64::INFINITY, 5.0, 10.0, H), Some(f64::INFINITY));
+    }
+
+    #[test]
+    fn shared_headroom_sums_to_the_limit_plus_the_margins() {
+        // 100 children at 0.5 rps under a limit of 100: together they may admit the limit
+        // and their margins, not 100 times the unused 50.
+        let total: f64 = (0..100).map(|_| share(100.0, 0.5, 50.0, H).unwrap()).sum();
+        let margins = 100.0 * noise_margin(0.5, H);
+        assert!((total - (100.0 + margins)).abs() < 1e-6, "{total}");
+        assert!(total < 200.0, "{total}");
+    }
+
+    #[test]
+    fn the_noise_margin_is_two_deviations_and_a_request_over_the_horizon() {
+        assert_eq!(noise_margin(0.0, 4.0), 0.25);
+        assert!((noise_margin(1.0, 4.0) - 1.25).abs() < 1e-12);
+        assert!((noise_margin(100.0, 4.0) - (2.0 * 20.0 + 1.0) / 4.0).abs() < 1e-12);
     }
 
     #[test]
