@@ -544,8 +544,18 @@ impl Shape {
         self.cap
     }
 
+    /// The longest recent gap between bursts on a schedule, in seconds (0 for traffic with
+    /// no empty window and for random arrivals: their gaps are not a cycle to save for).
+    pub(crate) fn burst_gap_secs(&self) -> f64 {
+        if self.scheduled() {
+            self.longest_gap_secs()
+        } else {
+            0.0
+        }
+    }
+
     /// The longest recent gap in seconds (0 for traffic with no empty window).
-    pub(crate) fn longest_gap_secs(&self) -> f64 {
+    fn longest_gap_secs(&self) -> f64 {
         let mean = self.ring.iter().map(|s| s.secs).sum::<f64>() / self.ring.len().max(1) as f64;
         self.longest_gap() as f64 * mean
     }

@@ -77,7 +77,8 @@ impl Inner {
                     let floor =
                         Budget::floor(share, interval.as_secs_f64(), b.shape.admitted_in_ring());
                     let batch = b.largest_batch.map_or(0.0, |(_, n)| n as f64);
-                    let cap = Budget::cap(share, w, b.shape.longest_gap_secs()).max(batch);
+                    let cap = Budget::cap(share, w, b.shape.burst_gap_secs(), b.shape.expected())
+                        .max(batch);
                     b.budget.settle(share, secs, admitted - charged, floor, cap);
                 }
                 let t = threshold(b.budget.ratio(
