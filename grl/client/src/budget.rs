@@ -42,6 +42,8 @@
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Budget {
     tokens: f64,
+    /// The credit random arrivals need, held for a while ([`Budget::noise_credit`]).
+    credit: f64,
 }
 
 /// How many windows' allowance steady traffic may hold as credit.
@@ -50,6 +52,10 @@ const CREDIT_WINDOWS: f64 = 4.0;
 /// The share of random arrivals a budget may drop under its allowance
 /// ([`poisson_credit`]).
 pub(crate) const DROP_SHARE: f64 = 0.002;
+
+/// How long a budget holds the credit random arrivals needed ([`Budget::noise_credit`]),
+/// in seconds.
+const CREDIT_HOLD_SECS: f64 = 30.0;
 
 /// The credit, in requests, under which a budget drops at most [`DROP_SHARE`] of Poisson
 /// arrivals offered at `load` times its allowance (see the module doc): at least one
@@ -91,6 +97,7 @@ impl Budget {
     pub(crate) fn starting_at(phase: f64) -> Self {
         Self {
             tokens: phase.rem_euclid(1.0),
+            credit: 0.0,
         }
     }
 
@@ -102,18 +109,26 @@ impl Budget {
 
     /// The credit a budget may hold at allowance `allowed` (requests per second), for a
     /// caller whose bursts come `gap_secs` apart (0 for traffic that does not come in
-    /// bursts on a schedule) and who is expected to offer `expected` requests per second,
-    /// with `window_secs` windows: four windows' allowance, or the allowance over the gap
-    /// and one window, and at least what random arrivals at `expected` need
-    /// ([`poisson_credit`]; at least one request: a caller allowed less than one request
-    /// per gap still gets its share).
-    pub(crate) fn cap(allowed: f64, window_secs: f64, gap_secs: f64, expected: f64) -> f64 {
+    /// bursts on a schedule), with `window_secs` windows: four windows' allowance, or the
+    /// allowance over the gap and one window, and at least `credit` requests (what random
+    /// arrivals need, [`Budget::noise_credit`]).
+    pub(crate) fn cap(allowed: f64, window_secs: f64, gap_secs: f64, credit: f64) -> f64 {
         let secs = (CREDIT_WINDOWS * window_secs).max(gap_secs + window_secs);
         if allowed > 0.0 {
-            (allowed * secs).max(poisson_credit(expected / allowed))
+            (allowed * secs).max(credit).max(1.0)
         } else {
             0.0
         }
+    }
+
+    /// The credit random arrivals at `load` times the allowance need ([`poisson_credit`]),
+    /// after a window of `secs`: the largest it needed over about [`CREDIT_HOLD_SECS`]
+    /// (it decays at that time constant). A load read off a few requests is noisy, and a
+    /// cap that fell with each low reading would throw away the credit it is there for.
+    pub(crate) fn noise_credit(&mut self, load: f64, secs: f64) -> f64 {
+        let decay = (-secs.max(0.0) / CREDIT_HOLD_SECS).exp();
+        self.credit = poisson_credit(load).max(self.credit * decay);
+        self.credit
     }
 
     /// The largest overdraft at allowance `allowed`: an interval's allowance, or what was
@@ -124,7 +139,8 @@ impl Budget {
 
     /// A window of `secs` at allowance `allowed` in which `admitted` requests were let
     /// through: refill, spend, and keep within the floor and the cap. The floor bounds the
-    /// debt this window adds; a debt already owed is paid back, never forgiven.
+    /// debt this window adds; a debt already owed is paid back, unless the rate falls under the allowance
+    /// ([`Budget::forgive_debt`]).
     ///
     /// Above the cap the budget drops whole requests and keeps its fraction of one (its
     /// phase), so it holds at most `cap` and a part of a request. Cutting to the cap
@@ -146,6 +162,12 @@ impl Budget {
     /// of the current window, holds `need` requests.
     pub(crate) fn covers(&self, allowed: f64, since: f64, need: f64) -> bool {
         self.tokens + allowed * since >= need
+    }
+
+    /// Forgets what the budget owes (the rate fell under the allowance: see
+    /// `Inner::window`); credit is kept.
+    pub(crate) fn forgive_debt(&mut self) {
+        self.tokens = self.tokens.max(0.0);
     }
 
     /// Spends `n` requests at once (a batch admitted whole); the window that counts them
@@ -354,7 +376,7 @@ mod tests {
             let mut rng = crate::sim::Rng::new(seed);
             let mut b = Budget::starting_at(rng.unit());
             let mut frac = rng.unit();
-            let cap = Budget::cap(a, W, 0.0, rho * a);
+            let cap = Budget::cap(a, W, 0.0, poisson_credit(rho));
             for _ in 0..(secs as f64 / W) as usize {
                 let n = rng.poisson(rho * a * W);
                 let r = b.ratio(a, W, rho * a, 1.0);

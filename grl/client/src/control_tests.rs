@@ -334,3 +334,33 @@ fn clients_that_pause_together_resume_their_own_cadence() {
         );
     }
 }
+
+/// What a client allowed `allowed` rps drops of Poisson arrivals at `rate` rps over
+/// `secs` seconds, for each of `seeds` seeds: (dropped, offered).
+fn poisson_drops(allowed: f64, rate: f64, secs: u64, seeds: u64) -> (u64, u64) {
+    let (mut dropped, mut offered) = (0, 0);
+    for seed in 0..seeds {
+        let mut rng = crate::sim::Rng::new(seed);
+        let (client, mut window) = following_client(allowed);
+        for _ in 0..secs * 20 {
+            window(rng.poisson(rate * 0.05));
+        }
+        let t = totals_of(&client);
+        dropped += t.dropped;
+        offered += t.offered;
+    }
+    (dropped, offered)
+}
+
+#[test]
+fn random_arrivals_under_the_allowance_are_not_dropped() {
+    for (allowed, rate) in [(1.0, 0.8), (2.0, 0.6), (20.0, 16.0), (200.0, 160.0)] {
+        let (dropped, offered) = poisson_drops(allowed, rate, 2_000, 4);
+        let share = dropped as f64 / offered as f64;
+        eprintln!("{rate} rps at {allowed} allowed: dropped {dropped} of {offered}");
+        assert!(
+            share <= 0.005,
+            "{rate} rps at {allowed}: dropped {share:.4}"
+        );
+    }
+}

@@ -108,7 +108,13 @@ pub(crate) struct Shape {
     cusum_hits: usize,
     /// The reference of that run, `(μ0, dispersion)`, taken when it began.
     cusum_ref: (f64, f64),
+    /// The offered rate averaged over about [`LONG_SECS`] (exponentially weighted).
+    long_rate: f64,
 }
+
+/// The time constant of [`Shape::long_rate`]'s average, in seconds: long enough to
+/// hold tens of requests of a caller at one request a second.
+const LONG_SECS: f64 = 30.0;
 
 /// The rise CUSUM's threshold, in log-likelihood units: about one false alarm in 10^4
 /// windows of steady Poisson traffic (8 minutes at 50 ms windows), see the tests.
@@ -130,6 +136,7 @@ impl Shape {
             cusum_run: 0,
             cusum_hits: 0,
             cusum_ref: (0.0, 1.0),
+            long_rate: 0.0,
             ring: VecDeque::with_capacity(cap),
             cap,
             segment: 0,
@@ -173,6 +180,10 @@ impl Shape {
             admitted: admitted.min(offered).min(u64::from(u32::MAX)) as u32,
             secs,
         };
+        if secs > 0.0 {
+            let k = (secs / LONG_SECS).min(1.0);
+            self.long_rate += (offered as f64 / secs - self.long_rate) * k;
+        }
         let mut change = self.change_with(slot);
         let cusum_rise = self.cusum_step(slot.offered);
         if change == Change::None && cusum_rise {
@@ -507,6 +518,15 @@ impl Shape {
         }
     }
 
+    /// The upper bound of the offered rate over about the last [`LONG_SECS`] (an
+    /// exponentially weighted mean, plus two of its Poisson deviations, `sqrt(rate / 2τ)`
+    /// for a time constant `τ`): the rate a budget's credit for random arrivals is sized
+    /// by, steadier than the ring's for a sparse caller (at 0.8 requests a second the ring
+    /// is empty one time in 25), and an upper bound because too small a credit drops.
+    pub(crate) fn long_rate(&self) -> f64 {
+        self.long_rate + 2.0 * (self.long_rate / (2.0 * LONG_SECS)).sqrt()
+    }
+
     /// The offered rate the next window is expected to see, requests per second.
     pub(crate) fn expected(&self) -> f64 {
         self.estimate
@@ -514,8 +534,13 @@ impl Shape {
 
     /// The mean count of the non-empty windows since the last change (at least 1): what the
     /// next window that counts anything is likely to ask for, a whole burst for a caller
-    /// that sends in bursts.
+    /// that sends in bursts on a schedule; 1 for any other traffic.
     pub(crate) fn typical_window(&self) -> f64 {
+        // Random arrivals are decided one by one: a window that happens to hold two of
+        // them is no burst to ration.
+        if !self.scheduled() {
+            return 1.0;
+        }
         let (mut sum, mut n) = (0u64, 0u64);
         for s in self
             .ring

@@ -68,6 +68,12 @@ impl Inner {
                         // The tiers re-share from a mix of fresh and interval-old rates
                         // for a while: keep at least this allowance meanwhile.
                         b.hold = Some((now + interval, a));
+                        // What the surge over-admitted is not paid back by the traffic
+                        // that is left once it is under the allowance: that would drop
+                        // requests of a caller back under its limit.
+                        if b.shape.expected() < b.local_share(a) {
+                            b.budget.forgive_debt();
+                        }
                     }
                 }
             }
@@ -77,8 +83,11 @@ impl Inner {
                     let floor =
                         Budget::floor(share, interval.as_secs_f64(), b.shape.admitted_in_ring());
                     let batch = b.largest_batch.map_or(0.0, |(_, n)| n as f64);
-                    let cap = Budget::cap(share, w, b.shape.burst_gap_secs(), b.shape.expected())
-                        .max(batch);
+                    // The credit random arrivals need is sized by the rate over the last
+                    // half minute: the short-term estimate of a sparse caller jumps at each
+                    // request and decays to nothing between them.
+                    let credit = b.budget.noise_credit(b.shape.long_rate() / share, secs);
+                    let cap = Budget::cap(share, w, b.shape.burst_gap_secs(), credit).max(batch);
                     b.budget.settle(share, secs, admitted - charged, floor, cap);
                 }
                 let t = threshold(b.budget.ratio(

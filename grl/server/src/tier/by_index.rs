@@ -213,13 +213,15 @@ impl IndexedSums {
     /// into the packed form, with what to remember as sent and whether anything moved
     /// enough to tell (as the round by name decides it). `None` when `c` does not report
     /// by index at these sums' version. `ordinals`: the child's services as positions in
-    /// the version's service list, ascending ([`Child::service_ordinals`]).
+    /// the version's service list, ascending ([`Child::service_ordinals`]); `children`:
+    /// how many children report each of those services, by position.
     pub(crate) fn packed_for<L>(
         &self,
         cfg: &NodeConfig,
         owned: &Owned,
         c: &Child<L>,
         ordinals: &[u32],
+        children: &[u32],
     ) -> Option<PackedForChild> {
         if !by_index_at(c, &self.rules) {
             return None;
@@ -253,6 +255,7 @@ impl IndexedSums {
             else {
                 continue;
             };
+            let n = children.get(o as usize).copied().unwrap_or(1);
             for i in first as usize..first as usize + len {
                 let Some(scope) = dense.limited_scope[i].filter(|s| owned.owns(*s, &c.zone)) else {
                     continue;
@@ -277,7 +280,7 @@ impl IndexedSums {
                 };
                 let limit = dense.limit[i];
                 let ratio = ratios::drop_ratio(sum.unwrap_or(0.0), limit);
-                let allowed = sum.and_then(|sum| ratios::share(limit, own, sum, horizon));
+                let allowed = sum.and_then(|sum| ratios::share(limit, own, sum, n, horizon));
                 let key = dense.key[i];
                 out.changed = out.changed
                     || before.get(out.sent.len()).is_none_or(|old| {

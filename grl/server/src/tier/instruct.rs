@@ -12,6 +12,7 @@ use prost::Message;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use super::FastMap;
 use super::by_index::PackedForChild;
 use super::child::{Child, SentRatio};
 use super::node::{Bytes, Link, Node, NodeConfig, State};
@@ -59,6 +60,15 @@ impl Node {
             ..
         } = st;
         let indexed = indexed.as_ref().filter(|x| Arc::ptr_eq(&x.rules, rules));
+        let per_service = children_per_service(children.iter());
+        let per_ordinal: Vec<u32> = match indexed {
+            Some(_) => rules
+                .services()
+                .keys()
+                .map(|s| per_service.get(s).copied().unwrap_or(0))
+                .collect(),
+            None => Vec::new(),
+        };
         // Both built for the first child worked by name, if any.
         let named = std::cell::OnceCell::new();
         let mut from: Option<Sources<'_>> = None;
@@ -67,7 +77,7 @@ impl Node {
         let mut send = |c: &mut Child<Link>| {
             let by_index = indexed.and_then(|x| {
                 let ordinals = c.service_ordinals(rules).to_vec();
-                x.packed_for(&self.cfg, owned, c, &ordinals)
+                x.packed_for(&self.cfg, owned, c, &ordinals, &per_ordinal)
             });
             let made = match by_index {
                 Some(p) => Made::Packed(p),
@@ -82,7 +92,8 @@ impl Node {
                     };
                     let from =
                         from.get_or_insert_with(|| Sources::new(rules, computed, offered, parent));
-                    ratios_for(&self.cfg, owned, rules, from, c, now, &mut scratch);
+                    let n = (&per_service, now);
+                    ratios_for(&self.cfg, owned, rules, from, c, n, &mut scratch);
                     Made::Named(&scratch)
                 }
             };
@@ -105,6 +116,25 @@ impl Node {
                 .for_each(&mut send),
         }
     }
+}
+
+/// How many of `children` report each service: the `n` that the even part of a group's
+/// unused allowance is split over ([`ratios::share`]).
+fn children_per_service<'a, L: 'a>(
+    children: impl Iterator<Item = &'a Child<L>>,
+) -> FastMap<String, u32> {
+    let mut n: FastMap<String, u32> = FastMap::default();
+    for c in children {
+        for s in &c.services {
+            match n.get_mut(s.as_str()) {
+                Some(k) => *k += 1,
+                None => {
+                    n.insert(s.clone(), 1);
+                }
+            }
+        }
+    }
+    n
 }
 
 /// Which children a round of instructions looks at.
@@ -253,7 +283,7 @@ fn ratios_for<'a>(
     rules: &'a Rules,
     from: &Sources<'_>,
     c: &Child<Link>,
-    now: Instant,
+    (per_service, now): (&FastMap<String, u32>, Instant),
     out: &mut Vec<ChildRatio<'a>>,
 ) {
     let own_ms = cfg.validity().as_millis() as u32;
@@ -267,6 +297,7 @@ fn ratios_for<'a>(
         ) else {
             continue;
         };
+        let n = per_service.get(svc.as_str()).copied().unwrap_or(1);
         for (j, b) in buckets.iter().enumerate() {
             let (Some(_), Ok(scope)) = (b.limit_rps, wire::scope_from_wire(b.scope)) else {
                 continue;
@@ -286,7 +317,7 @@ fn ratios_for<'a>(
                         .copied(),
                 };
                 let allowed =
-                    computed.and_then(|x| ratios::share(x.limit, own, x.offered, horizon));
+                    computed.and_then(|x| ratios::share(x.limit, own, x.offered, n, horizon));
                 (computed.map_or(0.0, |x| x.ratio), own_ms, allowed)
             } else {
                 match sources[j].parent {
@@ -303,7 +334,7 @@ fn ratios_for<'a>(
                         let allowed = p
                             .allowed
                             .filter(|_| own > 0.0 || p.ratio <= 0.0)
-                            .and_then(|a| ratios::share(a, own, group, horizon))
+                            .and_then(|a| ratios::share(a, own, group, n, horizon))
                             .map(|s| {
                                 if p.ratio > 0.0 {
                                     s.min(own * (1.0 - p.ratio))

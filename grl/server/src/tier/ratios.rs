@@ -10,20 +10,22 @@
 //! in every zone, drops the same fraction and the allowances sum to the limit.
 //!
 //! Headroom under the limit is shared, not copied: while the group is under its allowance,
-//! a child may admit its own rate, its part of the unused allowance by its share of the
-//! load, and its noise margin ([`noise_margin`]: how far above its reported rate its true
-//! rate may plausibly be, since a reported rate is a count over a horizon), never more
-//! than its rate plus the whole unused part. The parts of the unused allowance sum to it,
-//! so when every instance rises at once the allowances sum to the limit plus the margins,
-//! `L + Σ (2 sqrt(r_i / H) + 1 / H)`; for `N` equal children at total rate `R` that is
-//! `L + 2 sqrt(N R / H) + N / H`, which the clients' budgets hold from the first request.
-//! (Copying the whole unused part to every child, as this tier once did, let `N` rising
-//! instances admit `N` times the unused part until the tiers heard: 50x the limit.) One
-//! instance rising alone gets the room once its urgent report comes back as a share: its
-//! rise is found within a few windows (the client's CUSUM), one round trip later. A child
-//! that offered nothing gets only its margin where the group is under its allowance, and
-//! no allowance where it is at or over it (it applies the group's drop ratio from its
-//! first request).
+//! a child may admit its own rate, its part of the unused allowance (half of it shared by
+//! load, half evenly over the `n` children: which of them will rise is not known) and its
+//! noise margin ([`noise_margin`]: how far above its reported rate its true rate may
+//! plausibly be, since a reported rate is a count over a horizon; at least the margin of
+//! the group's mean child, since a child that reported nothing over the horizon may still
+//! be one of them), never more than its rate plus the whole unused part. The parts of the
+//! unused allowance sum to it, so when every instance rises at once the allowances sum to
+//! the limit plus the margins, about `L + 2 sqrt(N R / H) + N / H` for `N` equal children
+//! at total rate `R` over a horizon `H`, which the clients' budgets hold from the first
+//! request. (Copying the whole unused part to every child, as this tier once did, let `N`
+//! rising instances admit `N` times the unused part until the tiers heard: 50x the limit.)
+//! One instance rising alone gets the room once its urgent report comes back as a share:
+//! its rise is found within a few windows (the client's CUSUM), one round trip later. A
+//! child that offered nothing gets its even part and its margin where the group is under
+//! its allowance, and no allowance where it is at or over it (it applies the group's drop
+//! ratio from its first request).
 
 use std::collections::BTreeMap;
 
@@ -267,11 +269,18 @@ pub fn compute<'a>(
         .collect()
 }
 
-/// The rate a child offering `child` may admit, out of a group offering `group` in total
-/// that may admit `allowed`, where a reported rate is a count over `horizon_secs` (see the
-/// module doc for the headroom under the limit). `None` for a child that offered nothing
-/// in a group at or over its allowance: it applies the group's drop ratio.
-pub fn share(allowed: f64, child: f64, group: f64, horizon_secs: f64) -> Option<f64> {
+/// The rate a child offering `child` may admit, out of a group of `children` offering
+/// `group` in total that may admit `allowed`, where a reported rate is a count over
+/// `horizon_secs` (see the module doc for the headroom under the limit). `None` for a
+/// child that offered nothing in a group at or over its allowance: it applies the group's
+/// drop ratio.
+pub fn share(
+    allowed: f64,
+    child: f64,
+    group: f64,
+    children: u32,
+    horizon_secs: f64,
+) -> Option<f64> {
     if child.is_nan() || child < 0.0 || allowed.is_nan() || allowed < 0.0 {
         return None;
     }
@@ -283,12 +292,15 @@ pub fn share(allowed: f64, child: f64, group: f64, horizon_secs: f64) -> Option<
         return (child > 0.0).then(|| allowed * child / group);
     }
     let unused = allowed - group;
+    let n = f64::from(children.max(1));
+    let even = unused / n;
     let by_load = if group > 0.0 {
         unused * child / group
     } else {
-        0.0
+        even
     };
-    Some(child + unused.min(by_load + noise_margin(child, horizon_secs)))
+    let margin = noise_margin(child.max(group / n), horizon_secs);
+    Some(child + unused.min(0.5 * (by_load + even) + margin))
 }
 
 /// How far above a reported rate `rate` the true rate may plausibly be when the rate is a
@@ -446,7 +458,7 @@ mod tests {
         let total: f64 = offered.iter().sum();
         let shares: Vec<f64> = offered
             .iter()
-            .map(|o| share(100.0, *o, total, H).unwrap())
+            .map(|o| share(100.0, *o, total, 3, H).unwrap())
             .collect();
         assert!((shares.iter().sum::<f64>() - 100.0).abs() < 1e-9);
         for (s, o) in shares.iter().zip(offered) {
@@ -457,36 +469,36 @@ mod tests {
     const H: f64 = 4.0;
 
     #[test]
-    fn under_the_limit_the_unused_part_is_shared_by_load_plus_a_noise_margin() {
-        // 900 of 1000 offered: 100 unused, shared by load, plus each child's margin.
+    fn under_the_limit_the_unused_part_is_shared_half_by_load_half_evenly_plus_a_margin() {
+        // 900 of 1000 offered by 4 children: 100 unused.
         let m = |r: f64| noise_margin(r, H);
-        let a = share(1000.0, 50.0, 900.0, H).unwrap();
-        assert!(
-            (a - (50.0 + 100.0 * 50.0 / 900.0 + m(50.0))).abs() < 1e-9,
-            "{a}"
-        );
-        let b = share(1000.0, 300.0, 900.0, H).unwrap();
-        assert!((b - (300.0 + 100.0 / 3.0 + m(300.0))).abs() < 1e-9, "{b}");
+        let a = share(1000.0, 50.0, 900.0, 4, H).unwrap();
+        let want = 50.0 + 0.5 * (100.0 * 50.0 / 900.0 + 25.0) + m(225.0);
+        assert!((a - want).abs() < 1e-9, "{a} {want}");
+        let b = share(1000.0, 600.0, 900.0, 4, H).unwrap();
+        let want = 600.0 + 0.5 * (100.0 * 600.0 / 900.0 + 25.0) + m(600.0);
+        assert!((b - want).abs() < 1e-9, "{b} {want}");
         // Never more than the child's rate plus the whole unused part.
-        assert_eq!(
-            share(1000.0, 50.0, 60.0, H),
-            Some(50.0 + 940.0f64.min(50.0 * 940.0 / 60.0 + m(50.0)))
-        );
-        assert_eq!(share(10.0, 5.0, 9.9, H), Some(5.1));
-        // An idle child gets its margin: one request over the horizon.
-        assert_eq!(share(1000.0, 0.0, 900.0, H), Some(0.25));
+        assert_eq!(share(10.0, 5.0, 9.9, 2, H), Some(5.1));
+        // An idle child gets its even part and the margin of the group's mean child.
+        let idle = share(1000.0, 0.0, 900.0, 4, H).unwrap();
+        assert!((idle - (12.5 + m(225.0))).abs() < 1e-9, "{idle}");
+        // Nobody offering anything: the unused part evenly.
+        assert_eq!(share(100.0, 0.0, 0.0, 4, H), Some(25.0 + m(0.0)));
         // At the limit there is no slack: the shares are the offered rates, and an idle
         // child applies the ratio.
-        assert_eq!(share(1000.0, 50.0, 1000.0, H), Some(50.0));
-        assert_eq!(share(1000.0, 0.0, 1000.0, H), None);
-        assert_eq!(share(f64::INFINITY, 5.0, 10.0, H), Some(f64::INFINITY));
+        assert_eq!(share(1000.0, 50.0, 1000.0, 4, H), Some(50.0));
+        assert_eq!(share(1000.0, 0.0, 1000.0, 4, H), None);
+        assert_eq!(share(f64::INFINITY, 5.0, 10.0, 4, H), Some(f64::INFINITY));
     }
 
     #[test]
     fn shared_headroom_sums_to_the_limit_plus_the_margins() {
         // 100 children at 0.5 rps under a limit of 100: together they may admit the limit
         // and their margins, not 100 times the unused 50.
-        let total: f64 = (0..100).map(|_| share(100.0, 0.5, 50.0, H).unwrap()).sum();
+        let total: f64 = (0..100)
+            .map(|_| share(100.0, 0.5, 50.0, 100, H).unwrap())
+            .sum();
         let margins = 100.0 * noise_margin(0.5, H);
         assert!((total - (100.0 + margins)).abs() < 1e-6, "{total}");
         assert!(total < 200.0, "{total}");
