@@ -140,7 +140,7 @@ impl Budget {
     /// A window of `secs` at allowance `allowed` in which `admitted` requests were let
     /// through: refill, spend, and keep within the floor and the cap. The floor bounds the
     /// debt this window adds; a debt already owed is paid back, unless the rate falls under the allowance
-    /// ([`Budget::forgive_debt`]).
+    /// ([`Budget::after_fall`]).
     ///
     /// Above the cap the budget drops whole requests and keeps its fraction of one (its
     /// phase), so it holds at most `cap` and a part of a request. Cutting to the cap
@@ -164,10 +164,12 @@ impl Budget {
         self.tokens + allowed * since >= need
     }
 
-    /// Forgets what the budget owes (the rate fell under the allowance: see
-    /// `Inner::window`); credit is kept.
-    pub(crate) fn forgive_debt(&mut self) {
-        self.tokens = self.tokens.max(0.0);
+    /// The rate fell to `load` times the allowance (see `Inner::window`): what the budget
+    /// owes is forgotten, and it holds at least the credit random arrivals at that load
+    /// need, as a budget that had run at that load would. A surge spends a budget down to
+    /// nothing; without this the traffic left after it would wait for the refill.
+    pub(crate) fn after_fall(&mut self, load: f64) {
+        self.tokens = self.tokens.max(poisson_credit(load)).max(0.0);
     }
 
     /// Spends `n` requests at once (a batch admitted whole); the window that counts them

@@ -48,7 +48,7 @@
 //!   recent are also a rise at once.
 //! - **A fall** is a run of low windows that nothing in the ring explains (longer than any
 //!   recent gap, so a bursty caller's silence between bursts is no fall) and that counting
-//!   noise cannot explain either (beyond 3 Poisson deviations).
+//!   noise cannot explain either (beyond 3 Poisson deviations and 2 requests).
 //!
 //! # The rate the next window expects ([`Shape::expected`])
 //!
@@ -110,6 +110,9 @@ pub(crate) struct Shape {
     cusum_ref: (f64, f64),
     /// The offered rate averaged over about [`LONG_SECS`] (exponentially weighted).
     long_rate: f64,
+    /// Seconds counted into `long_rate` (up to [`LONG_SECS`]): until then it is the plain
+    /// mean since the first window.
+    long_secs: f64,
 }
 
 /// The time constant of [`Shape::long_rate`]'s average, in seconds: long enough to
@@ -137,6 +140,7 @@ impl Shape {
             cusum_hits: 0,
             cusum_ref: (0.0, 1.0),
             long_rate: 0.0,
+            long_secs: 0.0,
             ring: VecDeque::with_capacity(cap),
             cap,
             segment: 0,
@@ -181,7 +185,8 @@ impl Shape {
             secs,
         };
         if secs > 0.0 {
-            let k = (secs / LONG_SECS).min(1.0);
+            self.long_secs = (self.long_secs + secs).min(LONG_SECS);
+            let k = secs / self.long_secs;
             self.long_rate += (offered as f64 / secs - self.long_rate) * k;
         }
         let mut change = self.change_with(slot);
@@ -524,7 +529,8 @@ impl Shape {
     /// by, steadier than the ring's for a sparse caller (at 0.8 requests a second the ring
     /// is empty one time in 25), and an upper bound because too small a credit drops.
     pub(crate) fn long_rate(&self) -> f64 {
-        self.long_rate + 2.0 * (self.long_rate / (2.0 * LONG_SECS)).sqrt()
+        let tau = self.long_secs.max(1.0);
+        self.long_rate + 2.0 * (self.long_rate / (2.0 * tau)).sqrt()
     }
 
     /// The offered rate the next window is expected to see, requests per second.

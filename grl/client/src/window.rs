@@ -71,8 +71,9 @@ impl Inner {
                         // What the surge over-admitted is not paid back by the traffic
                         // that is left once it is under the allowance: that would drop
                         // requests of a caller back under its limit.
-                        if b.shape.expected() < b.local_share(a) {
-                            b.budget.forgive_debt();
+                        let share = b.local_share(a);
+                        if b.shape.expected() < share {
+                            b.budget.after_fall(b.shape.expected() / share);
                         }
                     }
                 }
