@@ -172,6 +172,11 @@ impl Budget {
         self.tokens = self.tokens.max(poisson_credit(load)).max(0.0);
     }
 
+    /// Forgets what the budget owes; credit is kept.
+    pub(crate) fn forgive_debt(&mut self) {
+        self.tokens = self.tokens.max(0.0);
+    }
+
     /// Spends `n` requests at once (a batch admitted whole); the window that counts them
     /// must not spend them again.
     pub(crate) fn charge(&mut self, n: f64) {

@@ -565,6 +565,11 @@ impl Shape {
         }
     }
 
+    /// Requests offered over the whole ring.
+    pub(crate) fn offered_in_ring(&self) -> u64 {
+        self.ring.iter().map(|s| u64::from(s.offered)).sum()
+    }
+
     /// Requests admitted over the whole ring.
     pub(crate) fn admitted_in_ring(&self) -> u64 {
         self.ring.iter().map(|s| u64::from(s.admitted)).sum()

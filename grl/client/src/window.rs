@@ -59,6 +59,7 @@ impl Inner {
                 .largest_batch
                 .map(|(age, n)| (age + 1, n))
                 .filter(|(age, _)| *age <= b.shape.windows());
+            let was_idle = b.shape.offered_in_ring() == 0;
             match b.shape.push(offered, admitted, secs) {
                 Change::None => {}
                 Change::Rise | Change::Learned => urgent = true,
@@ -90,6 +91,14 @@ impl Inner {
                     let credit = b.budget.noise_credit(b.shape.long_rate() / share, secs);
                     let cap = Budget::cap(share, w, b.shape.burst_gap_secs(), credit).max(batch);
                     b.budget.settle(share, secs, admitted - charged, floor, cap);
+                    if was_idle {
+                        // The first window of a bucket idle at this client was decided
+                        // before anything said it would count anything: what it admitted
+                        // beyond the budget is not owed (the next windows are decided on
+                        // the budget; paying back a first burst would drop the caller
+                        // for seconds after it).
+                        b.budget.forgive_debt();
+                    }
                 }
                 let t = threshold(b.budget.ratio(
                     share,
