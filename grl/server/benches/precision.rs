@@ -13,11 +13,13 @@
 //! Env (comma-separated; `none` for no steady loads or no transitions):
 //! `PRECISION_CLIENTS`, `PRECISION_SHAPES`, `PRECISION_LOADS`, `PRECISION_LIMITS`,
 //! `PRECISION_TRANSITIONS`, `PRECISION_SECONDS` (seconds measured after the step, default
-//! 12), `PRECISION_LOADGEN_RPS` (what one loadgen may be asked for, default 60,000),
+//! 12), `PRECISION_LOADGEN_RPS` (what one loadgen may be asked for, default 200,000: one loadgen of a
+//! thousand clients offered 200,000 Poisson rps over 34 cells here, at most 105 ms behind),
 //! `PRECISION_DRY_RUN=1` (print the plan only).
 
 #[path = "../tests/precision/cell.rs"]
 mod cell;
+#[path = "precision/heatmap.rs"]
 mod heatmap;
 #[path = "../tests/precision/judge.rs"]
 mod judge;
@@ -63,7 +65,7 @@ fn main() {
         rps: std::env::var("PRECISION_LOADGEN_RPS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(60_000.0),
+            .unwrap_or(200_000.0),
         visits: 4_000_000.0,
     };
     let cells = sel.cells();
@@ -110,6 +112,7 @@ fn main() {
     print!("{}", report::summary(&outcomes, &plan.refused));
     let dir = out_dir();
     std::fs::create_dir_all(&dir).expect("target/precision");
+    let dir = dir.canonicalize().unwrap_or(dir);
     let svg = dir.join("heatmap.svg");
     let md = dir.join("matrix.md");
     if let Err(e) = heatmap::write(&svg, &outcomes, &plan.refused) {

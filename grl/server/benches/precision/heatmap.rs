@@ -89,22 +89,22 @@ pub(crate) fn write(
         TextStyle::from(("sans-serif", size).into_font()).pos(Pos::new(h, VPos::Center))
     };
     let title = "grl precision matrix (issue 38): green met its targets, red missed (darker: further), amber invalid, grey refused";
-    root.draw_text(title, &text(12.0, HPos::Left), (6, 12))
+    root.draw_text(title, &text(15.0, HPos::Left), (6, 12))
         .map_err(err)?;
     for (i, (limit, traffic)) in cols.iter().enumerate() {
         let x = LABEL_W + CELL_W * i as i32 + CELL_W / 2;
         if i == 0 || cols[i - 1].0 != *limit {
-            root.draw_text(limit, &text(12.0, HPos::Left), (x - CELL_W / 2 + 2, 32))
+            root.draw_text(limit, &text(15.0, HPos::Left), (x - CELL_W / 2 + 2, 32))
                 .map_err(err)?;
         }
-        root.draw_text(traffic, &text(10.0, HPos::Center), (x, HEAD_H - 12))
+        root.draw_text(traffic, &text(13.0, HPos::Center), (x, HEAD_H - 12))
             .map_err(err)?;
     }
     for (j, (n, shape)) in rows.iter().enumerate() {
         let y = HEAD_H + CELL_H * j as i32;
         root.draw_text(
             &format!("{n} inst., {shape}"),
-            &text(11.0, HPos::Left),
+            &text(14.0, HPos::Left),
             (6, y + CELL_H / 2),
         )
         .map_err(err)?;
@@ -115,12 +115,17 @@ pub(crate) fn write(
                     && format!("L {}", c.limit) == *limit
                     && c.traffic_name() == *traffic
             };
-            let (fill, label) = if let Some(o) = outcomes.iter().find(|o| here(&o.cell)) {
-                (colour(o), key(o))
+            let (fill, label, ink) = if let Some(o) = outcomes.iter().find(|o| here(&o.cell)) {
+                let ink = if o.invalid.is_none() && o.severity() > 1.0 {
+                    WHITE
+                } else {
+                    BLACK
+                };
+                (colour(o), key(o), ink)
             } else if refused.iter().any(|(c, _)| here(c)) {
-                (RGBColor(215, 215, 215), "refused".into())
+                (RGBColor(215, 215, 215), "refused".into(), BLACK)
             } else {
-                (WHITE, String::new())
+                (WHITE, String::new(), BLACK)
             };
             root.draw(&Rectangle::new(
                 [(x + 1, y + 1), (x + CELL_W - 1, y + CELL_H - 1)],
@@ -129,7 +134,7 @@ pub(crate) fn write(
             .map_err(err)?;
             root.draw_text(
                 &label,
-                &text(10.0, HPos::Center),
+                &text(13.0, HPos::Center).color(&ink),
                 (x + CELL_W / 2, y + CELL_H / 2),
             )
             .map_err(err)?;
@@ -138,7 +143,7 @@ pub(crate) fn write(
     let legend = "squares: dropped % (under L, rise-alone), admitted/L (over L), 1st second after the step (x L up, admitted % down), new instance's dropped % / bucket's ratio (join)";
     root.draw_text(
         legend,
-        &text(10.0, HPos::Left),
+        &text(13.0, HPos::Left),
         (6, HEAD_H + CELL_H * rows.len() as i32 + LEGEND_H / 2),
     )
     .map_err(err)?;

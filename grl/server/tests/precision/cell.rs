@@ -77,7 +77,8 @@ pub(crate) enum Transition {
     /// process) joins at [`JOINER_RPS`].
     Join,
     /// One instance at 0.1 L and the others at 0.1 L together; the one rises alone to 0.5 L
-    /// (the bucket then runs at 0.6 L).
+    /// (the bucket then runs at 0.6 L). Where the others would send less than a request an
+    /// instance a second in whole requests (even, burst), they are spread instead.
     RiseAlone,
 }
 
@@ -272,8 +273,16 @@ impl Cell {
                 let one = |second: u64, x: f64| {
                     format!("{second},{id},{PROCEDURE},{},{shape},0\n", x * l)
                 };
+                // Background for the one that rises: in whole requests below one an
+                // instance a second the others would send rare waves, so they spread.
+                let per_other = 0.1 * l / (self.clients - 1) as f64;
+                let background = if self.shape.in_whole_requests() && per_other < 1.0 {
+                    Shape::Spread.profile()
+                } else {
+                    shape
+                };
                 let others = format!(
-                    "0,{id},{PROCEDURE},{},{shape},1-{}\n",
+                    "0,{id},{PROCEDURE},{},{background},1-{}\n",
                     0.1 * l,
                     self.clients - 1
                 );
