@@ -13,8 +13,10 @@
 //! Env (comma-separated; `none` for no steady loads or no transitions):
 //! `PRECISION_CLIENTS`, `PRECISION_SHAPES`, `PRECISION_LOADS`, `PRECISION_LIMITS`,
 //! `PRECISION_TRANSITIONS`, `PRECISION_SECONDS` (seconds measured after the step, default
-//! 12), `PRECISION_LOADGEN_RPS` (what one loadgen may be asked for, default 200,000: one loadgen of a
-//! thousand clients offered 200,000 Poisson rps over 34 cells here, at most 105 ms behind),
+//! 12), `PRECISION_LOADGEN_RPS` (what one loadgen may be asked for, default 100,000: alone on this
+//! 2-core machine one loadgen of a thousand clients offered 200,000 Poisson rps over 34
+//! cells at most 105 ms behind, but 2.5 s behind while others compiled),
+//! `PRECISION_LOADGEN_VISITS` (clients x lanes x 100 a second, default 1,500,000),
 //! `PRECISION_DRY_RUN=1` (print the plan only).
 
 #[path = "../tests/precision/cell.rs"]
@@ -65,8 +67,11 @@ fn main() {
         rps: std::env::var("PRECISION_LOADGEN_RPS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(200_000.0),
-        visits: 4_000_000.0,
+            .unwrap_or(100_000.0),
+        visits: std::env::var("PRECISION_LOADGEN_VISITS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_500_000.0),
     };
     let cells = sel.cells();
     let plan = run::plan(&cells, &tl, &cap);

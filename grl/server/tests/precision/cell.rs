@@ -59,7 +59,7 @@ impl Shape {
 
     /// Shapes that offer whole requests per instance per period: below one request an
     /// instance a second, a second holds either nothing or every instance's wave.
-    fn in_whole_requests(self) -> bool {
+    pub(crate) fn in_whole_requests(self) -> bool {
         matches!(self, Shape::Even | Shape::Burst)
     }
 }
@@ -302,21 +302,32 @@ impl Cell {
         })
     }
 
+    /// The rate each instance offers at the judged load (the rising one, for rise-alone).
+    pub(crate) fn per_instance_rps(&self) -> f64 {
+        match self.traffic {
+            Traffic::Step(Transition::RiseAlone) => 0.5 * self.limit,
+            _ => self.measured_load() * self.limit / self.clients as f64,
+        }
+    }
+
     /// Why this cell cannot be measured as asked, whatever the machine.
     pub(crate) fn refusal(&self) -> Option<String> {
         if self.traffic == Traffic::Step(Transition::RiseAlone) && self.clients < 2 {
             return Some("one instance rising alone needs at least 2 instances".into());
         }
         // The rising instance offers its rate alone; the others are background.
-        let (rps, over) = match self.traffic {
-            Traffic::Step(Transition::RiseAlone) => (0.5 * self.limit, 1),
-            _ => (self.measured_load() * self.limit, self.clients),
+        let per_instance = self.per_instance_rps();
+        // Steady cells are judged on means over the window (a wave every 2 s or more
+        // often is enough); transitions second by second.
+        let least = match self.traffic {
+            Traffic::Steady(_) => 0.5,
+            Traffic::Step(_) => 1.0,
         };
-        let per_instance = rps / over as f64;
-        if self.shape.in_whole_requests() && per_instance < 1.0 {
+        if self.shape.in_whole_requests() && per_instance < least {
             return Some(format!(
                 "{} at {per_instance:.3} rps per instance sends one in-step wave every {:.1} s: \
-                 its seconds hold nothing or every instance at once, not its load",
+                 its seconds hold nothing or every instance at once, not its load \
+                 (measured from {least} rps per instance)",
                 self.shape.name(),
                 1.0 / per_instance
             ));

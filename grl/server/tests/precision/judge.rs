@@ -206,9 +206,14 @@ pub(crate) fn judge(cell: Cell, tl: &Timeline, o: &Observed) -> Outcome {
         Some(_) => {}
     }
     let planned = cell.measured_load() * l;
-    // 3 % for the loadgen's own granularity, and 3 standard deviations of a Poisson
-    // count over the window.
-    let tolerance = 0.03 + 3.0 / (planned * window).sqrt();
+    // 3 % for the loadgen's own granularity, 3 standard deviations of a Poisson count
+    // over the window, and one in-step wave of whole requests more or less.
+    let waves = if cell.shape.in_whole_requests() {
+        1.0 / (cell.per_instance_rps() * window)
+    } else {
+        0.0
+    };
+    let tolerance = 0.03 + 3.0 / (planned * window).sqrt() + waves;
     if ((out.offered_rps - planned) / planned).abs() > tolerance {
         out.invalid = Some(format!(
             "offered {:.1} rps where {planned} were planned (±{:.0} %)",
