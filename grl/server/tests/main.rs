@@ -9,7 +9,8 @@
 //! directory ([`config_links`]), the caps of a TLS port ([`tls_caps`]), and active/standby controllers elected through etcd
 //! ([`failover`]; an etcd outage: [`election`]) or a Kubernetes Lease ([`kube_lease`],
 //! against a stand-in API server: [`kube_api`]), enforcement that follows the load up
-//! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]), the config
+//! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]) and across issue
+//! 38's matrix of instances, shapes, loads and transitions ([`precision`]), the config
 //! and message size bounds at their figures ([`size_bounds`]), what an operator sees
 //! (`grl status`/`top`/`explain`, the `/status` page in a browser: [`operator`]) and
 //! limits scheduled for a window ([`scheduled_limits`]), and the wire versions of the
@@ -30,6 +31,7 @@ mod follow;
 mod kube_api;
 mod kube_lease;
 mod operator;
+mod precision;
 mod raw_http;
 mod raw_stream;
 mod rlqs;

@@ -4,9 +4,12 @@
 //! A profile row may give the traffic's shape ([`Shape`]): evenly spaced and in step across
 //! clients (the default), evenly spaced with each client's phase spread, Poisson arrivals,
 //! or bursts (a period's requests all at its start).
+//! A row may name the clients that offer it (a sixth column, `I` or `I-J`), so that one
+//! instance of many can change its rate alone.
 //! Each line carries `t` (the end of the period in whole seconds, rounded up), `t_ms` (the
-//! same in milliseconds since the start) and `unix_ms` (the wall clock when the counts
-//! were read, to line up several loadgens).
+//! same in milliseconds since the start), `unix_ms` (the wall clock when the counts
+//! were read, to line up several loadgens) and `late_ms` (how far behind its schedule the
+//! generator was at the period's end: a loadgen asked for more than it can offer says so).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -31,11 +34,13 @@ pub(crate) struct Args {
     /// Number of clients.
     #[arg(long, default_value_t = 4, value_parser = super::validate::clients)]
     clients: usize,
-    /// CSV `second,caller,procedure,rps[,shape]`: total rps over all clients from that
-    /// second on; `shape` is `even` (default: evenly spaced, every client in step),
+    /// CSV `second,caller,procedure,rps[,shape[,clients]]`: total rps over the clients from
+    /// that second on; `shape` is `even` (default: evenly spaced, every client in step),
     /// `spread` (evenly spaced, the clients' phases spread over the spacing), `poisson`
     /// (random arrivals), or `burst:MS` (each client sends a period of MS milliseconds'
-    /// requests at once at its start, every client at the same instant).
+    /// requests at once at its start, every client at the same instant); `clients` is `I`
+    /// or `I-J` (0-based, inclusive: only those clients offer the row; default all). Rows
+    /// of one pair with different `clients` run side by side.
     #[arg(long)]
     profile: PathBuf,
     /// How long to run, in seconds.
@@ -97,6 +102,27 @@ impl std::str::FromStr for Shape {
     }
 }
 
+/// The clients that offer a row: `first..=last`, or every client when `None`.
+type Subset = Option<(usize, usize)>;
+
+fn parse_subset(s: &str) -> Result<Subset, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let index = |x: &str| {
+        x.parse::<usize>()
+            .map_err(|_| format!("clients `{s}`: want I or I-J (0-based client indices)"))
+    };
+    let (first, last) = match s.split_once('-') {
+        Some((a, b)) => (index(a)?, index(b)?),
+        None => (index(s)?, index(s)?),
+    };
+    if first > last {
+        return Err(format!("clients `{s}`: the first index is after the last"));
+    }
+    Ok(Some((first, last)))
+}
+
 /// One row of the profile.
 #[derive(Debug, Clone, PartialEq)]
 struct Step {
@@ -104,7 +130,11 @@ struct Step {
     pair: (String, String),
     rps: f64,
     shape: Shape,
+    clients: Subset,
 }
+
+/// What offers traffic side by side: a pair, offered by a subset of the clients.
+type Lane = ((String, String), Subset);
 
 fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
     let mut out = Vec::new();
@@ -114,9 +144,9 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
             continue;
         }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if !(4..=5).contains(&f.len()) {
+        if !(4..=6).contains(&f.len()) {
             bail!(
-                "profile line {}: want second,caller,procedure,rps[,shape]",
+                "profile line {}: want second,caller,procedure,rps[,shape[,clients]]",
                 i + 1
             );
         }
@@ -125,6 +155,8 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
             .copied()
             .unwrap_or("")
             .parse()
+            .map_err(|e| anyhow::anyhow!("profile line {}: {e}", i + 1))?;
+        let clients = parse_subset(f.get(5).copied().unwrap_or(""))
             .map_err(|e| anyhow::anyhow!("profile line {}: {e}", i + 1))?;
         let rps: f64 = f[3]
             .parse()
@@ -138,17 +170,18 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
             pair: (f[1].to_string(), f[2].to_string()),
             rps,
             shape,
+            clients,
         });
     }
     out.sort_by_key(|s| s.second);
     Ok(out)
 }
 
-/// The total rps and shape of every pair at second `t`: the last row at or before `t`.
-fn rates_at(profile: &[Step], t: u64) -> BTreeMap<(String, String), (f64, Shape)> {
+/// The total rps and shape of every lane at second `t`: the last row at or before `t`.
+fn rates_at(profile: &[Step], t: u64) -> BTreeMap<Lane, (f64, Shape)> {
     let mut m = BTreeMap::new();
     for s in profile.iter().take_while(|s| s.second <= t) {
-        m.insert(s.pair.clone(), (s.rps, s.shape));
+        m.insert((s.pair.clone(), s.clients), (s.rps, s.shape));
     }
     m
 }
@@ -231,6 +264,20 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", a.profile.display()))?;
     let profile = parse_profile(&text)
         .map_err(|e| super::validate::Usage(format!("--profile {}: {e:#}", a.profile.display())))?;
+    if let Some(s) = profile
+        .iter()
+        .find(|s| s.clients.is_some_and(|(_, last)| last >= a.clients))
+    {
+        return Err(super::validate::Usage(format!(
+            "--profile {}: a row of {}/{} names clients up to {} but --clients is {}",
+            a.profile.display(),
+            s.pair.0,
+            s.pair.1,
+            s.clients.map_or(0, |c| c.1),
+            a.clients
+        ))
+        .into());
+    }
     let (url, tls) = (a.aggregator.clone(), a.tls.tls());
     if a.report_ms < 10 || !a.report_ms.is_multiple_of(10) {
         return Err(super::validate::Usage(format!(
@@ -319,6 +366,17 @@ fn render_all(clients: &[Client]) -> String {
     out
 }
 
+/// A lane in flight: which clients offer it, at what rate and shape, and each one's
+/// fraction of a request carried between ticks.
+struct Offering {
+    caller: String,
+    procedure: String,
+    first: usize,
+    rps: f64,
+    shape: Shape,
+    carry: Vec<f64>,
+}
+
 /// Offers the traffic in 10 ms ticks and prints a line per bucket every `report_ms`.
 fn generate(
     clients: &[Client],
@@ -330,29 +388,53 @@ fn generate(
     let per_report = report_ms / 10;
     let n = clients.len();
     let start = Instant::now();
-    let mut carry: BTreeMap<(usize, (String, String)), f64> = BTreeMap::new();
+    // Lanes keep their carries for the whole run (a row changing a lane's rate continues
+    // its spacing); `rates` is recomputed once a second, not every tick.
+    let mut lanes: BTreeMap<Lane, Offering> = BTreeMap::new();
+    let mut second = None;
     let mut rng = SplitMix(u64::from(std::process::id()));
     let mut prev: Vec<BTreeMap<String, [u64; 4]>> = clients.iter().map(totals).collect();
     let stdout = std::io::stdout();
     for period in 0..(duration * 1000).div_ceil(report_ms) {
         for tick in period * per_report..((period + 1) * per_report).min(duration * TICKS) {
-            let rates = rates_at(profile, tick / TICKS);
+            if second != Some(tick / TICKS) {
+                second = Some(tick / TICKS);
+                for r in lanes.values_mut() {
+                    r.rps = 0.0;
+                }
+                for (lane, (rps, shape)) in rates_at(profile, tick / TICKS) {
+                    let (first, last) = lane.1.unwrap_or((0, n - 1));
+                    let m = last - first + 1;
+                    let r = lanes.entry(lane.clone()).or_insert_with(|| Offering {
+                        caller: lane.0.0.clone(),
+                        procedure: lane.0.1.clone(),
+                        first,
+                        rps,
+                        shape,
+                        carry: (0..m)
+                            .map(|j| {
+                                if shape == Shape::Spread {
+                                    j as f64 / m as f64
+                                } else {
+                                    0.0
+                                }
+                            })
+                            .collect(),
+                    });
+                    r.rps = rps;
+                    r.shape = shape;
+                }
+            }
             let due = start + Duration::from_millis(tick * 10);
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
-            for (pair, (rps, shape)) in &rates {
-                let per_tick = rps / n as f64 / TICKS as f64;
-                for (i, c) in clients.iter().enumerate() {
-                    let acc = carry.entry((i, pair.clone())).or_insert_with(|| {
-                        if *shape == Shape::Spread {
-                            i as f64 / n as f64
-                        } else {
-                            0.0
-                        }
-                    });
-                    for _ in 0..due_in_tick(*shape, per_tick, tick, acc, &mut rng) {
-                        c.decide(&pair.0, &pair.1);
+            for r in lanes.values_mut().filter(|r| r.rps > 0.0) {
+                let per_tick = r.rps / r.carry.len() as f64 / TICKS as f64;
+                let cs = &clients[r.first..r.first + r.carry.len()];
+                for (c, acc) in cs.iter().zip(&mut r.carry) {
+                    for _ in 0..due_in_tick(r.shape, per_tick, tick, acc, &mut rng) {
+                        c.decide(&r.caller, &r.procedure);
                     }
                 }
             }
@@ -360,6 +442,7 @@ fn generate(
         let now: Vec<_> = clients.iter().map(totals).collect();
         let unix_ms = unix_ms();
         let t_ms = ((period + 1) * report_ms).min(duration * 1000);
+        let late_ms = (start.elapsed().as_millis() as u64).saturating_sub(t_ms);
         let mut buckets: BTreeMap<&str, ([u64; 4], Vec<f64>)> = BTreeMap::new();
         for (cur, old) in now.iter().zip(&prev) {
             for (b, v) in cur {
@@ -379,7 +462,8 @@ fn generate(
         let mut out = stdout.lock();
         for (b, (s, fr)) in buckets {
             let line = serde_json::json!({
-                "t": t_ms.div_ceil(1000), "t_ms": t_ms, "unix_ms": unix_ms, "bucket": b, "offered": s[0], "allowed": s[1], "dropped": s[2],
+                "t": t_ms.div_ceil(1000), "t_ms": t_ms, "unix_ms": unix_ms, "late_ms": late_ms,
+                "bucket": b, "offered": s[0], "allowed": s[1], "dropped": s[2],
                 "shadow_dropped": s[3], "client_drop_fractions": fr,
             });
             writeln!(out, "{line}")?;
@@ -400,10 +484,28 @@ mod tests {
             "second,caller,procedure,rps\n0,gw,Pay/A,100\n5,gw,Pay/A,1500\n2,x,Y,7\n",
         )
         .unwrap();
-        assert_eq!(rates_at(&p, 0)[&("gw".into(), "Pay/A".into())].0, 100.0);
+        let all = |c: &str, p: &str| ((c.to_string(), p.to_string()), None);
+        assert_eq!(rates_at(&p, 0)[&all("gw", "Pay/A")].0, 100.0);
         assert_eq!(rates_at(&p, 4).len(), 2);
-        assert_eq!(rates_at(&p, 9)[&("gw".into(), "Pay/A".into())].0, 1500.0);
+        assert_eq!(rates_at(&p, 9)[&all("gw", "Pay/A")].0, 1500.0);
         assert!(parse_profile("1,2\n").is_err());
+    }
+
+    #[test]
+    fn rows_of_client_subsets_run_beside_the_rest() {
+        let p = parse_profile("0,gw,A,1,even,0\n0,gw,A,9,even,1-9\n5,gw,A,5,even,0\n").unwrap();
+        assert_eq!(p[1].clients, Some((1, 9)));
+        let pair = ("gw".to_string(), "A".to_string());
+        let at = rates_at(&p, 6);
+        assert_eq!(at[&(pair.clone(), Some((0, 0)))].0, 5.0);
+        assert_eq!(at[&(pair, Some((1, 9)))].0, 9.0);
+        for bad in [
+            "0,gw,A,1,even,x\n",
+            "0,gw,A,1,even,3-1\n",
+            "0,gw,A,1,even,1-\n",
+        ] {
+            assert!(parse_profile(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
