@@ -115,7 +115,7 @@ pub(crate) struct Shape {
     long_secs: f64,
 }
 
-/// The time constant of [`Shape::long_rate`]'s average, in seconds: long enough to
+/// The time constant of [`Shape::credit_rate`]'s long average, in seconds: long enough to
 /// hold tens of requests of a caller at one request a second.
 const LONG_SECS: f64 = 30.0;
 
@@ -523,14 +523,26 @@ impl Shape {
         }
     }
 
-    /// The upper bound of the offered rate over about the last [`LONG_SECS`] (an
-    /// exponentially weighted mean, plus two of its Poisson deviations, `sqrt(rate / 2τ)`
-    /// for a time constant `τ`): the rate a budget's credit for random arrivals is sized
-    /// by, steadier than the ring's for a sparse caller (at 0.8 requests a second the ring
-    /// is empty one time in 25), and an upper bound because too small a credit drops.
-    pub(crate) fn long_rate(&self) -> f64 {
+    /// The rate a budget's credit for random arrivals is sized by: the upper bound (two
+    /// Poisson deviations) of the rate over about the last [`LONG_SECS`] (an exponentially
+    /// weighted mean, of deviation `sqrt(rate / 2τ)` for a time constant `τ`), steadier
+    /// than the ring's for a sparse caller (at 0.8 requests a second the ring is empty one
+    /// time in 25), or of the rate over the ring if more (traffic that just began, after
+    /// an idle spell the long mean still holds). An upper bound because too small a credit
+    /// drops; the budget holds what it was sized for a while (`Budget::noise_credit`), so a
+    /// low reading does not cut it.
+    pub(crate) fn credit_rate(&self) -> f64 {
         let tau = self.long_secs.max(1.0);
-        self.long_rate + 2.0 * (self.long_rate / (2.0 * tau)).sqrt()
+        let long = self.long_rate + 2.0 * (self.long_rate / (2.0 * tau)).sqrt();
+        let (count, secs) = self.ring.iter().fold((0.0, 0.0), |(n, t), s| {
+            (n + f64::from(s.offered), t + s.secs)
+        });
+        let ring = if secs > 0.0 {
+            (count + 2.0 * f64::sqrt(count)) / secs
+        } else {
+            0.0
+        };
+        long.max(ring)
     }
 
     /// The offered rate the next window is expected to see, requests per second.

@@ -88,7 +88,7 @@ impl Inner {
                     // The credit random arrivals need is sized by the rate over the last
                     // half minute: the short-term estimate of a sparse caller jumps at each
                     // request and decays to nothing between them.
-                    let credit = b.budget.noise_credit(b.shape.long_rate() / share, secs);
+                    let credit = b.budget.noise_credit(b.shape.credit_rate() / share, secs);
                     let cap = Budget::cap(share, w, b.shape.burst_gap_secs(), credit).max(batch);
                     b.budget.settle(share, secs, admitted - charged, floor, cap);
                     if was_idle {
