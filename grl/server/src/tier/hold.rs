@@ -256,6 +256,8 @@ mod tests {
             while let Ok(Ok(i)) = down.try_recv() {
                 z.agg.on_parent_instruction(&i, t0);
             }
+            // The config came with that instruction: the client's rows are taken now.
+            z.client_reports(400.0, t0);
             ctl.on_report(1, up, &z.agg.upward_report(t0, Sums::Live), None, t0)
                 .unwrap();
             ctl.tick(t0);
