@@ -51,7 +51,7 @@ impl Proc {
 /// then their namespaces.
 pub(crate) struct Region {
     pub(crate) ctl_proc: Proc,
-    agg_procs: Vec<Proc>,
+    _agg_procs: Vec<Proc>,
     pub(crate) ctl: Host,
     pub(crate) aggs: Vec<Host>,
     pub(crate) lgs: Vec<Host>,
@@ -104,6 +104,8 @@ impl Region {
             "1000".into(),
             "--metrics-listen".into(),
             ctl.at(METRICS_PORT),
+            // Admin calls open on a non-loopback address: these hosts are the test's own.
+            "--insecure-admin".into(),
         ];
         args.extend(ctl_flags.iter().map(|s| s.to_string()));
         let ctl_proc = spawn(&ctl, &args, dir.path().join("ctl.log"));
@@ -134,7 +136,7 @@ impl Region {
             .collect();
         Self {
             ctl_proc,
-            agg_procs,
+            _agg_procs: agg_procs,
             ctl,
             aggs,
             lgs,
