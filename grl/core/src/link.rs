@@ -77,7 +77,10 @@ mod tests {
         assert!(t.connect_timeout >= Duration::from_millis(1000 + 600));
         for ms in [2000, 5000] {
             let i = Duration::from_millis(ms);
-            assert!(LinkTimeouts::for_interval(i).dead_after() <= i * 2, "{ms} ms");
+            assert!(
+                LinkTimeouts::for_interval(i).dead_after() <= i * 2,
+                "{ms} ms"
+            );
         }
     }
 

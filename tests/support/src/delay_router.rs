@@ -99,7 +99,10 @@ impl DelayRouter {
             Err(_) => bail!("delay router: the tun device was not made in 10 s"),
         }
         router.ip(&["link", "set", TUN, "up"])?;
-        router.run("sysctl", &["-qw", &format!("net.ipv4.conf.{TUN}.rp_filter=0")])?;
+        router.run(
+            "sysctl",
+            &["-qw", &format!("net.ipv4.conf.{TUN}.rp_filter=0")],
+        )?;
         router.ip(&["route", "add", "default", "dev", TUN, "table", TABLE])?;
         for l in links {
             router.ip(&["rule", "add", "iif", l, "lookup", TABLE])?;
@@ -198,7 +201,8 @@ fn forward(mut tun: File, imp: Impairment, stop: &AtomicBool, counts: &Counts) -
                         flow.copy_from_slice(&packet[12..20]);
                     }
                     let jitter = imp.jitter.as_secs_f64() * (rng.random::<f64>() * 2.0 - 1.0);
-                    let delay = Duration::from_secs_f64((imp.delay.as_secs_f64() + jitter).max(0.0));
+                    let delay =
+                        Duration::from_secs_f64((imp.delay.as_secs_f64() + jitter).max(0.0));
                     let mut due = Instant::now() + delay;
                     if let Some(prev) = last.get(&flow) {
                         due = due.max(*prev);

@@ -177,7 +177,9 @@ impl Lan {
                 .status()
                 .is_err()
             {
-                return Some(format!("`{program}` is missing (Debian: iproute2, iptables)"));
+                return Some(format!(
+                    "`{program}` is missing (Debian: iproute2, iptables)"
+                ));
             }
         }
         match Namespace::new("probe") {
@@ -195,7 +197,15 @@ impl Lan {
             hub.ip(&["link", "set", br, "up"])?;
             let (dev, port) = (format!("r{}", i + 1), format!("rp{}", i + 1));
             router.ip(&[
-                "link", "add", &dev, "type", "veth", "peer", "name", &port, "netns",
+                "link",
+                "add",
+                &dev,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &port,
+                "netns",
                 hub.name(),
             ])?;
             hub.ip(&["link", "set", &port, "master", br, "up"])?;
@@ -227,7 +237,15 @@ impl Lan {
         let addr = Ipv4Addr::new(10, 9, side, *n);
         let port = format!("h{side}-{n}");
         ns.ip(&[
-            "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns",
+            "link",
+            "add",
+            "eth0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &port,
+            "netns",
             self.hub.name(),
         ])?;
         self.hub

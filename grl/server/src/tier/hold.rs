@@ -124,7 +124,10 @@ mod tests {
         let t0 = Instant::now();
         let rules = rules();
         let (links, mut rxs) = three_zones(&ctl, [400.0, 400.0, 400.0], t0);
-        assert_eq!(last_allowance(&mut rxs[1], &rules).map(f64::round), Some(200.0));
+        assert_eq!(
+            last_allowance(&mut rxs[1], &rules).map(f64::round),
+            Some(200.0)
+        );
         // Zone a goes silent; b and c keep reporting every second.
         let mut at = t0 + SECOND;
         let mut seq = 1;
@@ -133,8 +136,14 @@ mod tests {
                 *at += SECOND;
                 seq += 1;
                 for (i, z) in [(1, "b"), (2, "c")] {
-                    ctl.on_report(i, links[i as usize].clone(), &zone_report(z, 400.0, seq), None, *at)
-                        .unwrap();
+                    ctl.on_report(
+                        i,
+                        links[i as usize].clone(),
+                        &zone_report(z, 400.0, seq),
+                        None,
+                        *at,
+                    )
+                    .unwrap();
                 }
                 ctl.tick(*at);
             }
@@ -162,8 +171,14 @@ mod tests {
         let before = last_allowance(&mut rxs[1], &rules).unwrap();
         let at = t0 + SECOND * 20;
         for (i, z) in [(1, "b"), (2, "c")] {
-            ctl.on_report(i, links[i as usize].clone(), &zone_report(z, 400.0, 2), None, at)
-                .unwrap();
+            ctl.on_report(
+                i,
+                links[i as usize].clone(),
+                &zone_report(z, 400.0, 2),
+                None,
+                at,
+            )
+            .unwrap();
         }
         ctl.tick(at);
         let held = last_allowance(&mut rxs[1], &rules).unwrap();
@@ -180,11 +195,20 @@ mod tests {
         let (links, mut rxs) = three_zones(&ctl, [400.0, 400.0, 400.0], t0);
         let at = t0 + SECOND * 5;
         for (i, z) in [(1, "b"), (2, "c")] {
-            ctl.on_report(i, links[i as usize].clone(), &zone_report(z, 400.0, 2), None, at)
-                .unwrap();
+            ctl.on_report(
+                i,
+                links[i as usize].clone(),
+                &zone_report(z, 400.0, 2),
+                None,
+                at,
+            )
+            .unwrap();
         }
         ctl.tick(at);
-        assert_eq!(last_allowance(&mut rxs[1], &rules).map(f64::round), Some(300.0));
+        assert_eq!(
+            last_allowance(&mut rxs[1], &rules).map(f64::round),
+            Some(300.0)
+        );
     }
 
     #[tokio::test]
@@ -209,8 +233,17 @@ mod tests {
         );
         let refused: u64 = ctl.refused.snapshot().iter().map(|(_, n)| n).sum();
         assert_eq!(refused, 0);
-        let offered: f64 = ctl.lock().children.totals(t1).values().map(|r| r.offered).sum();
-        assert_eq!(offered, 300.0, "the newer stream's rates are not the ones kept");
+        let offered: f64 = ctl
+            .lock()
+            .children
+            .totals(t1)
+            .values()
+            .map(|r| r.offered)
+            .sum();
+        assert_eq!(
+            offered, 300.0,
+            "the newer stream's rates are not the ones kept"
+        );
     }
 
     /// A zone aggregator with one client under a controller; the client offers 400 in `gw`
@@ -251,8 +284,14 @@ mod tests {
             };
             z.client_reports(400.0, t0);
             let (up, mut down) = mpsc::channel(64);
-            ctl.on_report(1, up.clone(), &z.agg.upward_report(t0, Sums::Live), None, t0)
-                .unwrap();
+            ctl.on_report(
+                1,
+                up.clone(),
+                &z.agg.upward_report(t0, Sums::Live),
+                None,
+                t0,
+            )
+            .unwrap();
             while let Ok(Ok(i)) = down.try_recv() {
                 z.agg.on_parent_instruction(&i, t0);
             }

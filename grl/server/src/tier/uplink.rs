@@ -113,7 +113,8 @@ async fn session(
     parent: &str,
     tls: Option<&ClientTls>,
 ) -> Result<(), tonic::Status> {
-    let ch = channel(parent, tls, node.cfg.interval).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let ch = channel(parent, tls, node.cfg.interval)
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut client = TierClient::new(ch)
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
         .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);

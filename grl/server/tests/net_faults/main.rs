@@ -22,7 +22,9 @@ use test_support::delay_router::{DelayRouter, Impairment};
 static SERIAL: Mutex<()> = Mutex::new(());
 
 pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Seconds of warm-up before a fault: the loop has converged well before.
@@ -58,9 +60,20 @@ fn a_zone_cut_from_its_controller_for_60_s_keeps_the_global_limit_and_resumes() 
         mean(&zone_a, cut - 3, cut),
         show(&g, heal, end)
     );
-    assert!(during <= LIMIT * 1.10, "{:.3}x during the cut", during / LIMIT);
-    assert!(during >= LIMIT * 0.90, "over-dropped: {:.3}x during the cut", during / LIMIT);
-    assert!(after.is_empty(), "outside ±10 % from the 3rd second after the heal: {after:?}");
+    assert!(
+        during <= LIMIT * 1.10,
+        "{:.3}x during the cut",
+        during / LIMIT
+    );
+    assert!(
+        during >= LIMIT * 0.90,
+        "over-dropped: {:.3}x during the cut",
+        during / LIMIT
+    );
+    assert!(
+        after.is_empty(),
+        "outside ±10 % from the 3rd second after the heal: {after:?}"
+    );
 }
 
 #[test]
@@ -88,8 +101,14 @@ fn zones_300_ms_and_5_percent_loss_each_way_from_their_controller_neither_flap_n
     .unwrap();
     at_second(start, to);
     let counts = (
-        router.counts.forwarded.load(std::sync::atomic::Ordering::Relaxed),
-        router.counts.dropped.load(std::sync::atomic::Ordering::Relaxed),
+        router
+            .counts
+            .forwarded
+            .load(std::sync::atomic::Ordering::Relaxed),
+        router
+            .counts
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
     );
     router.stop().unwrap();
     let losses: Vec<usize> = (0..3).map(|i| r.uplink_losses(i) - before[i]).collect();
@@ -110,12 +129,19 @@ fn zones_300_ms_and_5_percent_loss_each_way_from_their_controller_neither_flap_n
         }
     }
     for i in 0..3 {
-        for l in r.agg_log(i).lines().filter(|l| l.contains("parent unreachable") || l.contains("parent closed")) {
+        for l in r
+            .agg_log(i)
+            .lines()
+            .filter(|l| l.contains("parent unreachable") || l.contains("parent closed"))
+        {
             println!("zone {}: {l}", region::ZONES[i]);
         }
     }
     assert!(counts.1 > 0, "the router dropped nothing");
-    assert!(losses.iter().all(|n| *n <= 2), "reconnects per link in a minute: {losses:?}");
+    assert!(
+        losses.iter().all(|n| *n <= 2),
+        "reconnects per link in a minute: {losses:?}"
+    );
     assert!(within >= 54, "{within} of 60 seconds within ±10 %");
 }
 
@@ -143,8 +169,16 @@ fn a_lost_direction_from_the_controller_keeps_the_global_limit() {
         r.uplink_losses(0),
         show(&g, heal, end)
     );
-    assert!(during <= LIMIT * 1.10, "{:.3}x during the lost direction", during / LIMIT);
-    assert!(during >= LIMIT * 0.90, "over-dropped: {:.3}x", during / LIMIT);
+    assert!(
+        during <= LIMIT * 1.10,
+        "{:.3}x during the lost direction",
+        during / LIMIT
+    );
+    assert!(
+        during >= LIMIT * 0.90,
+        "over-dropped: {:.3}x",
+        during / LIMIT
+    );
 }
 
 #[test]
@@ -170,7 +204,10 @@ fn clients_cut_from_their_aggregator_for_30_s_enforce_again_soon_after_the_heal(
         mean(&g, cut + 6, heal) / LIMIT,
         show(&g, heal, end)
     );
-    assert!(after.is_empty(), "outside ±10 % from the 3rd second after the heal: {after:?}");
+    assert!(
+        after.is_empty(),
+        "outside ±10 % from the 3rd second after the heal: {after:?}"
+    );
 }
 
 #[test]
@@ -196,10 +233,24 @@ fn a_controller_frozen_for_20_s_keeps_the_global_limit_and_takes_its_zones_back(
         "measured: controller frozen 20 s: global admitted {:.3}x the limit while frozen \
          (worst second {:.2}x); reports refused after it returned: {refused}; after: {}",
         during / LIMIT,
-        g.range(stop + 1..=cont).map(|(_, x)| *x).fold(0.0, f64::max) / LIMIT,
+        g.range(stop + 1..=cont)
+            .map(|(_, x)| *x)
+            .fold(0.0, f64::max)
+            / LIMIT,
         show(&g, cont, end)
     );
-    assert!(during <= LIMIT * 1.10, "{:.3}x while frozen", during / LIMIT);
-    assert!(during >= LIMIT * 0.90, "over-dropped: {:.3}x", during / LIMIT);
-    assert_eq!(refused, 0.0, "the returning aggregators' reports were refused");
+    assert!(
+        during <= LIMIT * 1.10,
+        "{:.3}x while frozen",
+        during / LIMIT
+    );
+    assert!(
+        during >= LIMIT * 0.90,
+        "over-dropped: {:.3}x",
+        during / LIMIT
+    );
+    assert_eq!(
+        refused, 0.0,
+        "the returning aggregators' reports were refused"
+    );
 }

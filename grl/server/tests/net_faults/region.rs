@@ -107,7 +107,7 @@ impl Region {
             // Admin calls open on a non-loopback address: these hosts are the test's own.
             "--insecure-admin".into(),
         ];
-        args.extend(ctl_flags.iter().map(|s| s.to_string()));
+        args.extend(ctl_flags.iter().map(ToString::to_string));
         let ctl_proc = spawn(&ctl, &args, dir.path().join("ctl.log"));
         wait_port(&ctl, TIER_PORT);
         wait_port(&ctl, METRICS_PORT);
@@ -128,7 +128,7 @@ impl Region {
                     "--interval-ms".into(),
                     "1000".into(),
                 ];
-                args.extend(agg_flags.iter().map(|s| s.to_string()));
+                args.extend(agg_flags.iter().map(ToString::to_string));
                 let p = spawn(h, &args, dir.path().join(format!("agg-{z}.log")));
                 wait_port(h, TIER_PORT);
                 p
@@ -170,7 +170,8 @@ impl Region {
                 use std::io::{Read, Write};
                 let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
                 s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-                s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+                s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+                    .ok()?;
                 let mut body = String::new();
                 let _ = s.read_to_string(&mut body);
                 Some(body)
@@ -228,14 +229,16 @@ impl Region {
                     &profile.display().to_string(),
                 ]
                 .iter()
-                .map(|s| s.to_string())
+                .map(ToString::to_string)
                 .collect();
                 let mut child = self.lgs[i]
                     .ns
                     .command(BIN)
                     .args(&args)
                     .stdout(Stdio::piped())
-                    .stderr(std::fs::File::create(self.dir.path().join(format!("lg-{z}.log"))).unwrap())
+                    .stderr(
+                        std::fs::File::create(self.dir.path().join(format!("lg-{z}.log"))).unwrap(),
+                    )
                     .spawn()
                     .unwrap();
                 let out = child.stdout.take().unwrap();
@@ -250,7 +253,10 @@ impl Region {
                         if l["bucket"] == "gateway-pay" {
                             seconds.insert(
                                 l["t"].as_u64().unwrap(),
-                                [l["offered"].as_f64().unwrap(), l["allowed"].as_f64().unwrap()],
+                                [
+                                    l["offered"].as_f64().unwrap(),
+                                    l["allowed"].as_f64().unwrap(),
+                                ],
                             );
                         }
                     }
@@ -292,7 +298,12 @@ pub(crate) fn mean(by_second: &BTreeMap<u64, f64>, from: u64, to: u64) -> f64 {
 }
 
 /// The seconds of `from..=to` outside `LIMIT ± share`.
-pub(crate) fn outside(by_second: &BTreeMap<u64, f64>, from: u64, to: u64, share: f64) -> Vec<(u64, f64)> {
+pub(crate) fn outside(
+    by_second: &BTreeMap<u64, f64>,
+    from: u64,
+    to: u64,
+    share: f64,
+) -> Vec<(u64, f64)> {
     by_second
         .range(from..=to)
         .filter(|(_, x)| (**x - LIMIT).abs() > LIMIT * share)
@@ -319,7 +330,10 @@ pub(crate) fn unix_ms_in(secs: u64) -> u64 {
 /// moment loadgen second `secs + 1` begins.
 pub(crate) fn at_second(start_ms: u64, secs: u64) {
     let due = start_ms + secs * 1000;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     if due > now {
         std::thread::sleep(Duration::from_millis(due - now));
     }

@@ -61,7 +61,7 @@ fn a_retry_storm_through_three_sidecars_admits_the_limit() {
             "eu",
         ]
         .iter()
-        .map(|s| s.to_string())
+        .map(ToString::to_string)
         .collect();
         sidecars.push(spawn(
             host,
@@ -77,7 +77,10 @@ fn a_retry_storm_through_three_sidecars_admits_the_limit() {
     let start = Instant::now() + Duration::from_secs(1);
     let callers: Vec<_> = (0..CALLERS)
         .map(|k| {
-            let (host, sidecar) = (&r.lgs[k % 3], SocketAddr::from((r.aggs[k % 3].addr, SIDECAR_PORT)));
+            let (host, sidecar) = (
+                &r.lgs[k % 3],
+                SocketAddr::from((r.aggs[k % 3].addr, SIDECAR_PORT)),
+            );
             let conn = host
                 .ns
                 .enter(move || TcpStream::connect_timeout(&sidecar, Duration::from_secs(5)))
