@@ -119,6 +119,27 @@ impl Drop for Namespace {
     }
 }
 
+/// Deletes the namespaces named by [`Namespace::new`] for a process that no longer runs.
+fn sweep_dead() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let pid = name
+            .strip_prefix("grl")
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = ip(&["netns", "del", name]);
+        }
+    }
+}
+
 /// A host on one of a [`Lan`]'s subnets.
 #[derive(Debug)]
 pub struct Host {
@@ -188,8 +209,10 @@ impl Lan {
         }
     }
 
-    /// The hub with both bridges and the router, forwarding between them.
+    /// The hub with both bridges and the router, forwarding between them. Namespaces left
+    /// by a test process that was killed (its drops never ran) are removed first.
     pub fn new() -> Result<Self> {
+        sweep_dead();
         let hub = Namespace::new("hub")?;
         let router = Namespace::new("router")?;
         for (i, br) in ["br1", "br2"].into_iter().enumerate() {

@@ -37,7 +37,7 @@ pub(crate) struct Args {
     /// and the controller keeps the zone's share reserved as long (its own
     /// `--partition-hold-ms`); then the clients fail open. 0: fail open at the
     /// instructions' expiry (5 intervals).
-    #[arg(long, default_value_t = 60_000, value_parser = super::validate::hold_ms)]
+    #[arg(long, default_value_t = 90_000, value_parser = super::validate::hold_ms)]
     partition_hold_ms: u64,
     #[command(flatten)]
     tls: super::tls_args::ServerTlsArgs,

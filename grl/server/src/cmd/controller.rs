@@ -62,7 +62,7 @@ pub(crate) struct Args {
     /// during a partition; with a parent, its last ratios are applied this long when it
     /// stops answering. Then the share is released and the children fail open. Size it to
     /// the partitions to ride out; 0: no hold (fail open at the instructions' expiry).
-    #[arg(long, default_value_t = 60_000, value_parser = super::validate::hold_ms)]
+    #[arg(long, default_value_t = 90_000, value_parser = super::validate::hold_ms)]
     partition_hold_ms: u64,
     /// How often to look for config changes, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = super::validate::poll_ms)]

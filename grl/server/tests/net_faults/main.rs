@@ -199,10 +199,17 @@ fn clients_cut_from_their_aggregator_for_30_s_enforce_again_soon_after_the_heal(
     r.lgs[0].accept_from(r.aggs[0].addr).unwrap();
     let g = admitted(&lg.join());
     let after = outside(&g, heal + 3, end, 0.10);
+    let back = r.lg_connected_after(0, start + heal * 1000);
     println!(
-        "measured: zone a's clients cut 30 s: during {:.3}x; from the heal: {}",
+        "measured: zone a's clients cut 30 s: during {:.3}x; its clients connected again \
+         {back:.2?} s after the heal; from the heal: {}",
         mean(&g, cut + 6, heal) / LIMIT,
         show(&g, heal, end)
+    );
+    assert_eq!(back.len(), 4, "not every client came back: {back:?}");
+    assert!(
+        back.iter().all(|s| *s <= 2.0),
+        "a client came back later than two intervals after the heal: {back:?}"
     );
     assert!(
         after.is_empty(),

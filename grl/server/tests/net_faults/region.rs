@@ -160,6 +160,23 @@ impl Region {
             .count()
     }
 
+    /// Seconds from `after_ms` (Unix milliseconds) to each "connected" of zone `i`'s
+    /// loadgen clients after it, from their log's timestamps (one a client while none
+    /// flaps).
+    pub(crate) fn lg_connected_after(&self, i: usize, after_ms: u64) -> Vec<f64> {
+        let log = std::fs::read_to_string(self.dir.path().join(format!("lg-{}.log", ZONES[i])))
+            .unwrap_or_default();
+        log.lines()
+            .map(strip_ansi)
+            .filter(|l| l.contains(" connected"))
+            .filter_map(|l| {
+                let at = chrono::DateTime::parse_from_rfc3339(l.split_whitespace().next()?).ok()?;
+                let ms = u64::try_from(at.timestamp_millis()).ok()?;
+                (ms >= after_ms).then(|| (ms - after_ms) as f64 / 1000.0)
+            })
+            .collect()
+    }
+
     /// The controller's `/metrics` as `name{labels}` → value.
     pub(crate) fn ctl_metrics(&self) -> BTreeMap<String, f64> {
         let addr = SocketAddr::from((self.ctl.addr, METRICS_PORT));
@@ -318,6 +335,24 @@ pub(crate) fn show(by_second: &BTreeMap<u64, f64>, from: u64, to: u64) -> String
         .map(|(t, x)| format!("{t}:{:.2}", x / LIMIT))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `line` without its terminal colour codes.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Unix milliseconds `secs` from now.
