@@ -13,9 +13,9 @@ use std::time::Duration;
 /// How late a PONG may be on the worst link the tiers must ride out (600 ms round trip, 5 %
 /// loss each way): TCP repairs one lost segment of a thin stream (an instruction every
 /// 0.75 interval) once the sender hears of the hole, from the SACK of the next segment or
-/// from its tail-loss probe two round trips on, and sends it again a round trip away. A
-/// PING or PONG caught in such a repair came back up to 1.9 s late here; with 1.5 s, 3 to
-/// 4 of them a minute per link were taken for a dead peer, and a link flapped.
+/// from its tail-loss probe two round trips on, and sends it again a round trip away: a
+/// PING or PONG caught in such a repair comes back up to about 1.9 s late. With 1.5 s, 1
+/// to 4 of them a minute per link were taken for a dead peer (the issue allows 2).
 const MIN_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// TCP sends its first SYN again after a fixed 1 s (RFC 6298's initial RTO): a connect
