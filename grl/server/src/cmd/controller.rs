@@ -61,7 +61,8 @@ pub(crate) struct Args {
     /// zone enforces its last allowance meanwhile), so the others are not handed its share
     /// during a partition; with a parent, its last ratios are applied this long when it
     /// stops answering. Then the share is released and the children fail open. Size it to
-    /// the partitions to ride out; 0: no hold (fail open at the instructions' expiry).
+    /// the partitions to ride out plus a few intervals (it runs from the last report
+    /// heard); 0: no hold (fail open at the instructions' expiry).
     #[arg(long, default_value_t = 90_000, value_parser = super::validate::hold_ms)]
     partition_hold_ms: u64,
     /// How often to look for config changes, in milliseconds.

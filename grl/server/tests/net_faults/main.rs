@@ -1,11 +1,12 @@
 //! Faults on the network between the tiers (issue 39), tried as a user would: every `grl`
 //! process on its own host (a network namespace), the faults made by `iptables` drops at
 //! the receiver, a user-space delay-and-loss router between the zones and the controller,
-//! and SIGSTOP (see [`region`]); and a retry storm through three sidecars ([`storm`]). Each test asserts the issue's target for its fault and
-//! prints what it measured (`--nocapture`).
+//! and SIGSTOP (see [`region`]); and a retry storm through three sidecars ([`storm`]).
+//! Each test asserts the issue's target for its fault and prints what it measured
+//! (`--nocapture`; RELIABILITY.md quotes those lines).
 //!
 //! The tests share the machine's time-sensitive load, so they run one at a time (a lock),
-//! about 6 minutes in all; they skip, saying why, where namespaces cannot be made (not
+//! 5.6 minutes in all on the 2-core machine; they skip, saying why, where namespaces cannot be made (not
 //! root, no `ip` or `iptables-legacy`).
 
 mod region;
@@ -21,6 +22,7 @@ use test_support::delay_router::{DelayRouter, Impairment};
 /// One test at a time: they measure rates on a shared 2-core machine.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Takes the suite's turn (a test that failed holding it does not stop the others).
 pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL
         .lock()
