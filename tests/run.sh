@@ -5,8 +5,9 @@
 #   1. installs what is missing of `prometheus` (prometheus + promtool), `redis-server`,
 #      `etcd-server` (controller leader election),
 #      `postgresql`, `libssl-dev` and `pkg-config` (git2's https), `python3` and
-#      `python3-venv` (the tests' Python venvs) and `npm` (GitHub's REST description, when
-#      not cached) with apt-get (no service is started by the install);
+#      `python3-venv` (the tests' Python venvs), `npm` (GitHub's REST description, when
+#      not cached), `iproute2` and `iptables` (the network-fault tests' namespaces and drops)
+#      with apt-get (no service is started by the install);
 #   2. starts the PostgreSQL cluster (creating one if there is none), creates the role
 #      `grl` (password `grl`, CREATEDB) and its database `grl`, checks password login over
 #      TCP on 127.0.0.1;
@@ -93,6 +94,10 @@ if [[ -z "${GRL_TEST_GITHUB_OPENAPI:-}" && ! -s "$gh_pkg/package/generated/api.g
 fi
 # The GitHub stand-in's test CA is made with the openssl CLI.
 command -v openssl >/dev/null || missing+=(openssl)
+# The network-fault tests (grl/server/tests/net_faults) make hosts in network namespaces
+# with `ip` and drop packets with `iptables-legacy` (they skip, saying so, without them).
+command -v ip >/dev/null || missing+=(iproute2)
+command -v iptables-legacy >/dev/null || missing+=(iptables)
 if ((need_pg)) && { ! command -v pg_lsclusters >/dev/null || ! command -v psql >/dev/null ||
     ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }; then
     missing+=(postgresql)

@@ -5,8 +5,9 @@
 //! the allowances, an urgent report sent when a rate jumped), the next instruction, the
 //! next ratio expiry (a timer set to the earliest deadline, so the hot path never reads a
 //! clock), and, while disconnected, the
-//! next reconnection attempt (exponential backoff from a tenth of the interval up to 2 s,
-//! with ±50 % jitter so that a zone's clients do not reconnect in lockstep).
+//! next reconnection attempt (exponential backoff from a tenth of the interval up to an
+//! interval, 2 s at most, with ±50 % jitter so that a zone's clients do not reconnect in
+//! lockstep). The stream has HTTP/2 keepalive (see `grl_core::link`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -21,6 +22,7 @@ use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
 use grl_core::backoff::Backoff;
+use grl_core::link::LinkTimeouts;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 
@@ -46,14 +48,18 @@ fn retry_in(inner: &Inner, backoff: &Backoff, attempt: u32) -> Duration {
     }
 }
 
-/// The reconnect backoff: from a tenth of the interval (10 ms at least) up to 2 s.
+/// The reconnect backoff: from a tenth of the interval (10 ms at least) up to an interval
+/// (2 s at most). Capped at an interval so that after a partition heals a client is back
+/// (its next SYN within about an interval) and enforcing within two intervals; a zone's
+/// clients retrying once an interval cost a dead aggregator's host only SYNs.
 fn reconnect_backoff(interval: Duration) -> Backoff {
     let base = (interval / 10).clamp(Duration::from_millis(10), BACKOFF_CAP);
-    Backoff::new(base, BACKOFF_CAP).expect("base is clamped to (0, cap]")
+    let cap = interval.clamp(base, BACKOFF_CAP);
+    Backoff::new(base, cap).expect("base is clamped to (0, cap]")
 }
 
 async fn connect(inner: &Inner) -> Result<Session, ClientError> {
-    let timeout = inner.cfg.interval.max(Duration::from_millis(200));
+    let t = LinkTimeouts::for_interval(inner.cfg.interval);
     #[cfg(feature = "tls")]
     let endpoint = grl_core::tls::endpoint(&inner.cfg.aggregator, inner.cfg.tls.as_ref())?;
     #[cfg(not(feature = "tls"))]
@@ -63,7 +69,16 @@ async fn connect(inner: &Inner) -> Result<Session, ClientError> {
             source,
         }
     })?;
-    let endpoint = endpoint.connect_timeout(timeout).tcp_nodelay(true);
+    // The keepalive finds a dead aggregator (or a cut link) while this client still holds
+    // valid ratios, and a healed link is used again at the next attempt instead of
+    // waiting out TCP's retransmission backoff on a stream that died silently.
+    let endpoint = endpoint
+        .connect_timeout(t.connect_timeout)
+        .http2_keep_alive_interval(t.keepalive_interval)
+        .keep_alive_timeout(t.keepalive_timeout)
+        .keep_alive_while_idle(true)
+        .tcp_nodelay(true);
+    let timeout = t.connect_timeout;
     let channel = endpoint.connect().await?;
     let (reports, rx) = mpsc::channel(16);
     // The hello tells the aggregator which service's config to send (by name: nothing is

@@ -240,7 +240,8 @@ fn killed_controller_process_fails_open_then_recovers() {
     ];
     let ctl = spawn(&ctl_args);
     wait_port(cp);
-    let _agg = aggregator(ap, &ctl_addr, &[]);
+    // What follows the partition hold: no hold here (see `tests/net_faults`).
+    let _agg = aggregator(ap, &ctl_addr, &["--partition-hold-ms", "0"]);
     let mut lg = loadgen(&agg_addr, "2", "12", &profile);
     let mut lines = BufReader::new(lg.stdout.take().unwrap()).lines();
     let mut next = |want: u64| loop {

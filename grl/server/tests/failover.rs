@@ -227,6 +227,9 @@ async fn killed_leader_is_replaced_by_the_standby_which_enforces_again() {
         None,
     )
     .unwrap();
+    // The clients' expiry, not the partition hold, is what this test shows between the
+    // kill and the takeover: no hold (the hold is tested in `tests/net_faults`).
+    agg.node.set_partition_hold(Duration::ZERO);
     let clients = [
         client(&agg, "a", "eu", "a1", IV),
         client(&agg, "a", "eu", "a2", IV),

@@ -8,6 +8,9 @@
 //! - [`postgres`]: a fresh PostgreSQL database per test.
 //! - [`etcd`]: a real etcd for the controllers' leader election.
 //! - [`git_remote`]: a bare git repository standing in for the config repo's remote.
+//! - [`netns`]: hosts in network namespaces on one bridge, made and removed by a test, with
+//!   `iptables` drops at a receiver; [`delay_router`]: a user-space delay-and-loss router on
+//!   a tun device between two of their networks (the kernel here has no `netem`).
 //! - [`github`]: a stand-in for GitHub's pull-request API over HTTPS with a test CA, checking
 //!   each request against GitHub's published OpenAPI description.
 //!
@@ -30,12 +33,16 @@
 //! # let _ = peak; Ok(()) }
 //! ```
 
-#![forbid(unsafe_code)]
+// Denied, not forbidden: `netns` and `delay_router` reach setns, TUNSETIFF and poll only
+// through `unsafe`, allowed at those calls alone (test code, never shipped).
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod delay_router;
 pub mod etcd;
 pub mod git_remote;
 pub mod github;
+pub mod netns;
 pub mod ports;
 pub mod postgres;
 pub mod process;

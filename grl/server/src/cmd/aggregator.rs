@@ -31,6 +31,14 @@ pub(crate) struct Args {
     /// contributing client) is refused and counted (`grl_tier_reports_refused_total`).
     #[arg(long, default_value_t = 1e6, value_parser = super::validate::max_client_rps)]
     max_client_rps: f64,
+    /// Partition hold in milliseconds: when the controller stops answering (a partition, a
+    /// frozen or lost controller, instructions lost on the way) this zone keeps enforcing
+    /// the last ratios and allowances it heard this long, re-sending them to its clients,
+    /// and the controller keeps the zone's share reserved as long (its own
+    /// `--partition-hold-ms`); then the clients fail open. 0: fail open at the
+    /// instructions' expiry (5 intervals).
+    #[arg(long, default_value_t = 90_000, value_parser = super::validate::hold_ms)]
+    partition_hold_ms: u64,
     #[command(flatten)]
     tls: super::tls_args::ServerTlsArgs,
     #[command(flatten)]
@@ -61,6 +69,9 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         },
     };
     let running = aggregator::start(opts, listener, metrics)?;
+    running
+        .node
+        .set_partition_hold(Duration::from_millis(a.partition_hold_ms));
     running
         .node
         .set_report_limits(super::validate::report_limits(a.max_client_rps, None));

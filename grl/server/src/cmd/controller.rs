@@ -56,6 +56,15 @@ pub(crate) struct Args {
     /// and counted. A client's row always counts as one client (`--max-client-rps`).
     #[arg(long, default_value_t = 1e7, value_parser = super::validate::max_child_rps)]
     max_child_rps: f64,
+    /// Partition hold in milliseconds: a tier child (an aggregator, a region) that stops
+    /// reporting keeps its last demand and share of every limit reserved this long (its
+    /// zone enforces its last allowance meanwhile), so the others are not handed its share
+    /// during a partition; with a parent, its last ratios are applied this long when it
+    /// stops answering. Then the share is released and the children fail open. Size it to
+    /// the partitions to ride out plus a few intervals (it runs from the last report
+    /// heard); 0: no hold (fail open at the instructions' expiry).
+    #[arg(long, default_value_t = 90_000, value_parser = super::validate::hold_ms)]
+    partition_hold_ms: u64,
     /// How often to look for config changes, in milliseconds.
     #[arg(long, default_value_t = 2000, value_parser = super::validate::poll_ms)]
     poll_ms: u64,
@@ -167,6 +176,9 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let (running, ctl) = controller::start(opts, listener, metrics)
         .await
         .context("controller refused to start")?;
+    running
+        .node
+        .set_partition_hold(Duration::from_millis(a.partition_hold_ms));
     running
         .node
         .set_report_limits(super::validate::report_limits(

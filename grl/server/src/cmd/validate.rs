@@ -56,6 +56,11 @@ pub(crate) fn poll_ms(s: &str) -> Result<u64, String> {
     ms_in(s, MIN_POLL_MS, MAX_POLL_MS)
 }
 
+/// `--partition-hold-ms`: 0 (no hold) to 1 hour.
+pub(crate) fn hold_ms(s: &str) -> Result<u64, String> {
+    ms_in(s, 0, MAX_POLL_MS)
+}
+
 /// A timeout in milliseconds: 1 ms to 1 hour.
 pub(crate) fn timeout_ms(s: &str) -> Result<u64, String> {
     ms_in(s, 1, MAX_POLL_MS)

@@ -104,6 +104,9 @@ pub struct Child<L> {
     pub sent: Sent,
     /// Reports taken from it on this stream.
     pub reports: u64,
+    /// The sequence number of its latest report (a tier numbers its reports across its
+    /// streams: see `Children::report`).
+    pub seq: u64,
     /// Its rates by rule position, see [`Child::refresh_digest`].
     pub digest: Digest,
     /// The wire version it speaks (2: it takes packed ratios).
@@ -190,6 +193,7 @@ impl<L> Child<L> {
             link,
             sent: Sent::default(),
             reports: 1,
+            seq: r.seq,
             digest: Digest::default(),
             wire_version: r.wire_version,
             services_gen: 0,
@@ -205,6 +209,7 @@ impl<L> Child<L> {
         }
         self.config_version.clone_from(&r.config_version);
         self.reports += 1;
+        self.seq = r.seq;
         self.last_report = now;
         self.level = level_of(r);
         self.wire_version = r.wire_version;

@@ -25,6 +25,8 @@ enum Taken<L> {
     Learning(bool),
     /// Its rows are to be taken; the link back.
     Rows(L),
+    /// A late report of a tier's stream that a newer one of the same tier replaced.
+    Superseded,
 }
 
 /// All children of a tier.
@@ -33,6 +35,8 @@ pub struct Children<L> {
     map: BTreeMap<String, Child<L>>,
     stale_after: Duration,
     forget_after: Duration,
+    /// How long a silent tier child's last rates stay in the sums (see [`super::hold`]).
+    hold: Duration,
     max: usize,
     max_rows: usize,
     /// Rows held over all children (bounded by `max_rows`: memory stays bounded however
@@ -41,18 +45,25 @@ pub struct Children<L> {
 }
 
 impl<L: Liveness> Children<L> {
-    /// A registry whose children are stale after 3 intervals (left out of sums) and
-    /// forgotten after 10, tracking at most `limits.max_children` children and
+    /// A registry whose children are stale after 3 intervals (left out of sums, but a tier
+    /// child only after the partition hold) and forgotten after 10 (a tier child after the
+    /// hold), tracking at most `limits.max_children` children and
     /// `limits.max_total_rows` rows over all of them.
     pub fn new(interval: Duration, limits: &ReportLimits) -> Self {
         Self {
             map: BTreeMap::new(),
             stale_after: interval * 3,
             forget_after: interval * 10,
+            hold: super::hold::DEFAULT_PARTITION_HOLD,
             max: limits.max_children,
             max_rows: limits.max_total_rows,
             rows: 0,
         }
+    }
+
+    /// Sets the partition hold (see [`super::hold`]).
+    pub fn set_hold(&mut self, hold: Duration) {
+        self.hold = hold;
     }
 
     /// Sets the bounds (children and rows already tracked stay).
@@ -78,6 +89,7 @@ impl<L: Liveness> Children<L> {
     ) -> Result<bool, Reason> {
         let link = match self.take_stream(conn, link, r, now)? {
             Taken::Learning(new) => return Ok(new),
+            Taken::Superseded => return Ok(false),
             Taken::Rows(link) => link,
         };
         if let Some(c) = self
@@ -123,6 +135,7 @@ impl<L: Liveness> Children<L> {
     ) -> Result<bool, Reason> {
         let link = match self.take_stream(conn, link, r, now)? {
             Taken::Learning(new) => return Ok(new),
+            Taken::Superseded => return Ok(false),
             Taken::Rows(link) => link,
         };
         let tier = admission::speaks_for_tier(r);
@@ -168,7 +181,16 @@ impl<L: Liveness> Children<L> {
     ) -> Result<Taken<L>, Reason> {
         match self.map.get(&r.reporter_id) {
             Some(c) if c.conn != conn && c.link.is_open() && !self.is_stale(c, now) => {
-                return Err(Reason::DuplicateClient);
+                // A tier has one uplink stream at a time and numbers its reports across
+                // them: a higher number is its newer stream (back after a partition or a
+                // frozen parent, the old stream not yet seen closed), which takes over; a
+                // lower one is a late report of the stream it left, dropped uncounted.
+                if !admission::speaks_for_tier(r) {
+                    return Err(Reason::DuplicateClient);
+                }
+                if r.seq <= c.seq {
+                    return Ok(Taken::Superseded);
+                }
             }
             None if self.map.len() >= self.max => return Err(Reason::TooManyChildren),
             _ => {}
@@ -252,13 +274,25 @@ impl<L: Liveness> Children<L> {
         now.saturating_duration_since(c.last_report) > self.stale_after
     }
 
-    /// Forgets children silent for 10 intervals; returns their ids.
+    /// Whether a child's last rates are in the sums: it is fresh, or it is a tier (an
+    /// aggregator, a region's controller) silent for no longer than the partition hold,
+    /// so its share stays reserved while it enforces its last allowance (see
+    /// [`super::hold`]). A client is never held: it fails open when cut off.
+    pub fn counted(&self, c: &Child<L>, now: Instant) -> bool {
+        counted(c, now, self.stale_after, self.hold)
+    }
+
+    /// Forgets children silent for 10 intervals (a tier child: at least the hold); returns
+    /// their ids.
     pub fn prune(&mut self, now: Instant) -> Vec<String> {
-        let forget = self.forget_after;
+        let (forget, hold) = (self.forget_after, self.hold);
         let gone: Vec<String> = self
             .map
             .values()
-            .filter(|c| now.saturating_duration_since(c.last_report) > forget)
+            .filter(|c| {
+                let forget = if is_tier(c) { forget.max(hold) } else { forget };
+                now.saturating_duration_since(c.last_report) > forget
+            })
             .map(|c| c.id.clone())
             .collect();
         for id in &gone {
@@ -276,8 +310,8 @@ impl<L: Liveness> Children<L> {
         rules_gen: u64,
         now: Instant,
     ) -> FastMap<ratios::KeyRef<'a>, ratios::Rate> {
-        let stale_after = self.stale_after;
-        let fresh = move |c: &Child<L>| now.saturating_duration_since(c.last_report) <= stale_after;
+        let (stale_after, hold) = (self.stale_after, self.hold);
+        let fresh = move |c: &Child<L>| counted(c, now, stale_after, hold);
         for c in self.map.values_mut().filter(|c| fresh(c)) {
             c.refresh_digest(rules, rules_gen);
         }
@@ -295,14 +329,14 @@ impl<L: Liveness> Children<L> {
     ) -> impl Iterator<Item = (ratios::KeyRef<'_>, &ratios::Rate)> + Clone {
         self.map
             .values()
-            .filter(move |c| !self.is_stale(c, now))
+            .filter(move |c| self.counted(c, now))
             .flat_map(Child::rows)
     }
 
     /// The sum of the rates of all fresh children.
     pub fn totals(&self, now: Instant) -> Totals {
         let mut t = Totals::new();
-        for c in self.map.values().filter(|c| !self.is_stale(c, now)) {
+        for c in self.map.values().filter(|c| self.counted(c, now)) {
             for ((service, bucket, region, zone), r) in c.rows() {
                 let k = ratios::RateKey {
                     service: service.into(),
@@ -316,12 +350,12 @@ impl<L: Liveness> Children<L> {
         t
     }
 
-    /// The services asked for by fresh children, sorted, without duplicates.
+    /// The services asked for by counted children, sorted, without duplicates.
     pub fn services(&self, now: Instant) -> Vec<String> {
         let mut s: Vec<String> = self
             .map
             .values()
-            .filter(|c| !self.is_stale(c, now))
+            .filter(|c| self.counted(c, now))
             .flat_map(|c| c.services.iter().cloned())
             .collect();
         s.sort();
@@ -358,6 +392,17 @@ impl<L: Liveness> Children<L> {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }
+}
+
+/// Whether child `c` is a tier (its reports speak for a zone or a region).
+fn is_tier<L>(c: &Child<L>) -> bool {
+    !matches!(c.level, proto::Level::Client | proto::Level::Unspecified)
+}
+
+/// See [`Children::counted`].
+fn counted<L>(c: &Child<L>, now: Instant, stale_after: Duration, hold: Duration) -> bool {
+    let silent = now.saturating_duration_since(c.last_report);
+    silent <= stale_after || (is_tier(c) && silent <= hold)
 }
 
 #[cfg(test)]

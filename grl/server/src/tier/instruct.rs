@@ -342,7 +342,12 @@ fn ratios_for<'a>(
                                     s
                                 }
                             });
-                        (p.ratio, (p.expires - now).as_millis() as u32, allowed)
+                        // Never valid at a child for longer than this tier's own
+                        // ratios: a parent's held ratio (see `hold`) is passed down
+                        // again every round, so the child fails open soon after this
+                        // tier dies, not at the end of the hold.
+                        let valid = (p.expires - now).min(cfg.validity());
+                        (p.ratio, valid.as_millis() as u32, allowed)
                     }
                     _ => continue,
                 }

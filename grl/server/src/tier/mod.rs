@@ -21,6 +21,7 @@ pub mod controller;
 pub mod cred_file;
 pub mod digest;
 pub mod election;
+pub mod hold;
 mod instruct;
 pub mod metrics;
 pub mod node;

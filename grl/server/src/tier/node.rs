@@ -107,6 +107,8 @@ pub(crate) struct State {
     pub learn_until: Option<Instant>,
     /// How long a child joining during the learning can still extend it.
     pub learn_cap: Option<Instant>,
+    /// The partition hold (see [`super::hold`]).
+    pub hold: Duration,
 }
 
 /// Control-plane byte counters (encoded protobuf sizes).
@@ -170,6 +172,7 @@ impl Node {
             role: Role::sole(),
             learn_until: None,
             learn_cap: None,
+            hold: super::hold::DEFAULT_PARTITION_HOLD,
         };
         Self {
             cfg,
@@ -395,6 +398,8 @@ impl Node {
                     let _ = c.link.try_send(Err(refusal.clone()));
                 }
                 s.children = Children::new(self.cfg.interval, &s.limits);
+                let hold = s.hold;
+                s.children.set_hold(hold);
                 s.computed.clear();
                 s.learn_until = None;
             }
@@ -407,6 +412,8 @@ impl Node {
     pub fn drop_children(&self) {
         let mut s = self.lock();
         s.children = Children::new(self.cfg.interval, &s.limits);
+        let hold = s.hold;
+        s.children.set_hold(hold);
     }
 
     /// Recomputes this tier's ratios and instructs every child that needs it.
@@ -420,7 +427,7 @@ impl Node {
         let fresh: Vec<&Child<Link>> = st
             .children
             .iter()
-            .filter(|c| !st.children.is_stale(c, now))
+            .filter(|c| st.children.counted(c, now))
             .collect();
         let parent_says_shared = st.parent.zone_shared && st.parent.connected;
         st.owned.update(

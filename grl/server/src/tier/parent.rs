@@ -1,7 +1,7 @@
 //! What a tier keeps from its parent: per bucket, the parent's ratio and this tier's
-//! allowance with their expiry; whether the stream to the parent is up; how long the
-//! latest instruction holds (past it, the children fail open); and a new instruction
-//! taken in and passed down.
+//! allowance with their expiry (at least the partition hold, see `hold`); whether the
+//! stream to the parent is up; how long the latest instruction holds (past it, the
+//! children fail open); and a new instruction taken in and passed down.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::hold::held_for;
 use super::instruct::Round;
 use super::node::Node;
 use super::packing;
@@ -55,7 +56,10 @@ impl Node {
             .then(|| Rules::from_wire(&i.config_version, &i.config));
         {
             let mut s = self.lock();
-            s.parent.valid_until = Some(now + dflt);
+            // Applied for the hold if nothing follows (see `hold`): a parent cut off or
+            // frozen leaves this tier enforcing its last ratios and allowances.
+            let hold = s.hold;
+            s.parent.valid_until = Some(now + held_for(dflt, hold));
             s.parent.wire_version = i.wire_version;
             s.parent.config_version.clone_from(&i.config_version);
             s.parent.zone_shared = i.zone_shared;
@@ -75,7 +79,7 @@ impl Node {
                         (r.service.clone(), r.bucket.clone()),
                         FromParent {
                             ratio: r.ratio,
-                            expires: now + valid,
+                            expires: now + held_for(valid, hold),
                             allowed: r.allowed,
                         },
                     )

@@ -50,7 +50,7 @@ impl<'a> Detail<'a> {
             offered: Vec::new(),
         };
         let mut by_name: Option<FastMap<(&str, &str), usize>> = None;
-        for c in children.iter().filter(|c| !children.is_stale(c, now)) {
+        for c in children.iter().filter(|c| children.counted(c, now)) {
             let place = if c.zone.is_empty() {
                 &c.region
             } else {

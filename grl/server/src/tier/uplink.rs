@@ -16,17 +16,26 @@ use tracing::{info, warn};
 use super::election;
 use super::node::{Node, Sums};
 use grl_core::backoff::Backoff;
+use grl_core::link::LinkTimeouts;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 
-/// A lazily connecting channel with short timeouts and HTTP/2 keepalive, so a dead peer is
-/// noticed within about a second; over TLS when `tls` is given (files read now).
-pub fn channel(addr: &str, tls: Option<&ClientTls>) -> Result<Channel, TlsError> {
+/// A lazily connecting channel with HTTP/2 keepalive and a connect timeout derived from
+/// the reporting `interval` (see [`LinkTimeouts`]: a dead parent is found two intervals
+/// after its last frame, a slow lossy link does not flap); over TLS when `tls` is given
+/// (files read now).
+pub fn channel(
+    addr: &str,
+    tls: Option<&ClientTls>,
+    interval: Duration,
+) -> Result<Channel, TlsError> {
+    let t = LinkTimeouts::for_interval(interval);
     Ok(grl_core::tls::endpoint(addr, tls)?
-        .connect_timeout(Duration::from_secs(1))
-        .http2_keep_alive_interval(Duration::from_millis(500))
-        .keep_alive_timeout(Duration::from_secs(1))
+        .connect_timeout(t.connect_timeout)
+        .http2_keep_alive_interval(t.keepalive_interval)
+        .keep_alive_timeout(t.keepalive_timeout)
         .keep_alive_while_idle(true)
+        .tcp_nodelay(true)
         .connect_lazy())
 }
 
@@ -104,7 +113,8 @@ async fn session(
     parent: &str,
     tls: Option<&ClientTls>,
 ) -> Result<(), tonic::Status> {
-    let ch = channel(parent, tls).map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let ch = channel(parent, tls, node.cfg.interval)
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let mut client = TierClient::new(ch)
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
         .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);
