@@ -119,6 +119,10 @@ pub(crate) struct Shape {
 /// hold tens of requests of a caller at one request a second.
 const LONG_SECS: f64 = 30.0;
 
+/// The shortest time constant of that average, at the start of a spell of traffic: the
+/// ring's span at a 1 s interval.
+const LONG_START_SECS: f64 = 4.0;
+
 /// The rise CUSUM's threshold, in log-likelihood units: about one false alarm in 10^4
 /// windows of steady Poisson traffic (8 minutes at 50 ms windows), see the tests.
 pub(crate) const CUSUM_H: f64 = 6.0;
@@ -185,8 +189,14 @@ impl Shape {
             secs,
         };
         if secs > 0.0 {
+            // The long mean covers the current spell of traffic: it starts again after a
+            // ring without a request, and weighs its first seconds as the ring would.
+            if offered == 0 && self.offered_in_ring() == 0 {
+                self.long_secs = 0.0;
+                self.long_rate = 0.0;
+            }
             self.long_secs = (self.long_secs + secs).min(LONG_SECS);
-            let k = secs / self.long_secs;
+            let k = secs / self.long_secs.max(LONG_START_SECS);
             self.long_rate += (offered as f64 / secs - self.long_rate) * k;
         }
         let mut change = self.change_with(slot);
@@ -524,25 +534,15 @@ impl Shape {
     }
 
     /// The rate a budget's credit for random arrivals is sized by: the upper bound (two
-    /// Poisson deviations) of the rate over about the last [`LONG_SECS`] (an exponentially
-    /// weighted mean, of deviation `sqrt(rate / 2τ)` for a time constant `τ`), steadier
-    /// than the ring's for a sparse caller (at 0.8 requests a second the ring is empty one
-    /// time in 25), or of the rate over the ring if more (traffic that just began, after
-    /// an idle spell the long mean still holds). An upper bound because too small a credit
-    /// drops; the budget holds what it was sized for a while (`Budget::noise_credit`), so a
-    /// low reading does not cut it.
+    /// Poisson deviations) of the rate over about the last [`LONG_SECS`] of the current
+    /// spell of traffic (an exponentially weighted mean, of deviation `sqrt(rate / 2τ)` for
+    /// a time constant `τ`), steadier than the ring's for a sparse caller (at 0.8 requests
+    /// a second the ring is empty one time in 25). An upper bound because too small a
+    /// credit drops; the budget holds what it was sized for a while
+    /// (`Budget::noise_credit`), so a low reading does not cut it.
     pub(crate) fn credit_rate(&self) -> f64 {
-        let tau = self.long_secs.max(1.0);
-        let long = self.long_rate + 2.0 * (self.long_rate / (2.0 * tau)).sqrt();
-        let (count, secs) = self.ring.iter().fold((0.0, 0.0), |(n, t), s| {
-            (n + f64::from(s.offered), t + s.secs)
-        });
-        let ring = if secs > 0.0 {
-            (count + 2.0 * f64::sqrt(count)) / secs
-        } else {
-            0.0
-        };
-        long.max(ring)
+        let tau = self.long_secs.max(LONG_START_SECS);
+        self.long_rate + 2.0 * (self.long_rate / (2.0 * tau)).sqrt()
     }
 
     /// The offered rate the next window is expected to see, requests per second.
