@@ -40,6 +40,7 @@ mod shapes;
 mod sidecar;
 mod sidecar_callers;
 mod sidecar_port;
+mod sidecar_ready;
 mod sidecar_refusals;
 mod size_bounds;
 mod status_page_tls;

@@ -139,7 +139,10 @@ mod tests {
             Readiness::of(&status("v1", false, &[])),
             Readiness::UnknownService
         );
-        assert_eq!(Readiness::of(&status("v1", false, &["a"])), Readiness::Ready);
+        assert_eq!(
+            Readiness::of(&status("v1", false, &["a"])),
+            Readiness::Ready
+        );
     }
 
     #[test]
