@@ -85,18 +85,6 @@ fn without_value(message: &str) -> String {
     message.to_string()
 }
 
-/// The unknown key serde quotes (`` `scpoe` ``), when it is a plain field name: ASCII
-/// letters, digits, `_` and `-`, at most 40 of them, starting with a letter.
-fn field_name(quoted: &str) -> Option<&str> {
-    let name = quoted.strip_prefix('`')?.strip_suffix('`')?;
-    let plain = name.len() <= 40
-        && name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    plain.then_some(name)
-}
-
 /// The unknown key serde quotes (`` `scpoe` ``) and the expected field it misspells, when
 /// it is one: a plain name at most two edits from one of the names `expected` lists.
 fn misspelling<'a>(prefix: &str, quoted: &'a str, expected: &'a str) -> Option<(&'a str, &'a str)> {

@@ -39,10 +39,8 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         .await?
         .into_inner();
     if !e.service_known {
-        eprintln!(
-            "note: config version {} has no bucket of service `{}`: its requests are never limited",
-            e.config_version, a.service
-        );
+        // Names what exists (exit 2), as `rlc explain` does for a service not in the repo.
+        super::known::require_service(&a.controller, &a.conn, &a.service).await?;
     }
     let v = ExplainView::of(&e, &a.service, &a.caller, &a.procedure);
     if a.json {

@@ -116,6 +116,24 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         | Action::Clear { controllers, .. } => controllers.clone(),
     };
     let bearer = bearer(&a.conn)?;
+    if let Action::Set { service, .. } = &a.action {
+        // An override of a service no controller knows would limit nothing: refused
+        // before any controller is changed.
+        let mut reached = None;
+        for controller in &controllers {
+            match super::known::require_service(controller, &a.conn, service).await {
+                Ok(()) => {
+                    reached = Some(Ok(()));
+                    break;
+                }
+                Err(e) if super::validate::exit_code(&e) == 2 => reached = Some(Err(e)),
+                Err(_) => {}
+            }
+        }
+        if let Some(Err(e)) = reached {
+            return Err(e);
+        }
+    }
     let mut failed = Vec::new();
     for controller in &controllers {
         if let Err(e) = run_on(controller, &a.action, &a.conn, bearer.clone()).await {
