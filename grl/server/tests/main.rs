@@ -29,6 +29,7 @@ mod faults;
 mod follow;
 mod kube_api;
 mod kube_lease;
+mod messages;
 mod operator;
 mod raw_http;
 mod raw_stream;

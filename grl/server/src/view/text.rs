@@ -17,7 +17,7 @@ pub fn rate(x: f64) -> String {
 }
 
 /// Rows of cells as aligned columns (the first row is the header), numbers right-aligned.
-fn columns(rows: &[Vec<String>], right: &[bool]) -> String {
+pub fn columns(rows: &[Vec<String>], right: &[bool]) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|i| {
