@@ -316,6 +316,10 @@ pub(crate) async fn execute(cmd: RunCmd) -> i32 {
         eprintln!("rlc run: pass --once (for a long-running scheduler use `rlc serve`)");
         return exit::USAGE;
     }
+    if let Err(e) = rlc::git_store::check_pushable(&cmd.args.config_repo) {
+        eprintln!("rlc run: {}", scrub(&e.to_string()));
+        return exit::GIT;
+    }
     let source = match cmd.args.source() {
         Ok(s) => s,
         Err(e) => {
