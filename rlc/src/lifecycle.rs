@@ -55,6 +55,25 @@ pub fn drop_fraction(offered: &[(i64, f64)], drops: &[(i64, f64)], since: i64) -
     if o > 0.0 { sum(drops) / o + 0.0 } else { 0.0 }
 }
 
+/// When a bucket went into shadow, from its `shadow_since` evidence: an RFC 3339 time, or
+/// Unix seconds as files written before issue 40 hold.
+pub fn shadow_since_of(v: &serde_json::Value) -> Option<i64> {
+    match v {
+        serde_json::Value::String(s) => chrono::DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| t.timestamp()),
+        other => other.as_i64(),
+    }
+}
+
+/// `shadow_since` evidence for Unix seconds `t`: an RFC 3339 time a reviewer reads.
+pub fn shadow_since_value(t: i64) -> serde_json::Value {
+    chrono::DateTime::from_timestamp(t, 0).map_or_else(
+        || t.into(),
+        |d| d.to_rfc3339_opts(chrono::SecondsFormat::Secs, true).into(),
+    )
+}
+
 /// Verdict for a shadow bucket.
 pub fn shadow_verdict(
     settings: &LifecycleSettings,
@@ -163,5 +182,22 @@ mod tests {
         let offered = [(0, 100.0), (10, 100.0), (20, 100.0)];
         let drops = [(0, 50.0), (10, 1.0), (20, 1.0)];
         assert!((drop_fraction(&offered, &drops, 10) - 0.01).abs() < 1e-12);
+    }
+}
+
+#[cfg(test)]
+mod shadow_since_tests {
+    use super::*;
+
+    #[test]
+    fn shadow_since_is_rfc3339_and_old_unix_seconds_still_read() {
+        let v = shadow_since_value(1_780_000_000);
+        assert_eq!(v, serde_json::json!("2026-05-28T20:26:40Z"));
+        assert_eq!(shadow_since_of(&v), Some(1_780_000_000));
+        assert_eq!(
+            shadow_since_of(&serde_json::json!(1_780_000_000)),
+            Some(1_780_000_000)
+        );
+        assert_eq!(shadow_since_of(&serde_json::json!("yesterday")), None);
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! The file is rewritten only when at least one of its limits changes, so a run that changes
 //! nothing makes no commit even though its evidence (observed peak, coverage) moved.
+//! Numbers are rounded for a reviewer ([`round`]: a tenth of a request per second, three
+//! significant digits under one), times are RFC 3339.
 
 use std::collections::BTreeMap;
 
@@ -38,13 +40,19 @@ pub fn render(service: &str, limits: &BTreeMap<String, LimitLine>) -> String {
                 let evidence = line
                     .evidence
                     .iter()
-                    .filter_map(|(k, v)| Some((k.clone(), serde_json::from_value(v.clone()).ok()?)))
+                    .filter_map(|(k, v)| {
+                        Some((k.clone(), serde_json::from_value(rounded(v)).ok()?))
+                    })
                     .collect();
+                let mut scheduled = line.scheduled.clone();
+                for s in &mut scheduled {
+                    s.rps = round(s.rps);
+                }
                 (
                     name.clone(),
                     LimitEntry {
-                        rps: line.rps,
-                        scheduled: line.scheduled.clone(),
+                        rps: round(line.rps),
+                        scheduled,
                         evidence,
                     },
                 )
@@ -54,6 +62,36 @@ pub fn render(service: &str, limits: &BTreeMap<String, LimitLine>) -> String {
     };
     let body = yaml::to_string(&file).unwrap_or_else(|e| format!("# unrenderable: {e}\n"));
     format!("{}{body}", header(service))
+}
+
+/// `x` as a reviewer reads it: to a tenth from 1 up (`592.1347` → `592.1`), to three
+/// significant digits under 1 (`0.012345` → `0.0123`), never under the config's smallest
+/// limit (0.001).
+pub fn round(x: f64) -> f64 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    if x.abs() >= 1.0 {
+        return (x * 10.0).round() / 10.0;
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    let r = (x * scale).round() / scale;
+    if x > 0.0 { r.max(0.001) } else { r }
+}
+
+/// An evidence value with its fractional numbers rounded (whole numbers and text as they
+/// are).
+fn rounded(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if n.is_f64() => n
+            .as_f64()
+            .and_then(|x| serde_json::Number::from_f64(round(x)))
+            .map_or_else(|| v.clone(), Value::Number),
+        Value::Array(a) => Value::Array(a.iter().map(rounded).collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), rounded(v))).collect()),
+        _ => v.clone(),
+    }
 }
 
 /// The path of a service's limits file inside the config repo.
@@ -113,6 +151,25 @@ mod tests {
         assert_eq!(b.scheduled[0].rps, 3750.0);
         assert_eq!(b.scheduled[0].until - b.scheduled[0].from, 4 * 3_600);
         assert_eq!(b.limit, Some(1250.0));
+    }
+
+    #[test]
+    fn limits_and_evidence_are_rounded() {
+        assert_eq!(round(592.134_729), 592.1);
+        assert_eq!(round(3416.66), 3416.7);
+        assert_eq!(round(0.012_345), 0.0123);
+        assert_eq!(round(0.000_2), 0.001);
+        let mut limits = BTreeMap::new();
+        let mut l = line(592.134_729_1, 106.487_211);
+        l.evidence
+            .insert("coverage".into(), serde_json::json!(0.974_326_1));
+        l.evidence.insert("samples".into(), serde_json::json!(8065));
+        limits.insert("alpha".to_string(), l);
+        let text = render("payments", &limits);
+        assert!(text.contains("rps: 592.1\n"), "{text}");
+        assert!(text.contains("observed_peak: 106.5\n"), "{text}");
+        assert!(text.contains("coverage: 0.974\n"), "{text}");
+        assert!(text.contains("samples: 8065\n"), "{text}");
     }
 
     #[test]

@@ -35,7 +35,8 @@ enum Command {
     /// names those there are), 3 metrics source, 4 config repo, 5 run history database (the
     /// explanation is still printed), 6 invalid config, 1 anything else.
     Explain(cmd::explain::ExplainCmd),
-    /// Roll main's head out region by region (`rollout.yaml`); status, pause, resume, abort.
+    /// Roll main's head out region by region (`rollout.yaml`): run, status, pause, resume,
+    /// expedite, abort, rollback.
     Rollout(cmd::rollout::RolloutCmd),
     /// The whole loop on this machine with embedded defaults, in under two minutes.
     #[cfg(feature = "demo")]
@@ -158,8 +159,12 @@ fn init_logging(command: &Command) {
     }
     #[cfg(not(feature = "demo"))]
     let _ = command;
+    // Colours only on a terminal: logs written to a file or a pipe stay plain text.
+    use std::io::IsTerminal as _;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter())
+        .with_ansi(ansi)
         .with_writer(rlc::secrets::ScrubbingWriter::new(std::io::stderr))
         .init();
 }

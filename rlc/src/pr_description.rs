@@ -355,5 +355,7 @@ fn escape(text: &str) -> String {
         .replace(['\n', '\r'], " ")
 }
 
+pub mod terminal;
+
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,15 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
         stdout.contains("| bucket | old | new | change |"),
         "the review table is shown:\n{stdout}"
     );
+    // A terminal's text (issue 40): no Markdown or HTML escapes, and a verdict at the end.
+    assert!(
+        !stdout.contains("\\_") && !stdout.contains("&quot;") && !stdout.contains("<details>"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("verdict: the demo behaved as described"),
+        "{stdout}"
+    );
     let flagged = high_proposals_are_flagged(&stdout);
     assert!(flagged.is_ok(), "{}", flagged.unwrap_err());
     let summary: serde_json::Value = stdout

@@ -12,6 +12,7 @@ mod exit_codes;
 mod explain;
 mod fleet;
 mod fleet_history;
+mod messages;
 mod pull_request;
 mod push_auth;
 mod reliability;

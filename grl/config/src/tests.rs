@@ -465,8 +465,20 @@ fn unknown_field_is_refused() {
     );
     let e = refused(&[("services/payments.yaml", &text)]);
     assert_eq!(e.line, Some(6), "{e}");
+    // A key that misspells no field is not repeated (it may come from a secret file).
     assert!(e.message.starts_with("unknown field, expected"), "{e}");
     assert!(!e.message.contains("colour"), "{e}");
+}
+
+#[test]
+fn misspelled_field_is_named() {
+    let text = PAYMENTS.replacen("    scope: global\n", "    scpoe: global\n", 1);
+    let e = refused(&[("services/payments.yaml", &text)]);
+    assert!(
+        e.message
+            .starts_with("unknown field `scpoe` (did you mean `scope`?), expected one of"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -56,18 +56,26 @@ fn without_value(message: &str) -> String {
             return format!("{prefix}{}{}", kind_of(&rest[..i]), &rest[i..]);
         }
     }
-    // An unknown key is not repeated either: a line of a password file parses as one.
+    // An unknown value is not repeated, nor an unknown key unless it is a misspelling of
+    // an expected field: a line of a password file parses as a key (`root:x:0:0::`), a
+    // misspelled field (`scpoe`) must be named to be found.
     for prefix in ["unknown variant", "unknown field"] {
         if let Some(rest) = message
             .strip_prefix(prefix)
             .and_then(|r| r.strip_prefix(' '))
         {
-            return match rest
+            let Some(i) = rest
                 .rfind(", expected ")
                 .or_else(|| rest.rfind(", there are no"))
-            {
-                Some(i) => format!("{prefix}{}", &rest[i..]),
-                None => prefix.into(),
+            else {
+                return prefix.into();
+            };
+            let expected = &rest[i..];
+            return match misspelling(prefix, &rest[..i], expected) {
+                Some((given, meant)) => {
+                    format!("{prefix} `{given}` (did you mean `{meant}`?){expected}")
+                }
+                None => format!("{prefix}{expected}"),
             };
         }
     }
@@ -75,6 +83,51 @@ fn without_value(message: &str) -> String {
         return "duplicate entry in a YAML map".into();
     }
     message.to_string()
+}
+
+/// The unknown key serde quotes (`` `scpoe` ``) and the expected field it misspells, when
+/// it is one: a plain name at most two edits from one of the names `expected` lists.
+fn misspelling<'a>(prefix: &str, quoted: &'a str, expected: &'a str) -> Option<(&'a str, &'a str)> {
+    if prefix != "unknown field" {
+        return None;
+    }
+    let given = quoted.strip_prefix('`')?.strip_suffix('`')?;
+    if given.len() > 40 || !given.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
+    }
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|name| (edits(given, name), name))
+        .filter(|&(d, name)| d <= 2 && d < name.len().min(given.len()) / 2 + 1)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, name)| (given, name))
+}
+
+/// Edits (insert, delete, substitute, swap two neighbours) that turn `a` into `b`.
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// What serde's description of an unexpected value says about its type, without the value.
@@ -279,6 +332,14 @@ mod tests {
             (
                 "unknown field `root:hunter2:19000::`, expected `service`",
                 "unknown field, expected `service`",
+            ),
+            (
+                "unknown field `scpoe`, expected one of `name`, `scope`",
+                "unknown field `scpoe` (did you mean `scope`?), expected one of `name`, `scope`",
+            ),
+            (
+                "unknown field `hunter2`, expected one of `name`, `scope`",
+                "unknown field, expected one of `name`, `scope`",
             ),
         ] {
             assert_eq!(without_value(given), want);

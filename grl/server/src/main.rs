@@ -44,10 +44,11 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     // Flags are parsed (and bad ones refused with exit code 2) before anything starts.
-    let cli = Cli::parse();
+    let cli = parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(colours())
         .init();
     let result = cli
         .runtime()
@@ -56,10 +57,54 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {e:?}");
+            eprintln!("Error: {}", report(&e));
             std::process::ExitCode::from(cmd::validate::exit_code(&e) as u8)
         }
     }
+}
+
+/// Parses the flags. A value may be a negative number (`--rps -1` is then refused by the
+/// flag's own check, not read as an unknown flag `-1`).
+fn parse() -> Cli {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    fn negatives(c: clap::Command) -> clap::Command {
+        c.mut_args(|a| {
+            if a.get_action().takes_values() {
+                a.allow_negative_numbers(true)
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(negatives)
+    }
+    let mut cmd = negatives(Cli::command());
+    Cli::from_arg_matches_mut(&mut cmd.get_matches_mut())
+        .unwrap_or_else(|e| e.format(&mut cmd).exit())
+}
+
+/// Colours in the logs only on a terminal (a file or a pipe gets plain text), and never
+/// with `NO_COLOR` set.
+fn colours() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// An error and its causes, each said once: a layer whose message repeats the one below it
+/// (a `{0}` wrapper and its source) is shown as one line.
+fn report(e: &anyhow::Error) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let msg = cause.to_string();
+        if lines.last().is_some_and(|l| l.contains(&msg)) {
+            continue;
+        }
+        if let Some(last) = lines.last_mut().filter(|l| msg.contains(l.as_str())) {
+            *last = msg;
+            continue;
+        }
+        lines.push(msg);
+    }
+    lines.join("\n  caused by: ")
 }
 
 impl Cli {
@@ -95,6 +140,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("invalid config (1 error):\n  a.yaml:5: unknown field")]
+        struct Invalid;
+        #[derive(Debug, thiserror::Error)]
+        #[error("{0}")]
+        struct Wrap(#[source] Invalid);
+        let e = anyhow::Error::new(Wrap(Invalid)).context("controller refused to start");
+        assert_eq!(
+            report(&e),
+            "controller refused to start\n  caused by: invalid config (1 error):\n  a.yaml:5: unknown field"
+        );
+    }
 
     #[test]
     fn cli_is_consistent() {

@@ -179,6 +179,7 @@ fn controller_aggregator_and_loadgen_as_processes() {
     };
     let set = grl(&[
         "override",
+        "--json",
         "set",
         "--controller",
         &ctl_addr,
@@ -195,11 +196,12 @@ fn controller_aggregator_and_loadgen_as_processes() {
     ]);
     let set: serde_json::Value = serde_json::from_str(set.trim()).unwrap();
     assert_eq!(set["rps"], 50.0);
-    let listed = grl(&["override", "list", "--controller", &ctl_addr]);
+    let listed = grl(&["override", "list", "--json", "--controller", &ctl_addr]);
     assert!(listed.contains("\"incident\""), "{listed}");
     let cleared = grl(&[
         "override",
         "clear",
+        "--json",
         "--controller",
         &ctl_addr,
         "--service",

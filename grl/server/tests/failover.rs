@@ -257,6 +257,7 @@ async fn killed_leader_is_replaced_by_the_standby_which_enforces_again() {
         .args([
             "override",
             "set",
+            "--json",
             "--controller",
             &leader.addr,
             "--controller",

@@ -368,8 +368,13 @@ fn explain_names_the_winning_bucket_and_every_rule_considered() {
             .iter()
             .all(|c| c["matched"] == false)
     );
-    let unknown = explain("web", "X", "billing");
-    assert!(unknown["bucket"].is_null() && unknown["considered"].as_array().unwrap().is_empty());
+    // A service the config does not know is refused, naming those it does (issue 40).
+    let unknown = t.grl(&["explain", "--controller", &t.ctl, "--service", "billing"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("(services: orders)"),
+        "{unknown:?}"
+    );
 
     let text = t.grl(&[
         "explain",

@@ -453,7 +453,7 @@ pub(crate) fn override_cmd(addr: SocketAddr, action: &[&str], extra: &[&str]) ->
     Command::new(BIN)
         .arg("override")
         .args(action)
-        .args(["--controller", &addr.to_string()])
+        .args(["--json", "--controller", &addr.to_string()])
         .args(extra)
         .output()
         .unwrap()

@@ -144,11 +144,18 @@ impl Policy for Forecast {
             .with("fit_mape", model.fit_mape)
             .with("fit_rmse_log", model.fit_rmse_log)
             .with("growth_per_week", model.growth_per_week())
-            .with("predicted_peak", peak.peak)
+            // The actual peak's most likely value and its interval, then the limit drawn
+            // from them (`proposed_rps` = upper × (1 + buffer), before guards); the fitted
+            // path's own peak, without the daily bursts, is shown apart so that it is not
+            // read as the peak.
+            .with("predicted_peak", peak.median)
+            .with("fitted_peak", peak.peak)
             .with(
                 "interval",
                 serde_json::json!({ "lower": peak.lower, "upper": peak.upper }),
             )
+            .with("proposed_rps", rps)
+            .with("limit_basis", "interval upper × (1 + buffer)")
             .with("tail_capped", peak.tail_capped)
             .with("days", model.days)
             .with("points", model.points))

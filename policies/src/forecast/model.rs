@@ -72,6 +72,9 @@ pub struct Model {
 pub struct PeakForecast {
     /// Peak of the fitted path (trend and season, no noise).
     pub peak: f64,
+    /// The most likely actual peak: the fitted path's peak plus the median daily excess
+    /// (within `[lower, upper]`).
+    pub median: f64,
     /// Lower bound of the actual peak at the level asked for.
     pub lower: f64,
     /// Upper bound of the actual peak at the level asked for, at most the fitted peak times
@@ -249,8 +252,10 @@ impl Model {
         let upper = mu + beta * gumbel(level);
         let lower = (mu + beta * gumbel(1.0 - level)).min(seen);
         let to_rate = |log: f64| (log.exp() - self.offset).max(0.0);
+        let middle = (mu + beta * gumbel(0.5)).min(upper.min(seen)).max(lower);
         PeakForecast {
             peak: to_rate(peak_log),
+            median: to_rate(peak_log + middle),
             lower: to_rate(peak_log + lower),
             upper: to_rate(peak_log + upper.min(seen)),
             tail_capped: upper > seen,

@@ -163,7 +163,15 @@ fn limit_covers_the_next_week_with_evidence() {
         interval["upper"].as_f64().unwrap(),
     );
     let predicted = rec.evidence["predicted_peak"].as_f64().unwrap();
-    assert!(lower <= upper && predicted <= upper);
+    // The evidence reconciles (issue 40): the predicted peak lies in its interval and the
+    // limit is the interval's upper bound plus the buffer.
+    assert!(
+        lower <= predicted && predicted <= upper,
+        "{}",
+        rec.evidence["interval"]
+    );
+    assert!(rec.evidence["fitted_peak"].as_f64().unwrap() <= upper);
+    assert!((rec.evidence["proposed_rps"].as_f64().unwrap() - rec.rps).abs() < 1e-9);
     assert!((rec.rps - upper * 1.1).abs() < 1e-6 * rec.rps);
     assert_eq!(rec.evidence["model"], "log-seasonal-trend/weekly");
     assert!(rec.evidence["fit_mape"].as_f64().unwrap() < 0.05);

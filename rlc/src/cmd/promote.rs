@@ -6,7 +6,15 @@ use clap::Args;
 use rlc::git_store::{FileChange, GitStore, Proposal, PublishMode, PublishOutcome};
 use rlc::promote::promote_text;
 
-use super::run::ModeArg;
+/// Where `rlc promote` commits (no controller is pushed to: the controllers following the
+/// config repo, or the next `rlc run`, pick the change up).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum PromoteMode {
+    /// Straight to `main`.
+    Direct,
+    /// To the review branch `rlc/limits`, for a pull request.
+    Pr,
+}
 
 /// `rlc promote`.
 #[derive(Debug, Clone, Args)]
@@ -20,7 +28,7 @@ pub(crate) struct PromoteCmd {
     pub config_repo: String,
     /// Commit to main (`direct`) or to the review branch (`pr`).
     #[arg(long, value_enum, default_value = "pr")]
-    pub mode: ModeArg,
+    pub mode: PromoteMode,
     /// Where the local clone is kept.
     #[arg(long, default_value = ".rlc/promote")]
     pub workdir: PathBuf,
@@ -28,11 +36,12 @@ pub(crate) struct PromoteCmd {
 
 /// Flips the mode and publishes the commit.
 pub(crate) async fn execute(cmd: PromoteCmd) -> anyhow::Result<()> {
+    rlc::git_store::check_pushable(&cmd.config_repo)?;
     let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<PublishOutcome> {
         let mut store = GitStore::open(&cmd.config_repo, &cmd.workdir)?;
         let mode = match cmd.mode {
-            ModeArg::Direct => PublishMode::Direct,
-            ModeArg::Pr => PublishMode::Pr,
+            PromoteMode::Direct => PublishMode::Direct,
+            PromoteMode::Pr => PublishMode::Pr,
         };
         let path = format!("services/{}.yaml", cmd.service);
         let outcome = store.publish(mode, 3, |checkout| {

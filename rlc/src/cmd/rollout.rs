@@ -165,6 +165,27 @@ async fn connect(db: &str) -> Result<History, Failure> {
     History::connect(db).await.map_err(fail(exit::DATABASE))
 }
 
+/// Connects to a run history that must exist already: `status`, `pause`, `expedite` and
+/// `abort` act on a rollout a run recorded, so they never create an empty database (one in
+/// the current directory, by default) where there is none.
+async fn existing(db: &str) -> Result<History, Failure> {
+    if let Ok(rlc::history::DatabaseUrl::Sqlite {
+        path: Some(path), ..
+    }) = rlc::history::DatabaseUrl::parse(db)
+        && !path.exists()
+    {
+        return Err((
+            exit::DATABASE,
+            anyhow::anyhow!(
+                "no run history at {}: give --db (or RLC_DB) naming the database `rlc rollout \
+                 run` records into",
+                path.display()
+            ),
+        ));
+    }
+    connect(db).await
+}
+
 /// The rollout `id`, or the one in progress, or the last.
 async fn pick(
     history: &History,
@@ -188,6 +209,7 @@ async fn pick(
 
 /// `run`, `resume` and `rollback`.
 async fn drive(c: DriveCmd, action: Option<&str>) -> Result<i32, Failure> {
+    rlc::git_store::check_pushable(&c.args.config_repo).map_err(fail(exit::GIT))?;
     let history = connect(&c.args.db).await?;
     if let Some(action) = action {
         let r = pick(&history, c.id.as_deref()).await?;
@@ -313,7 +335,7 @@ async fn rollback(c: &DriveCmd, history: &History, id: &str) -> Result<i32, Fail
 
 /// `pause` and `abort`.
 async fn change(c: RecordCmd, action: &str) -> Result<i32, Failure> {
-    let history = connect(&c.db).await?;
+    let history = existing(&c.db).await?;
     let r = pick(&history, c.id.as_deref()).await?;
     let (from, to, reason): (&[RolloutState], _, _) = match action {
         "pause" => (&[RolloutState::Running], RolloutState::Paused, None),
@@ -354,7 +376,7 @@ async fn expedite(c: ExpediteCmd) -> Result<i32, Failure> {
             anyhow::anyhow!("--reason must say why the bakes are skipped"),
         ));
     }
-    let history = connect(&c.record.db).await?;
+    let history = existing(&c.record.db).await?;
     let r = pick(&history, c.record.id.as_deref()).await?;
     let done = history
         .set_rollout_expedite(&r.id, c.reason.trim())
@@ -376,7 +398,7 @@ async fn expedite(c: ExpediteCmd) -> Result<i32, Failure> {
 }
 
 async fn status(c: StatusCmd) -> Result<i32, Failure> {
-    let history = connect(&c.record.db).await?;
+    let history = existing(&c.record.db).await?;
     let r = pick(&history, c.record.id.as_deref()).await?;
     let auth = rlc::push::ControllerAuth {
         tls: grl_core::tls::ClientTls::from_flags(c.tls_ca.as_ref(), None, None),

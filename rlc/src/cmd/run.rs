@@ -209,7 +209,8 @@ pub(crate) struct RunCmd {
     pub once: bool,
     #[command(flatten)]
     pub args: RunArgs,
-    /// Print the review table (Markdown) to stdout.
+    /// Print the review table to stdout: Markdown (a pull request body) to a file or a
+    /// pipe, plain text on a terminal.
     #[arg(long)]
     pub print_table: bool,
 }
@@ -316,6 +317,10 @@ pub(crate) async fn execute(cmd: RunCmd) -> i32 {
         eprintln!("rlc run: pass --once (for a long-running scheduler use `rlc serve`)");
         return exit::USAGE;
     }
+    if let Err(e) = rlc::git_store::check_pushable(&cmd.args.config_repo) {
+        eprintln!("rlc run: {}", scrub(&e.to_string()));
+        return exit::GIT;
+    }
     let source = match cmd.args.source() {
         Ok(s) => s,
         Err(e) => {
@@ -327,7 +332,16 @@ pub(crate) async fn execute(cmd: RunCmd) -> i32 {
         Ok(report) => {
             print_summary(&report);
             if cmd.print_table {
-                println!("{}", report.description);
+                // Markdown for a file or a pipe (a PR body), plain text on a terminal.
+                use std::io::IsTerminal as _;
+                if std::io::stdout().is_terminal() {
+                    print!(
+                        "{}",
+                        rlc::pr_description::terminal::for_terminal(&report.description)
+                    );
+                } else {
+                    println!("{}", report.description);
+                }
             }
             match report.exit_code() {
                 exit::OK => roll_out(&cmd.args, &report, source, Default::default()).await,

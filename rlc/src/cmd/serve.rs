@@ -77,6 +77,7 @@ pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
         };
         return print_next(&schedule, from, n);
     }
+    rlc::git_store::check_pushable(&cmd.args.config_repo)?;
     let source = cmd.args.source()?;
     let metrics = Arc::new(RlcMetrics::default());
     spawn_metrics_server(cmd.metrics_listen, metrics.clone()).await?;

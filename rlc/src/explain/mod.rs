@@ -247,7 +247,10 @@ impl Explanation {
             fraction: v.drop_fraction,
             days: crate::lifecycle::LifecycleSettings::default().min_days,
             shadow_since: (plan.mode == Mode::Shadow)
-                .then(|| ev.get("shadow_since").and_then(Value::as_i64))
+                .then(|| {
+                    ev.get("shadow_since")
+                        .and_then(crate::lifecycle::shadow_since_of)
+                })
                 .flatten(),
             days_in_shadow: v.days_in_shadow,
             verdict: v.status.to_string(),

@@ -70,6 +70,18 @@ pub enum GitStoreError {
     /// The caller's proposal builder failed.
     #[error("building the proposal failed: {0}")]
     Build(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The config repo is a local repository with a working tree: git refuses a push to
+    /// its checked-out branch, so every run would fail at its end.
+    #[error(
+        "config repo {remote} is a repository with a working tree; rlc pushes its commits, \
+         and git refuses a push to a checked-out branch. Give a bare repository instead \
+         (`git clone --bare {remote} {remote}.git`, then --config-repo {remote}.git) or the \
+         repository's server URL"
+    )]
+    NotBare {
+        /// The path given.
+        remote: String,
+    },
     /// A proposal names a path outside the repository or inside `.git`.
     #[error("proposal path {path:?} is invalid: {reason}")]
     InvalidPath {

@@ -168,6 +168,21 @@ impl std::fmt::Debug for GitStore {
     }
 }
 
+/// Refuses, before anything is computed, a config repo rlc could never push to: a local
+/// path (or `file://` URL) of a repository with a working tree.
+pub fn check_pushable(remote: &str) -> Result<(), GitStoreError> {
+    let path = remote.strip_prefix("file://").unwrap_or(remote);
+    if path.contains("://") || !Path::new(path).exists() {
+        return Ok(());
+    }
+    match Repository::open(path) {
+        Ok(repo) if !repo.is_bare() => Err(GitStoreError::NotBare {
+            remote: redact(remote),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Removes the lock files git leaves in the clone at `workdir` when a process dies while
 /// writing (`.git/index.lock`, `.git/HEAD.lock`, `.git/config.lock`, `.git/packed-refs.lock`,
 /// `.git/refs/**/*.lock`), which would make every later run fail with "failed to lock".

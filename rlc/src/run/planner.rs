@@ -566,10 +566,12 @@ impl PlanJob {
                     let shadow_since = previous
                         .get(&p.bucket)
                         .and_then(|ev| ev.get("shadow_since"))
-                        .and_then(serde_json::Value::as_i64)
+                        .and_then(lifecycle::shadow_since_of)
                         .unwrap_or(self.now);
-                    p.evidence
-                        .insert("shadow_since".into(), shadow_since.into());
+                    p.evidence.insert(
+                        "shadow_since".into(),
+                        lifecycle::shadow_since_value(shadow_since),
+                    );
                     lifecycle::shadow_verdict(&settings, shadow_since, self.now, fraction)
                 } else {
                     let expected = p.backtest.as_ref().map(|b| b.exceedance_rate);

@@ -8,9 +8,8 @@ use grl_core::proto;
 /// Flags of `grl explain`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The controller (or aggregator) to ask.
-    #[arg(long = "controller", visible_alias = "aggregator", value_name = "ADDR")]
-    controller: String,
+    #[command(flatten)]
+    target: super::status::Target,
     /// The called service.
     #[arg(long)]
     service: String,
@@ -29,7 +28,9 @@ pub(crate) struct Args {
 
 /// Prints the explanation.
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
-    let mut c = super::status::tier_client(&a.controller, &a.conn).await?;
+    // The first tier named answers (the same flags as `grl status`).
+    let addr = a.target.addresses().remove(0);
+    let mut c = super::status::tier_client(&addr, &a.conn).await?;
     let e = c
         .explain(proto::ExplainRequest {
             service: a.service.clone(),
@@ -39,10 +40,8 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         .await?
         .into_inner();
     if !e.service_known {
-        eprintln!(
-            "note: config version {} has no bucket of service `{}`: its requests are never limited",
-            e.config_version, a.service
-        );
+        // Names what exists (exit 2), as `rlc explain` does for a service not in the repo.
+        super::known::require_service(&addr, &a.conn, &a.service).await?;
     }
     let v = ExplainView::of(&e, &a.service, &a.caller, &a.procedure);
     if a.json {

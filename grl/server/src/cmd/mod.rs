@@ -3,6 +3,7 @@
 pub(crate) mod aggregator;
 pub(crate) mod controller;
 pub(crate) mod explain;
+pub(crate) mod known;
 pub(crate) mod loadgen;
 pub(crate) mod overrides;
 pub(crate) mod sidecar;

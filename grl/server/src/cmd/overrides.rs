@@ -1,6 +1,7 @@
 //! `grl override set|list|clear`: incident overrides on a controller, or on each of a
 //! region's active/standby controllers (`--controller A --controller B`), so that a standby
-//! that takes over has them in force too.
+//! that takes over has them in force too. Prints a table, as `grl status` does, or JSON
+//! lines with `--json`.
 
 use std::time::Duration;
 
@@ -12,6 +13,10 @@ use grl_core::proto::control_client::ControlClient;
 pub(crate) struct Args {
     #[command(subcommand)]
     action: Action,
+    /// One JSON object per line (per override, with its controller's address) instead of
+    /// a table.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(flatten)]
     conn: super::tls_args::AdminClientArgs,
 }
@@ -106,9 +111,9 @@ async fn client(
         .max_encoding_message_size(grl_core::wire::MAX_CONTROL_MESSAGE_BYTES))
 }
 
-/// Runs one override action on every controller given and prints each result as JSON
-/// (one line per override, with the controller's address). Fails if any controller
-/// failed, after trying them all.
+/// Runs one override action on every controller given and prints the results: a table,
+/// or with `--json` one JSON line per override (with the controller's address). Fails if
+/// any controller failed, after trying them all.
 pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     let controllers = match &a.action {
         Action::Set { controllers, .. }
@@ -116,12 +121,41 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         | Action::Clear { controllers, .. } => controllers.clone(),
     };
     let bearer = bearer(&a.conn)?;
-    let mut failed = Vec::new();
-    for controller in &controllers {
-        if let Err(e) = run_on(controller, &a.action, &a.conn, bearer.clone()).await {
-            eprintln!("{controller}: {e:#}");
-            failed.push(controller.as_str());
+    if let Action::Set { service, .. } = &a.action {
+        // An override of a service no controller knows would limit nothing: refused
+        // before any controller is changed.
+        let mut reached = None;
+        for controller in &controllers {
+            match super::known::require_service(controller, &a.conn, service).await {
+                Ok(()) => {
+                    reached = Some(Ok(()));
+                    break;
+                }
+                Err(e) if super::validate::exit_code(&e) == 2 => reached = Some(Err(e)),
+                Err(_) => {}
+            }
         }
+        if let Some(Err(e)) = reached {
+            return Err(e);
+        }
+    }
+    let mut failed = Vec::new();
+    let mut rows = Vec::new();
+    for controller in &controllers {
+        match run_on(controller, &a.action, &a.conn, bearer.clone()).await {
+            Ok(r) => rows.extend(r),
+            Err(e) => {
+                eprintln!("{controller}: {e:#}");
+                failed.push(controller.as_str());
+            }
+        }
+    }
+    if a.json {
+        for r in &rows {
+            println!("{r}");
+        }
+    } else {
+        print!("{}", table(&a.action, &rows));
     }
     match failed.as_slice() {
         [] => Ok(()),
@@ -129,12 +163,65 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     }
 }
 
+/// The rows of `run` as a table: the overrides, or what each controller cleared.
+fn table(action: &Action, rows: &[serde_json::Value]) -> String {
+    let s = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) if s.is_empty() => "*".to_string(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if let Action::Clear { .. } = action {
+        let mut t = vec![vec!["CONTROLLER".to_string(), "CLEARED".into()]];
+        t.extend(
+            rows.iter()
+                .map(|r| vec![s(&r["controller"]), s(&r["cleared"])]),
+        );
+        return grl::view::text::columns(&t, &[false, true]);
+    }
+    if rows.is_empty() {
+        return "no overrides in force\n".into();
+    }
+    let head = [
+        "CONTROLLER",
+        "ID",
+        "SERVICE",
+        "CALLER",
+        "PROCEDURE",
+        "RPS",
+        "EXPIRES",
+        "WHO",
+        "REASON",
+    ];
+    let mut t = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    for r in rows {
+        let expires = r["expires_at_unix"]
+            .as_i64()
+            .and_then(|t| chrono::DateTime::from_timestamp(t, 0))
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        t.push(vec![
+            s(&r["controller"]),
+            s(&r["id"]),
+            s(&r["service"]),
+            s(&r["caller"]),
+            s(&r["procedure"]),
+            grl::view::text::rate(r["rps"].as_f64().unwrap_or(0.0)),
+            expires,
+            s(&r["who"]),
+            s(&r["reason"]),
+        ]);
+    }
+    let mut right = [false; 9];
+    right[5] = true;
+    grl::view::text::columns(&t, &right)
+}
+
 async fn run_on(
     controller: &str,
     action: &Action,
     conn: &super::tls_args::AdminClientArgs,
     bearer: Bearer,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut client = client(controller, conn, bearer).await?;
     match action {
         Action::Set {
@@ -159,16 +246,14 @@ async fn run_on(
                 })
                 .await?
                 .into_inner();
-            println!("{}", json(controller, &o));
+            Ok(vec![json(controller, &o)])
         }
         Action::List { .. } => {
             let l = client
                 .list_overrides(proto::ListOverridesRequest {})
                 .await?
                 .into_inner();
-            for o in &l.overrides {
-                println!("{}", json(controller, o));
-            }
+            Ok(l.overrides.iter().map(|o| json(controller, o)).collect())
         }
         Action::Clear { id, service, .. } => {
             let r = client
@@ -178,13 +263,11 @@ async fn run_on(
                 })
                 .await?
                 .into_inner();
-            println!(
-                "{}",
-                serde_json::json!({ "controller": controller, "cleared": r.cleared })
-            );
+            Ok(vec![
+                serde_json::json!({ "controller": controller, "cleared": r.cleared }),
+            ])
         }
     }
-    Ok(())
 }
 
 fn json(controller: &str, o: &proto::Override) -> serde_json::Value {
@@ -192,4 +275,33 @@ fn json(controller: &str, o: &proto::Override) -> serde_json::Value {
         "controller": controller, "id": o.id, "service": o.service, "caller": o.caller, "procedure": o.procedure,
         "rps": o.rps, "expires_at_unix": o.expires_at_unix, "reason": o.reason, "who": o.who,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_print_as_a_table() {
+        let o = proto::Override {
+            id: "o1".into(),
+            service: "payments".into(),
+            caller: "batch".into(),
+            rps: 50.0,
+            expires_at_unix: 1_800_000_000,
+            reason: "incident".into(),
+            who: "alice".into(),
+            ..Default::default()
+        };
+        let list = Action::List {
+            controllers: vec![],
+        };
+        let t = table(&list, &[json("127.0.0.1:7300", &o)]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("CONTROLLER"), "{t}");
+        assert!(lines[1].contains("payments  batch"), "{t}");
+        assert!(lines[1].contains("2027-01-15T08:00:00Z"), "{t}");
+        assert!(!t.contains('{'), "{t}");
+        assert_eq!(table(&list, &[]), "no overrides in force\n");
+    }
 }

@@ -70,7 +70,8 @@ pub(crate) struct Args {
     /// a file descriptor, two while forwarding: keep `ulimit -n` above twice this).
     #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_connections: u32,
-    /// Address for `/metrics`.
+    /// Address for `/metrics`, `/ready` (503 while the sidecar enforces nothing: no
+    /// instructions from the aggregator, or `--service` unknown to the config) and `/healthz`.
     #[arg(long)]
     metrics_listen: Option<String>,
     /// Address for Envoy's rate limit service (gRPC), for an Envoy or Istio proxy.
@@ -195,6 +196,13 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
     };
     let running = sidecar::start(client.clone(), &opts, listeners)?;
     let control = client.spawn();
+    let interval = Duration::from_millis(a.interval_ms);
+    let readiness = tokio::spawn(sidecar::readiness::watch(
+        client.clone(),
+        interval,
+        (interval * 5).max(Duration::from_secs(2)),
+        Duration::from_secs(60),
+    ));
     info!(
         addr = %running.addr,
         rls = ?running.rls_addr,
@@ -207,5 +215,6 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
         () = super::terminated() => info!("terminated"),
     }
     control.abort();
+    readiness.abort();
     Ok(())
 }

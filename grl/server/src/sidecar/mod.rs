@@ -26,13 +26,15 @@
 //! [`start`] binds nothing itself: it serves on listeners the caller made (port 0 in tests)
 //! and returns a [`RunningSidecar`]. [`metrics`] renders `/metrics`; [`envoy`] is the
 //! generated API; [`names`] bounds the callers and procedures Envoy hands over;
-//! [`port_metrics`] counts what the proxy's port refuses.
+//! [`port_metrics`] counts what the proxy's port refuses; [`readiness`] says whether
+//! anything is enforced (`/ready` beside `/metrics`).
 
 pub mod envoy;
 pub mod metrics;
 pub mod names;
 pub mod port_metrics;
 pub mod proxy;
+pub mod readiness;
 pub mod rlqs;
 pub mod rls;
 
@@ -177,10 +179,9 @@ pub fn start(
     let metrics_addr = match listeners.metrics {
         Some(l) => {
             let a = l.local_addr()?;
-            let render: crate::tier::admin::Render = Arc::new(move || metrics.render(&client));
             let rx = rx.clone();
             tasks.push(tokio::spawn(async move {
-                if let Err(e) = crate::tier::admin::serve(l, render, rx).await {
+                if let Err(e) = admin(l, client, metrics, rx).await {
                     error!(error = %e, "metrics server failed");
                 }
             }));
@@ -195,6 +196,59 @@ pub fn start(
         shutdown: tx,
         tasks,
     })
+}
+
+/// Serves `/metrics`, `/ready` (200, or 503 with the reason while nothing is enforced)
+/// and `/healthz` (200 while the process serves) until `shutdown` turns true.
+async fn admin(
+    listener: TcpListener,
+    client: Client,
+    metrics: Arc<SidecarMetrics>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    use axum::http::{StatusCode, header};
+    use axum::routing::get;
+    let ready_client = client.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let (client, metrics) = (client.clone(), metrics.clone());
+                async move {
+                    let mut body = metrics.render(&client);
+                    let service = client.config().service.replace(['\\', '"', '\n'], "_");
+                    readiness::Readiness::of(&client.status()).render(&mut body, &service);
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        body,
+                    )
+                }
+            }),
+        )
+        .route(
+            "/ready",
+            get(move || {
+                let client = ready_client.clone();
+                async move {
+                    let r = readiness::Readiness::of(&client.status());
+                    let code = if r == readiness::Readiness::Ready {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    };
+                    (code, format!("{}: {}\n", r.reason(), r.sentence(&client)))
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        })
+        .await
 }
 
 /// Why the sidecar could not start.

@@ -29,16 +29,27 @@ fn esc(s: &str) -> String {
 
 const WIDTH: f32 = 160.0;
 const HEIGHT: f32 = 28.0;
+/// The scale reaches at most this multiple of the limit: a spike far over it is clipped at
+/// the top (and its peak written) rather than flattening the limit line onto the baseline.
+const MAX_OVER_LIMIT: f32 = 3.0;
 
-/// An inline SVG of `samples` (oldest first) with a dashed line at `limit`, on one scale.
+/// The top of a sparkline's scale, and whether samples above it were clipped.
+fn scale(samples: &[f32], limit: Option<f64>) -> (f32, bool) {
+    let peak = samples.iter().copied().fold(0.0, f32::max);
+    match limit.map(|l| l as f32).filter(|l| *l > 0.0) {
+        Some(l) => {
+            let top = peak.clamp(l * 1.25, l * MAX_OVER_LIMIT);
+            (top, peak > top)
+        }
+        None => (peak.max(1.0) * 1.1, false),
+    }
+}
+
+/// An inline SVG of `samples` (oldest first) with a dashed line at `limit`, on one scale
+/// from 0 to the value written at its top right (`peak` written too when clipped).
 fn sparkline(samples: &[f32], limit: Option<f64>) -> String {
-    let top = samples
-        .iter()
-        .copied()
-        .fold(limit.unwrap_or(0.0) as f32, f32::max)
-        .max(1.0)
-        * 1.1;
-    let y = |v: f32| HEIGHT - 1.0 - (v / top) * (HEIGHT - 2.0);
+    let (top, clipped) = scale(samples, limit);
+    let y = |v: f32| HEIGHT - 1.0 - (v.min(top) / top) * (HEIGHT - 2.0);
     let step = WIDTH / (samples.len().max(2) - 1) as f32;
     let points = samples
         .iter()
@@ -46,8 +57,16 @@ fn sparkline(samples: &[f32], limit: Option<f64>) -> String {
         .map(|(i, v)| format!("{:.1},{:.1}", i as f32 * step, y(*v)))
         .collect::<Vec<_>>()
         .join(" ");
+    let peak = samples.iter().copied().fold(0.0, f32::max);
     let mut svg = format!(
-        "<svg class=\"spark\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\">"
+        "<svg class=\"spark\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\">\
+         <title>0 to {} rps{}</title>",
+        rate(f64::from(top)),
+        if clipped {
+            format!(", peak {} rps clipped", rate(f64::from(peak)))
+        } else {
+            String::new()
+        }
     );
     if let Some(l) = limit {
         let ly = y(l as f32);
@@ -58,7 +77,11 @@ fn sparkline(samples: &[f32], limit: Option<f64>) -> String {
     }
     let _ = write!(
         svg,
-        "<polyline class=\"offered\" points=\"{points}\"/></svg>"
+        "<polyline class=\"offered\" points=\"{points}\"/>\
+         <text class=\"scale\" x=\"{}\" y=\"7\" text-anchor=\"end\">{}{}</text></svg>",
+        WIDTH - 1.0,
+        if clipped { "peak " } else { "" },
+        rate(f64::from(if clipped { peak } else { top })),
     );
     svg
 }
@@ -114,6 +137,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}\
 tr.dropping{background:#fdd}tr.dropping td:first-child{border-left:4px solid #c00}\
 tr.shadow-dropping{background:#ffe9c7}\
 .spark polyline{fill:none;stroke:#2563eb;stroke-width:1.5}.spark line{stroke:#c00;stroke-dasharray:3 2}\
+.spark text{font-size:8px;fill:#666}\
 header{font-weight:600;margin-bottom:.5em}.meta{color:#666}";
 
 /// The whole page: `v` with `history`'s sparklines, refreshing every `refresh_ms`.
@@ -125,7 +149,8 @@ pub fn render(v: &StatusView, history: &History, refresh_ms: u64, generated: &st
          <title>GRL status</title><noscript><meta http-equiv=\"refresh\" content=\"{}\"></noscript>\
          <style>{STYLE}</style></head>\n<body data-refreshes=\"0\">\n<main>\n<header>{}</header>\n\
          <p class=\"meta\">{} buckets, {} dropping, {} shadow-dropping. Load over the last {} s \
-         (blue) against the limit (red). Generated {}.</p>\n",
+         (blue) against the limit (red), from 0 to the rate at each line's top right (a spike \
+         over 3× the limit is clipped and its peak written). Generated {}.</p>\n",
         refresh_ms.div_ceil(1000).max(1),
         esc(&headline(v)),
         v.buckets.len(),
@@ -213,5 +238,30 @@ mod tests {
         );
         assert!(!page.contains("<form"), "read-only");
         assert_eq!(page.matches("<polyline").count(), 2);
+    }
+
+    /// The y of the limit line in a sparkline.
+    fn limit_y(svg: &str) -> f32 {
+        let at = svg.find("y1=\"").unwrap() + 4;
+        svg[at..].split('"').next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_spike_does_not_flatten_the_limit_line_and_the_scale_is_written() {
+        let mut samples = vec![80.0; 59];
+        samples.push(1500.0);
+        let svg = sparkline(&samples, Some(100.0));
+        // The limit sits a third of the way up at least, not on the baseline.
+        assert!(limit_y(&svg) < HEIGHT * 0.7, "{svg}");
+        assert!(svg.contains(">peak 1500</text>"), "{svg}");
+        assert!(
+            svg.contains("<title>0 to 300 rps, peak 1500 rps clipped</title>"),
+            "{svg}"
+        );
+        let calm = sparkline(&[50.0, 60.0], Some(100.0));
+        assert!(calm.contains(">125</text>"), "{calm}");
+        assert!(limit_y(&calm) > 1.0, "{calm}");
+        let unlimited = sparkline(&[50.0, 60.0], None);
+        assert!(unlimited.contains(">66.0</text>"), "{unlimited}");
     }
 }

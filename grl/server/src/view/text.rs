@@ -17,7 +17,7 @@ pub fn rate(x: f64) -> String {
 }
 
 /// Rows of cells as aligned columns (the first row is the header), numbers right-aligned.
-fn columns(rows: &[Vec<String>], right: &[bool]) -> String {
+pub fn columns(rows: &[Vec<String>], right: &[bool]) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..n)
         .map(|i| {
@@ -56,6 +56,11 @@ pub fn headline(v: &StatusView) -> String {
     let place = match v.level {
         "zone" => format!("aggregator of zone {} ({})", v.zone, v.region),
         "region" => format!("controller of region {}", v.region),
+        // A region's controller without a global parent is the top tier, but it still
+        // speaks for its region only.
+        "global" if !v.region.is_empty() => {
+            format!("controller of region {} (no global parent)", v.region)
+        }
         other => format!("{other} controller"),
     };
     let fresh = v.zones.iter().filter(|z| z.stale < z.children).count();
@@ -330,6 +335,25 @@ mod tests {
         assert_eq!(rate(2500.0), "2500");
         assert_eq!(rate(22_000.0), "22.0k");
         assert_eq!(rate(80e6), "80.00M");
+    }
+
+    #[test]
+    fn a_region_controller_without_a_parent_is_named_by_its_region() {
+        let st = grl_core::proto::StatusResponse {
+            level: grl_core::proto::Level::Global as i32,
+            region: "r1".into(),
+            leading: true,
+            ..Default::default()
+        };
+        let line = headline(&StatusView::from(&st));
+        assert!(line.contains("controller of region r1"), "{line}");
+        assert!(!line.contains("global controller"), "{line}");
+        let st = grl_core::proto::StatusResponse {
+            level: grl_core::proto::Level::Global as i32,
+            leading: true,
+            ..Default::default()
+        };
+        assert!(headline(&StatusView::from(&st)).contains("global controller"));
     }
 
     #[test]

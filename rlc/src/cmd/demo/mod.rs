@@ -106,7 +106,10 @@ pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
     let report = run_once(&settings, source)
         .await
         .context("configurator run")?;
-    println!("{}", report.description);
+    println!(
+        "{}",
+        rlc::pr_description::terminal::for_terminal(&report.description)
+    );
     println!(
         "run {}: {} (commit {})",
         report.run_id,

@@ -85,6 +85,18 @@ impl Summary {
                 "DROPPED"
             }
         );
+        println!("{}", self.verdict());
+    }
+
+    /// The closing line, as `rlc demo --rollout` ends: what the demo proved, or did not.
+    pub(super) fn verdict(&self) -> String {
+        if self.ok() {
+            "verdict: the demo behaved as described: the surge was held within ±5% of its \
+             limit and no other caller was dropped"
+                .to_string()
+        } else {
+            "verdict: the demo did NOT behave as described (see the lines above)".to_string()
+        }
     }
 }
 
@@ -281,4 +293,33 @@ fn delta(now: &Totals, last: &Totals, bucket: &str) -> (u64, u64, u64, u64) {
     let n = now.get(bucket).copied().unwrap_or_default();
     let l = last.get(bucket).copied().unwrap_or_default();
     (n.0 - l.0, n.1 - l.1, n.2 - l.2, n.3 - l.3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(surge_error: f64, others_dropped: u64) -> Summary {
+        Summary {
+            surge_limit: 100.0,
+            surge_offered: 1500.0,
+            surge_admitted: 100.0 * (1.0 + surge_error),
+            surge_error,
+            step_down_offered: 10,
+            step_down_admitted: 10,
+            others_dropped,
+            others_offered: 1000,
+        }
+    }
+
+    #[test]
+    fn the_summary_ends_with_a_verdict() {
+        assert!(
+            summary(0.01, 0)
+                .verdict()
+                .starts_with("verdict: the demo behaved as described")
+        );
+        assert!(summary(0.2, 0).verdict().contains("did NOT behave"));
+        assert!(summary(0.0, 3).verdict().contains("did NOT behave"));
+    }
 }
