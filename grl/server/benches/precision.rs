@@ -114,6 +114,9 @@ fn main() {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    // In the matrix's order, not the order the (split) batches ran in.
+    let rank = |c: &cell::Cell| cells.iter().position(|x| x == c).unwrap_or(usize::MAX);
+    outcomes.sort_by_key(|o| rank(&o.cell));
     print!("{}", report::summary(&outcomes, &plan.refused));
     let dir = out_dir();
     std::fs::create_dir_all(&dir).expect("target/precision");

@@ -11,7 +11,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::cell::{Cell, Traffic, Transition};
+use crate::cell::{Cell, Shape, Traffic, Transition};
 use crate::judge::{Fig, Outcome};
 
 const LABEL_W: i32 = 130;
@@ -64,25 +64,31 @@ pub(crate) fn write(
         .map(|o| o.cell)
         .chain(refused.iter().map(|(c, _)| *c))
         .collect();
-    let mut rows: Vec<(usize, &str)> = Vec::new();
+    // Rows by instances then shape, columns by limit then steady loads (ascending) then
+    // transitions (in their order), whatever order the batches ran in.
+    let traffic_rank = |c: &Cell| match c.traffic {
+        Traffic::Steady(x) => x,
+        Traffic::Step(t) => 1e6 + Transition::ALL.iter().position(|a| *a == t).unwrap_or(0) as f64,
+    };
+    let mut rows: Vec<(usize, Shape)> = all.iter().map(|c| (c.clients, c.shape)).collect();
+    rows.sort();
+    rows.dedup();
+    let mut by_col: Vec<&Cell> = all.iter().collect();
+    by_col.sort_by(|a, b| {
+        a.limit
+            .total_cmp(&b.limit)
+            .then(traffic_rank(a).total_cmp(&traffic_rank(b)))
+    });
     let mut cols: Vec<(String, String)> = Vec::new();
-    for c in &all {
-        let r = (c.clients, c.shape.name());
-        if !rows.contains(&r) {
-            rows.push(r);
-        }
+    for c in by_col {
         let k = (format!("L {}", c.limit), c.traffic_name());
         if !cols.contains(&k) {
             cols.push(k);
         }
     }
-    cols.sort_by(|a, b| {
-        let limit = |s: &str| s[2..].parse::<f64>().unwrap_or(0.0);
-        limit(&a.0).total_cmp(&limit(&b.0))
-    });
     let width = (LABEL_W + CELL_W * cols.len() as i32 + 10) as u32;
     let height = (HEAD_H + CELL_H * rows.len() as i32 + LEGEND_H) as u32;
-    let root = SVGBackend::new(path, (width.max(560), height)).into_drawing_area();
+    let root = SVGBackend::new(path, (width.max(1150), height)).into_drawing_area();
     let err = |e: DrawingAreaErrorKind<_>| format!("{}: {e:?}", path.display());
     root.fill(&WHITE).map_err(err)?;
     let text = |size: f64, h: HPos| {
@@ -103,7 +109,7 @@ pub(crate) fn write(
     for (j, (n, shape)) in rows.iter().enumerate() {
         let y = HEAD_H + CELL_H * j as i32;
         root.draw_text(
-            &format!("{n} inst., {shape}"),
+            &format!("{n} inst., {}", shape.name()),
             &text(14.0, HPos::Left),
             (6, y + CELL_H / 2),
         )
@@ -111,7 +117,7 @@ pub(crate) fn write(
         for (i, (limit, traffic)) in cols.iter().enumerate() {
             let x = LABEL_W + CELL_W * i as i32;
             let here = |c: &Cell| {
-                (c.clients, c.shape.name()) == (*n, *shape)
+                (c.clients, c.shape) == (*n, *shape)
                     && format!("L {}", c.limit) == *limit
                     && c.traffic_name() == *traffic
             };

@@ -10,6 +10,9 @@
 //! same in milliseconds since the start), `unix_ms` (the wall clock when the counts
 //! were read, to line up several loadgens) and `late_ms` (how far behind its schedule the
 //! generator was at the period's end: a loadgen asked for more than it can offer says so).
+//! With `--pair-lines` it also prints a line per (caller, procedure) every period with what
+//! it sent and what `decide` answered, counted by the loadgen itself rather than read from
+//! the clients' books.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -63,6 +66,11 @@ pub(crate) struct Args {
     /// step together; the clients connect meanwhile. Default: at once.
     #[arg(long)]
     start_unix_ms: Option<u64>,
+    /// Also print, every period, a line per (caller, procedure): `pair` (`caller procedure`),
+    /// `sent`, and the answers `allowed`, `dropped`, `shadow_dropped`, as the loadgen
+    /// counted them.
+    #[arg(long)]
+    pair_lines: bool,
     /// Serve the clients' `/metrics` here (each client's series labelled `client="i"`).
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
@@ -318,9 +326,11 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(at - now)).await;
         }
     }
-    let (duration, report_ms) = (a.duration, a.report_ms);
-    tokio::task::spawn_blocking(move || generate(&clients, &profile, duration, report_ms))
-        .await??;
+    let (duration, report_ms, pair_lines) = (a.duration, a.report_ms, a.pair_lines);
+    tokio::task::spawn_blocking(move || {
+        generate(&clients, &profile, duration, report_ms, pair_lines)
+    })
+    .await??;
     for t in tasks {
         t.abort();
     }
@@ -375,6 +385,8 @@ struct Offering {
     rps: f64,
     shape: Shape,
     carry: Vec<f64>,
+    /// Sent, allowed, dropped, shadow-dropped since the last report.
+    answers: [u64; 4],
 }
 
 /// Offers the traffic in 10 ms ticks and prints a line per bucket every `report_ms`.
@@ -383,6 +395,7 @@ fn generate(
     profile: &[Step],
     duration: u64,
     report_ms: u64,
+    pair_lines: bool,
 ) -> anyhow::Result<()> {
     const TICKS: u64 = 100;
     let per_report = report_ms / 10;
@@ -420,6 +433,7 @@ fn generate(
                                 }
                             })
                             .collect(),
+                        answers: [0; 4],
                     });
                     r.rps = rps;
                     r.shape = shape;
@@ -434,7 +448,9 @@ fn generate(
                 let cs = &clients[r.first..r.first + r.carry.len()];
                 for (c, acc) in cs.iter().zip(&mut r.carry) {
                     for _ in 0..due_in_tick(r.shape, per_tick, tick, acc, &mut rng) {
-                        c.decide(&r.caller, &r.procedure);
+                        let d = c.decide(&r.caller, &r.procedure);
+                        r.answers[0] += 1;
+                        r.answers[1 + d as usize] += 1;
                     }
                 }
             }
@@ -467,6 +483,24 @@ fn generate(
                 "shadow_dropped": s[3], "client_drop_fractions": fr,
             });
             writeln!(out, "{line}")?;
+        }
+        if pair_lines {
+            let mut pairs: BTreeMap<(&str, &str), [u64; 4]> = BTreeMap::new();
+            for r in lanes.values_mut() {
+                let e = pairs.entry((&r.caller, &r.procedure)).or_default();
+                for (sum, x) in e.iter_mut().zip(r.answers) {
+                    *sum += x;
+                }
+                r.answers = [0; 4];
+            }
+            for ((caller, procedure), s) in pairs {
+                let line = serde_json::json!({
+                    "t": t_ms.div_ceil(1000), "t_ms": t_ms, "unix_ms": unix_ms, "late_ms": late_ms,
+                    "pair": format!("{caller} {procedure}"), "sent": s[0], "allowed": s[1],
+                    "dropped": s[2], "shadow_dropped": s[3],
+                });
+                writeln!(out, "{line}")?;
+            }
         }
         out.flush()?;
         prev = now;

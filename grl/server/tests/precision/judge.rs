@@ -30,14 +30,15 @@ pub(crate) type Counts = [f64; 3];
 /// What the run saw of one cell.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Observed {
-    /// Loadgen second `t` (covering the second before `t`) → counts.
+    /// Loadgen second `t` (covering the second before `t`) → what the loadgen sent and
+    /// `decide` answered.
     pub(crate) seconds: BTreeMap<u64, Counts>,
+    /// The same second as the clients' books count it (their bucket totals).
+    pub(crate) books: BTreeMap<u64, Counts>,
     /// Loadgen second `t` → how far behind its schedule the loadgen was at its end, ms.
     pub(crate) late_ms: BTreeMap<u64, u64>,
     /// The joining instance's counts every 100 ms, in order (join cells).
     pub(crate) joiner: Vec<Counts>,
-    /// Requests the joining instance decided before it had the config (under no bucket).
-    pub(crate) joiner_unmatched: f64,
     /// The controller's offered estimate sampled during loadgen second `t`.
     pub(crate) estimates: BTreeMap<u64, f64>,
 }
@@ -98,6 +99,9 @@ pub(crate) struct Outcome {
     pub(crate) converge: Option<Option<u64>>,
     /// The controller's offered estimate over the true offered rate.
     pub(crate) estimate: Option<f64>,
+    /// What the clients' books count as offered over what was sent, over the judged
+    /// seconds (not a target: a check of the counts operators see).
+    pub(crate) books: Option<f64>,
     /// Targets missed (empty: pass).
     pub(crate) misses: Vec<Miss>,
     /// Why the cell was not judged.
@@ -117,6 +121,7 @@ impl Outcome {
             second: None,
             converge: None,
             estimate: None,
+            books: None,
             misses: Vec::new(),
             invalid: Some(why),
         }
@@ -189,6 +194,8 @@ pub(crate) fn judge(cell: Cell, tl: &Timeline, o: &Observed) -> Outcome {
     } else {
         0.0
     };
+    let booked = sum(&o.books, from, end)[0];
+    out.books = (offered > 0.0).then(|| booked / offered);
 
     // Validity: the loadgen kept its schedule and offered the load asked for.
     let late = o.late_ms.range(from..=end).map(|(_, l)| *l).max();
@@ -343,13 +350,6 @@ pub(crate) fn judge(cell: Cell, tl: &Timeline, o: &Observed) -> Outcome {
                 }
                 n += c[0];
                 d += c[2];
-            }
-            if o.joiner_unmatched > 0.0 {
-                out.invalid = Some(format!(
-                    "the new instance decided {} requests before it had the config",
-                    o.joiner_unmatched
-                ));
-                return out;
             }
             if n < JOINER_REQUESTS {
                 out.invalid = Some(format!(

@@ -39,6 +39,16 @@ pub(crate) fn header() -> String {
     )
 }
 
+/// A note when the clients' books disagree with what was sent by more than 1 %.
+fn books(o: &Outcome) -> String {
+    match o.books {
+        Some(b) if (b - 1.0).abs() > 0.01 => {
+            format!(" (the clients' books count {b:.2}x the requests sent)")
+        }
+        _ => String::new(),
+    }
+}
+
 /// One cell's figures, and its misses or why it was not judged.
 pub(crate) fn row(o: &Outcome) -> String {
     let why = match &o.invalid {
@@ -54,7 +64,7 @@ pub(crate) fn row(o: &Outcome) -> String {
         ),
     };
     format!(
-        "{:<34} {:>9.2} {:>7.2}% {:>10.3} {:>8} {:>8} {:>8} {:>8} {:>8}  {}{why}",
+        "{:<34} {:>9.2} {:>7.2}% {:>10.3} {:>8} {:>8} {:>8} {:>8} {:>8}  {}{why}{}",
         o.cell.id(),
         o.offered_rps / o.cell.limit,
         o.dropped * 100.0,
@@ -65,6 +75,7 @@ pub(crate) fn row(o: &Outcome) -> String {
         converge(o.converge),
         estimate(o.estimate),
         o.verdict(),
+        books(o),
     )
 }
 
@@ -112,7 +123,7 @@ pub(crate) fn markdown(outcomes: &[Outcome], refused: &[(Cell, String)], command
             ),
         };
         out.push_str(&format!(
-            "| {} | {:.2} | {:.2} % | {:.3} | {} | {} | {} | {} | {} | {verdict} |\n",
+            "| {} | {:.2} | {:.2} % | {:.3} | {} | {} | {} | {} | {} | {verdict}{} |\n",
             o.cell.id(),
             o.offered_rps / o.cell.limit,
             o.dropped * 100.0,
@@ -122,6 +133,7 @@ pub(crate) fn markdown(outcomes: &[Outcome], refused: &[(Cell, String)], command
             fig(o.second),
             converge(o.converge),
             estimate(o.estimate),
+            books(o),
         ));
     }
     for (c, why) in refused {
@@ -157,6 +169,7 @@ pub(crate) fn json(
                 "second_second": fig(o.second),
                 "converge_s": o.converge.map(|c| c.map_or(-1, |s| s as i64)),
                 "estimate_over_true": o.estimate,
+                "books_over_sent": o.books,
                 "verdict": o.verdict(),
                 "misses": o.misses.iter().map(|m| m.text.clone()).collect::<Vec<_>>(),
                 "invalid": o.invalid,

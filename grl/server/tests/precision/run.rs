@@ -268,6 +268,7 @@ impl Tiers {
             .args(["--duration", &duration.to_string()])
             .args(["--interval-ms", "1000"])
             .args(["--report-ms", &report_ms.to_string()])
+            .arg("--pair-lines")
             .args(["--start-unix-ms", &start_ms.to_string()])
             .arg("--profile")
             .arg(&profile)
@@ -351,17 +352,34 @@ impl Tiers {
             let f = |k: &str| l[k].as_f64().unwrap_or(0.0);
             [f("offered"), f("allowed"), f("dropped")]
         };
+        // What the loadgen sent and `decide` answered (`pair` lines) is what is judged;
+        // the clients' books (`bucket` lines) are kept to compare.
+        let pair_id = |l: &serde_json::Value| {
+            l["pair"]
+                .as_str()
+                .and_then(|p| p.split_once(' '))
+                .map(|(caller, _)| caller.to_string())
+        };
         let mut seen: BTreeMap<String, Observed> = BTreeMap::new();
         for l in &lines {
-            let (Some(t), Some(b)) = (l["t"].as_u64(), l["bucket"].as_str()) else {
+            let Some(t) = l["t"].as_u64() else {
                 continue;
             };
-            let o = seen.entry(b.to_string()).or_default();
-            o.seconds.insert(t, counts(l));
-            o.late_ms.insert(t, l["late_ms"].as_u64().unwrap_or(0));
+            if let Some(id) = pair_id(l) {
+                let c = [
+                    l["sent"].as_f64().unwrap_or(0.0),
+                    counts(l)[1],
+                    counts(l)[2],
+                ];
+                seen.entry(id).or_default().seconds.insert(t, c);
+            } else if let Some(b) = l["bucket"].as_str() {
+                seen.entry(b.to_string())
+                    .or_default()
+                    .books
+                    .insert(t, counts(l));
+            }
         }
-        // Every bucket is judged on the loadgen's lateness, which is the same for all
-        // of them (a bucket with nothing offered in a second has no line of it).
+        // Every cell is judged on the loadgen's lateness, the same for all of them.
         let late: BTreeMap<u64, u64> = lines
             .iter()
             .filter_map(|l| Some((l["t"].as_u64()?, l["late_ms"].as_u64().unwrap_or(0))))
@@ -371,22 +389,20 @@ impl Tiers {
                 m
             });
         for l in &joined {
-            if let Some(b) = l["bucket"].as_str() {
-                seen.entry(b.to_string())
-                    .or_default()
-                    .joiner
-                    .push(counts(l));
+            if let Some(id) = pair_id(l) {
+                let c = [
+                    l["sent"].as_f64().unwrap_or(0.0),
+                    counts(l)[1],
+                    counts(l)[2],
+                ];
+                seen.entry(id).or_default().joiner.push(c);
             }
         }
-        let unmatched: f64 = seen
-            .get("")
-            .map_or(0.0, |o| o.joiner.iter().map(|c| c[0]).sum());
         ids.iter()
             .map(|id| {
                 let mut o = seen.remove(id).unwrap_or_default();
                 o.late_ms.clone_from(&late);
                 o.estimates = estimates.remove(id).unwrap_or_default();
-                o.joiner_unmatched = unmatched;
                 o
             })
             .collect()
