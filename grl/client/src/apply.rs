@@ -77,12 +77,7 @@ impl Inner {
             }
         }
         let ratio = match book.allowed {
-            Some(a) => book.budget.ratio(
-                book.local_share(a),
-                self.window_secs(),
-                book.shape.expected(),
-                book.shape.typical_window(),
-            ),
+            Some(a) => book.budget_ratio(book.local_share(a), self.window_secs()),
             None => ratio,
         };
         c.registry.cells[id as usize]

@@ -169,12 +169,17 @@ impl Budget {
     /// need, as a budget that had run at that load would. A surge spends a budget down to
     /// nothing; without this the traffic left after it would wait for the refill.
     pub(crate) fn after_fall(&mut self, load: f64) {
-        self.tokens = self.tokens.max(poisson_credit(load)).max(0.0);
+        self.forgive_debt();
+        self.tokens = self.tokens.max(poisson_credit(load));
     }
 
-    /// Forgets what the budget owes; credit is kept.
+    /// Forgets what the budget owes, keeping its fraction of a request (its phase: clients
+    /// forgiven in the same window must not all resume at the same point of their
+    /// cadence); credit is kept.
     pub(crate) fn forgive_debt(&mut self) {
-        self.tokens = self.tokens.max(0.0);
+        if self.tokens < 0.0 {
+            self.tokens = self.tokens.rem_euclid(1.0);
+        }
     }
 
     /// Spends `n` requests at once (a batch admitted whole); the window that counts them

@@ -86,6 +86,22 @@ impl Book {
         self.recorded.local_share(a, self.shape.expected())
     }
 
+    /// The drop ratio of the next window of `window_secs` at allowance `share`: what the
+    /// budget holds of what the window is expected to offer; nothing in the first window
+    /// after a spell with no request in the ring, whose requests come before anything says
+    /// they will (what it admits beyond the budget is not owed: see `Inner::window`).
+    pub(crate) fn budget_ratio(&self, share: f64, window_secs: f64) -> f64 {
+        if self.shape.offered_in_ring() == 0 {
+            return 0.0;
+        }
+        self.budget.ratio(
+            share,
+            window_secs,
+            self.shape.expected(),
+            self.shape.typical_window(),
+        )
+    }
+
     /// Drops the allowance and what it had earned or owed (expired, or out of the config).
     pub(crate) fn forget_allowance(&mut self) {
         self.expires = None;

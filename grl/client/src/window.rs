@@ -100,12 +100,7 @@ impl Inner {
                         b.budget.forgive_debt();
                     }
                 }
-                let t = threshold(b.budget.ratio(
-                    share,
-                    w,
-                    b.shape.expected(),
-                    b.shape.typical_window(),
-                ));
+                let t = threshold(b.budget_ratio(share, w));
                 changed |= cell.threshold.swap(t, Ordering::Relaxed) != t;
             }
         }
