@@ -21,7 +21,7 @@ fn get(port: u16, path: &str) -> (u16, String) {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     (code, body.to_string())
 }
 

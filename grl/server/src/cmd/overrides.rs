@@ -192,7 +192,7 @@ fn table(action: &Action, rows: &[serde_json::Value]) -> String {
         "WHO",
         "REASON",
     ];
-    let mut t = vec![head.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
+    let mut t = vec![head.iter().map(ToString::to_string).collect::<Vec<_>>()];
     for r in rows {
         let expires = r["expires_at_unix"]
             .as_i64()
