@@ -84,6 +84,18 @@ fn help_matches_the_behaviour() {
     ] {
         assert!(line.contains(sub), "{line}");
     }
+    let o = rlc(dir.path(), &["explain", "--help"]);
+    let help = text(&o.stdout);
+    for unused in ["--mode", "--github-token", "--workdir", "--controller"] {
+        let listed = help
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{unused} ")));
+        assert!(!listed, "explain delivers nothing: {help}");
+    }
+    assert!(
+        help.contains("--config-repo") && help.contains("--prometheus"),
+        "{help}"
+    );
     let o = rlc(dir.path(), &["promote", "--help"]);
     let help = text(&o.stdout);
     assert!(
