@@ -96,6 +96,14 @@ fn help_matches_the_behaviour() {
         help.contains("--config-repo") && help.contains("--prometheus"),
         "{help}"
     );
+    let o = rlc(dir.path(), &["rollout", "rollback", "--help"]);
+    let help = text(&o.stdout);
+    for unused in ["--max-increase", "--min-coverage", "--progress"] {
+        let listed = help
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{unused} ")));
+        assert!(!listed, "a rollback computes no limit: {help}");
+    }
     let o = rlc(dir.path(), &["promote", "--help"]);
     let help = text(&o.stdout);
     assert!(
