@@ -139,3 +139,23 @@ fn logs_to_a_pipe_have_no_colours() {
     );
     assert!(!e.contains('\x1b'), "{e}");
 }
+
+#[test]
+fn a_negative_number_is_a_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = rlc(
+        dir.path(),
+        &[
+            "run",
+            "--once",
+            "--config-repo",
+            "/x",
+            "--concurrency",
+            "-1",
+        ],
+    );
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("invalid value '-1' for '--concurrency"), "{e}");
+    assert!(!e.contains("unexpected argument"), "{e}");
+}
