@@ -3,7 +3,8 @@
 #
 #   SEED_DIR      the template to copy            (default /seed, = ./config-repo mounted read-only)
 #   BARE_REPO     the bare "remote" to create     (default /srv/git/config.git, a shared volume)
-#   CHECKOUT_DIR  a working checkout of main      (default /srv/grl-config, the controller's --config)
+#   CHECKOUT_DIR  a working checkout of main      (default /srv/grl-config, the controller's --config;
+#                 empty: none, for controllers that follow BARE_REPO with --config-git)
 #
 # Idempotent: an existing bare repo or checkout is left untouched, so restarting the stack keeps
 # the history that rlc has committed since.
@@ -11,7 +12,7 @@ set -eu
 
 seed=${SEED_DIR:-/seed}
 bare=${BARE_REPO:-/srv/git/config.git}
-checkout=${CHECKOUT_DIR:-/srv/grl-config}
+checkout=${CHECKOUT_DIR-/srv/grl-config}
 
 if [ -f "$bare/HEAD" ]; then
     echo "config repo $bare already exists; not seeding"
@@ -29,7 +30,9 @@ else
     echo "seeded $bare from $seed"
 fi
 
-if [ -d "$checkout/.git" ]; then
+if [ -z "$checkout" ]; then
+    echo "no checkout asked for"
+elif [ -d "$checkout/.git" ]; then
     echo "checkout $checkout already exists"
 else
     # The directory may exist (a volume mount point) but must be empty for `git clone`.

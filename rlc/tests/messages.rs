@@ -84,6 +84,26 @@ fn help_matches_the_behaviour() {
     ] {
         assert!(line.contains(sub), "{line}");
     }
+    let o = rlc(dir.path(), &["explain", "--help"]);
+    let help = text(&o.stdout);
+    for unused in ["--mode", "--github-token", "--workdir", "--controller"] {
+        let listed = help
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{unused} ")));
+        assert!(!listed, "explain delivers nothing: {help}");
+    }
+    assert!(
+        help.contains("--config-repo") && help.contains("--prometheus"),
+        "{help}"
+    );
+    let o = rlc(dir.path(), &["rollout", "rollback", "--help"]);
+    let help = text(&o.stdout);
+    for unused in ["--max-increase", "--min-coverage", "--progress"] {
+        let listed = help
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{unused} ")));
+        assert!(!listed, "a rollback computes no limit: {help}");
+    }
     let o = rlc(dir.path(), &["promote", "--help"]);
     let help = text(&o.stdout);
     assert!(
@@ -118,4 +138,24 @@ fn logs_to_a_pipe_have_no_colours() {
         "{e}"
     );
     assert!(!e.contains('\x1b'), "{e}");
+}
+
+#[test]
+fn a_negative_number_is_a_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = rlc(
+        dir.path(),
+        &[
+            "run",
+            "--once",
+            "--config-repo",
+            "/x",
+            "--concurrency",
+            "-1",
+        ],
+    );
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("invalid value '-1' for '--concurrency"), "{e}");
+    assert!(!e.contains("unexpected argument"), "{e}");
 }

@@ -21,8 +21,35 @@ use rlc::secrets::scrub;
 
 use super::run::RunArgs;
 
+/// The flags of `rlc run` that `rlc explain` does not use (delivery, the work directory,
+/// progress, rollouts): still accepted, so a command line copied from `rlc run` works, but
+/// not listed in its help.
+fn hide_unused(a: clap::Arg) -> clap::Arg {
+    const UNUSED: &[&str] = &[
+        "mode",
+        "controllers",
+        "tls_ca",
+        "tls_cert",
+        "tls_key",
+        "token_file",
+        "workdir",
+        "progress",
+        "progress_interval",
+        "github_repo",
+        "github_token",
+        "github_api",
+        "github_ca",
+        "rollout_poll_ms",
+        "expedite",
+        "reason",
+    ];
+    let hide = UNUSED.contains(&a.get_id().as_str());
+    a.hide(hide)
+}
+
 /// `rlc explain`.
 #[derive(Debug, Clone, Args)]
+#[command(mut_args(hide_unused))]
 pub(crate) struct ExplainCmd {
     /// The service.
     pub service: String,

@@ -50,7 +50,31 @@ pub(crate) enum Action {
     /// Stop the rollout where it is; the regions moved stay on the new version.
     Abort(RecordCmd),
     /// Put every region the rollout moved back on its previous version.
+    #[command(mut_args(hide_limit_flags))]
     Rollback(DriveCmd),
+}
+
+/// The flags of `rlc run` about computing limits (policies' guards, fetching, progress),
+/// which a rollback never does: still accepted, so a command line copied from `rollout
+/// run` works, but not listed in `rollout rollback --help`.
+fn hide_limit_flags(a: clap::Arg) -> clap::Arg {
+    const UNUSED: &[&str] = &[
+        "min_coverage",
+        "max_decrease",
+        "max_increase",
+        "hysteresis",
+        "floor",
+        "cap",
+        "cap_peak_ratio",
+        "concurrency",
+        "history_cache",
+        "no_history_cache",
+        "history_retention",
+        "progress",
+        "progress_interval",
+    ];
+    let hide = UNUSED.contains(&a.get_id().as_str());
+    a.hide(hide)
 }
 
 /// Flags of the subcommands that drive a rollout.

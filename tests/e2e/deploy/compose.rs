@@ -188,10 +188,11 @@ fn compose_runs_the_whole_stack_with_contract_commands() -> Result<()> {
         .get("BARE_REPO")
         .and_then(Value::as_str)
         .ok_or_else(|| anyhow!("config-repo-init: BARE_REPO unset"))?;
+    // Empty: no checkout (the controllers follow the bare repo with --config-git).
     let checkout = seed_env
         .get("CHECKOUT_DIR")
         .and_then(Value::as_str)
-        .ok_or_else(|| anyhow!("config-repo-init: CHECKOUT_DIR unset"))?;
+        .unwrap_or("/srv/grl-config");
     let seed = seed_env
         .get("SEED_DIR")
         .and_then(Value::as_str)
@@ -211,7 +212,7 @@ fn compose_runs_the_whole_stack_with_contract_commands() -> Result<()> {
             (Err(_), Err(_)) => bail!("controller: neither --config nor --config-git"),
             (Ok(dir), Err(_)) => {
                 ensure!(
-                    dir == checkout,
+                    !checkout.is_empty() && dir == checkout,
                     "controller --config must be the seeded checkout {checkout}"
                 );
                 ensure!(
@@ -428,5 +429,70 @@ fn compose_mounts_and_build_files_exist() -> Result<()> {
         binds >= 6,
         "expected the deploy files to be bind-mounted, found {binds} bind mounts"
     );
+    Ok(())
+}
+
+/// Every path a GRL/RLC process of the compose file writes or reads is in a volume it mounts
+/// and uses (issue 40): rlc's lock and history cache, kept beside `--workdir`, land in its
+/// volume (not in root-owned `/var/lib` while the container runs as uid 10001); every volume
+/// a process mounts is named by one of its flags; every controller's metrics and `/status`
+/// port is published to the host.
+#[test]
+fn compose_paths_are_in_used_volumes_and_status_ports_published() -> Result<()> {
+    let compose = Compose::load()?;
+    for inv in compose.invocations()? {
+        let values: Vec<String> = inv
+            .flags
+            .values()
+            .flatten()
+            .cloned()
+            .chain(inv.repeated.values().flatten().cloned())
+            .collect();
+        for (src, dst) in compose.mounts(&inv.service)? {
+            if is_bind(&src) {
+                continue;
+            }
+            let dst = dst.split(':').next().unwrap_or(&dst).trim_end_matches('/');
+            ensure!(
+                values
+                    .iter()
+                    .any(|v| v.starts_with(&format!("{dst}/")) || v == dst),
+                "service {}: volume {src} at {dst} is mounted but no flag uses it",
+                inv.service
+            );
+        }
+        if let Ok(workdir) = inv.flag("workdir") {
+            let parent = std::path::Path::new(workdir)
+                .parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            ensure!(
+                compose
+                    .named_volume_at(&inv.service, &format!("{parent}/x"))
+                    .is_ok()
+                    && parent != "/",
+                "service {}: --workdir {workdir} keeps its lock and cache in {parent}, \
+                 which no volume holds",
+                inv.service
+            );
+        }
+        if inv.is("grl", &["controller"]) {
+            let listen = inv.flag("metrics-listen")?;
+            let port = listen.rsplit(':').next().unwrap_or_default();
+            let ports = compose.service(&inv.service)?.get("ports").cloned();
+            let published = ports
+                .as_ref()
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .any(|p| p.ends_with(&format!(":{port}")));
+            ensure!(
+                published,
+                "service {}: the metrics and /status port {port} is not published",
+                inv.service
+            );
+        }
+    }
     Ok(())
 }
