@@ -51,10 +51,16 @@ async fn global_bucket_across_three_zones_is_shared_fairly() {
             .collect::<Vec<_>>()
     };
 
-    // Under the limit (6,000 of 10,000 rps): nothing is dropped.
+    // Under the limit (6,000 of 10,000 rps, from idle): at most issue 38's 0.5 % dropped
+    // (the unused part is shared, not copied: for the round trip of their first reports
+    // the instances are held to their parts; 0-0.2 % measured).
     let t = Traffic::start(load(0.4));
     let w = window(&cs, "gateway-pay", Duration::from_secs(2)).await;
-    assert_eq!(sum(&w)[2], 0, "drops under the limit: {w:?}");
+    let s = sum(&w);
+    assert!(
+        s[2] as f64 <= 0.005 * s[0] as f64,
+        "drops under the limit: {w:?}"
+    );
     drop(t);
 
     // 1.5x the limit: admitted within ±5 % of the limit within 3 s.

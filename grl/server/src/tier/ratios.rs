@@ -15,17 +15,21 @@
 //! noise margin ([`noise_margin`]: how far above its reported rate its true rate may
 //! plausibly be, since a reported rate is a count over a horizon; at least the margin of
 //! the group's mean child, since a child that reported nothing over the horizon may still
-//! be one of them), never more than its rate plus the whole unused part. The parts of the
+//! be one of them), and at least its own rate again (a report made just after a child's
+//! traffic began counts part of an interval), never more than its rate plus the whole
+//! unused part. The parts of the
 //! unused allowance sum to it, so when every instance rises at once the allowances sum to
-//! the limit plus the margins, about `L + 2 sqrt(N R / H) + N / H` for `N` equal children
-//! at total rate `R` over a horizon `H`, which the clients' budgets hold from the first
-//! request. (Copying the whole unused part to every child, as this tier once did, let `N`
+//! at most the limit, the group's rate `R` and the margins, about
+//! `L + R + 2 sqrt(N R / H) + N / H` for `N` equal children over a horizon `H` (1.5 L and
+//! the margins from 0.5 L), which the clients' budgets hold from the first request. (Copying the whole unused part to every child, as this tier once did, let `N`
 //! rising instances admit `N` times the unused part until the tiers heard: 50x the limit.)
 //! One instance rising alone gets the room once its urgent report comes back as a share:
 //! its rise is found within a few windows (the client's CUSUM), one round trip later. A
-//! child that offered nothing gets its even part and its margin where the group is under
-//! its allowance, and no allowance where it is at or over it (it applies the group's drop
-//! ratio from its first request).
+//! child that offered nothing gets no allowance: it applies the group's drop ratio from its
+//! first request (0 under the limit) until its first report gives it a share. Holding an
+//! idle child to a part of the unused allowance instead would drop traffic of a bucket
+//! under its limit for that first report's round trip (a zone, or a client, whose traffic
+//! begins while the others use most of the limit).
 
 use std::collections::BTreeMap;
 
@@ -272,8 +276,7 @@ pub fn compute<'a>(
 /// The rate a child offering `child` may admit, out of a group of `children` offering
 /// `group` in total that may admit `allowed`, where a reported rate is a count over
 /// `horizon_secs` (see the module doc for the headroom under the limit). `None` for a
-/// child that offered nothing in a group at or over its allowance: it applies the group's
-/// drop ratio.
+/// child that offered nothing: it applies the group's drop ratio.
 pub fn share(
     allowed: f64,
     child: f64,
@@ -287,9 +290,12 @@ pub fn share(
     if allowed.is_infinite() {
         return Some(allowed);
     }
+    if child <= 0.0 {
+        return None;
+    }
     let group = group.max(child);
     if group >= allowed {
-        return (child > 0.0).then(|| allowed * child / group);
+        return Some(allowed * child / group);
     }
     let unused = allowed - group;
     let n = f64::from(children.max(1));
@@ -300,7 +306,10 @@ pub fn share(
         even
     };
     let margin = noise_margin(child.max(group / n), horizon_secs);
-    Some(child + unused.min(0.5 * (by_load + even) + margin))
+    // A child may always double: a report made just after its traffic began counts part
+    // of an interval, and a child held to its part of the unused allowance would drop
+    // its own traffic under the limit until the next report.
+    Some(child + unused.min((0.5 * (by_load + even)).max(child) + margin))
 }
 
 /// How far above a reported rate `rate` the true rate may plausibly be when the rate is a
@@ -472,19 +481,22 @@ mod tests {
     fn under_the_limit_the_unused_part_is_shared_half_by_load_half_evenly_plus_a_margin() {
         // 900 of 1000 offered by 4 children: 100 unused.
         let m = |r: f64| noise_margin(r, H);
+        let c = share(1000.0, 5.0, 900.0, 4, H).unwrap();
+        let want = 5.0 + 0.5 * (100.0 * 5.0 / 900.0 + 25.0) + m(225.0);
+        assert!((c - want).abs() < 1e-9, "{c} {want}");
         let a = share(1000.0, 50.0, 900.0, 4, H).unwrap();
-        let want = 50.0 + 0.5 * (100.0 * 50.0 / 900.0 + 25.0) + m(225.0);
+        // Its part (half by load, half evenly) is under its own rate: it may double.
+        let want = 50.0 + 100f64.min(50.0 + m(225.0));
         assert!((a - want).abs() < 1e-9, "{a} {want}");
         let b = share(1000.0, 600.0, 900.0, 4, H).unwrap();
-        let want = 600.0 + 0.5 * (100.0 * 600.0 / 900.0 + 25.0) + m(600.0);
+        // Never more than the whole unused part.
+        let want = 700.0;
         assert!((b - want).abs() < 1e-9, "{b} {want}");
         // Never more than the child's rate plus the whole unused part.
         assert_eq!(share(10.0, 5.0, 9.9, 2, H), Some(5.1));
-        // An idle child gets its even part and the margin of the group's mean child.
-        let idle = share(1000.0, 0.0, 900.0, 4, H).unwrap();
-        assert!((idle - (12.5 + m(225.0))).abs() < 1e-9, "{idle}");
-        // Nobody offering anything: the unused part evenly.
-        assert_eq!(share(100.0, 0.0, 0.0, 4, H), Some(25.0 + m(0.0)));
+        // An idle child applies the ratio until it reports.
+        assert_eq!(share(1000.0, 0.0, 900.0, 4, H), None);
+        assert_eq!(share(100.0, 0.0, 0.0, 4, H), None);
         // At the limit there is no slack: the shares are the offered rates, and an idle
         // child applies the ratio.
         assert_eq!(share(1000.0, 50.0, 1000.0, 4, H), Some(50.0));
