@@ -272,6 +272,21 @@ if [[ "${GRL_TEST_ENV_ONLY:-}" == 1 ]]; then
 fi
 
 # ---------------------------------------------------------------------------------------
+section "Build settings"
+# A one-shot build (CI=true) keeps no incremental state and only line tables for debug
+# info: a full test build is then about a third of its size on disk (a run on a machine
+# with a few GiB free failed with "No space left on device").
+if [[ "${CI:-}" == true ]]; then
+    export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only
+    export CARGO_PROFILE_TEST_DEBUG=line-tables-only
+fi
+free_kib=$(df -Pk "${CARGO_TARGET_DIR:-target}" 2>/dev/null | awk 'NR==2 {print $4}' || true)
+[[ -z "$free_kib" ]] && free_kib=$(df -Pk . | awk 'NR==2 {print $4}')
+log "free disk for the build: $((free_kib / 1024 / 1024)) GiB (a clean CI build needs about 12 GiB)"
+if ((free_kib < 8 * 1024 * 1024)); then
+    log "warning: less than 8 GiB free; the build may fail with \"No space left on device\""
+fi
+
 section "cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
