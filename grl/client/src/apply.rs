@@ -84,10 +84,12 @@ impl Inner {
                 book.hold = None;
             }
         }
+        let told = ratio;
         let ratio = match book.allowed {
             Some(a) => book.budget_ratio(book.local_share(a), self.window_secs()),
             None => ratio,
         };
+        tracing::trace!(cell = id, told, allowed = ?book.allowed, applied = ratio, "ratio applied");
         c.registry.cells[id as usize]
             .threshold
             .store(threshold(ratio), Ordering::Relaxed);

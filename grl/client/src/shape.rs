@@ -43,7 +43,11 @@
 //!   fivefold step of a 20 requests a second caller within 4 windows (6 at the 95th
 //!   percentile). Below about one request a second the ring holds too few requests to
 //!   tell a rise from noise before several requests arrived: there the tiers' noise
-//!   margin and the client's budget carry the step. The new segment starts where the
+//!   margin and the client's budget carry the step. A silence of any length is a
+//!   reference (its bound, one request over its windows, allows for its shortness): a
+//!   step from idle to 60 requests a second or more is found within 3 windows (median; 5
+//!   at the 95th percentile) even by a client that has held the config for only 4 windows
+//!   (measured below). The new segment starts where the
 //!   statistic last left zero, the start of the rise. Two windows far above anything
 //!   recent are also a rise at once.
 //! - **A fall** is a run of low windows that nothing in the ring explains (longer than any
@@ -242,14 +246,18 @@ impl Shape {
     /// whether it passed its threshold.
     fn cusum_step(&mut self, offered: u32) -> bool {
         if self.cusum <= 0.0 {
-            // The reference: the segment so far, at least an interval of it.
-            if self.segment < self.interval_windows {
+            // The reference: the segment so far, at least an interval of it, or any length
+            // of silence (no request in the ring: a client that has held the config for
+            // less than an interval, or one idle for the whole ring). Its upper bound of
+            // one request over those windows already allows for a short reference.
+            if self.segment < self.interval_windows && self.offered_in_ring() > 0 {
                 return false;
             }
             // The reference rate is the upper bound of the segment's count (two deviations
             // and a request), so the reference's own counting noise is not taken for a rise.
-            let (mean, dispersion) = self.count_moments(self.segment, 0);
-            let (n, count) = (self.segment as f64, mean * self.segment as f64);
+            let k = self.segment.max(1);
+            let (mean, dispersion) = self.count_moments(k, 0);
+            let (n, count) = (k as f64, mean * k as f64);
             self.cusum_ref = ((count + 2.0 * count.sqrt() + 1.0) / n, dispersion);
             self.cusum_run = 0;
             self.cusum_hits = 0;
@@ -901,6 +909,39 @@ mod tests {
                 "rate {rate}: {rises} false rises in {windows} windows"
             );
         }
+    }
+
+    #[test]
+    fn a_step_from_a_short_silence_is_a_rise_within_a_few_windows() {
+        // A client that has held the config for a few windows when its traffic starts (the
+        // first calls through a sidecar that just became ready): 60 to 1,000 requests a
+        // second from nothing, after 4 to 19 empty windows. (Below three requests a window
+        // a silence of a few windows says too little: a request a window is what a
+        // reference of one request over a window allows.)
+        for rate in [60.0, 200.0, 1000.0] {
+            let mut windows = Vec::new();
+            for seed in 0..100 {
+                let mut rng = Rng::new(seed);
+                let mut s = after_silence(4 + seed as usize % 16);
+                let found = (1..=40).find(|_| s.push(rng.poisson(rate * W), 0, W) == Change::Rise);
+                windows.push(found.unwrap_or(usize::MAX));
+            }
+            windows.sort_unstable();
+            let (win50, win95) = (windows[50], windows[95]);
+            eprintln!("idle -> {rate}: a rise after {win50} windows (median), {win95} (95th)");
+            assert!(win50 <= 3 && win95 <= 5, "rate {rate}: {win50} {win95} windows");
+        }
+        // A sparse caller's requests after a short silence are no rise (the bound of the
+        // steady callers' test: two in 10^4 windows).
+        let mut rises = 0;
+        for seed in 0..200 {
+            let mut rng = Rng::new(seed);
+            let mut s = after_silence(1 + seed as usize % 19);
+            rises += (0..200)
+                .filter(|_| s.push(rng.poisson(0.5 * W), 0, W) == Change::Rise)
+                .count();
+        }
+        assert!(rises <= 8, "{rises} rises of a 0.5 rps caller in 40,000 windows");
     }
 
     /// How many requests after a step from `rate` to `factor` times it the rise is found,

@@ -60,7 +60,11 @@ impl Inner {
                 .map(|(age, n)| (age + 1, n))
                 .filter(|(age, _)| *age <= b.shape.windows());
             let was_idle = b.shape.offered_in_ring() == 0;
-            match b.shape.push(offered, admitted, secs) {
+            let change = b.shape.push(offered, admitted, secs);
+            if offered > 0 || change != Change::None {
+                tracing::trace!(cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), "window");
+            }
+            match change {
                 Change::None => {}
                 Change::Rise | Change::Learned => urgent = true,
                 Change::Fall => {
