@@ -543,6 +543,32 @@ fn status_page_is_behind_the_admin_token() {
         );
     }
     assert!(!body.contains(token), "the page never shows the token");
+    // `/` is the page's address as typed: a redirect to `/status` (the query kept), which
+    // a browser follows to the page.
+    let (code, head, body) = curl(&[&format!("http://{}/", t.page)]);
+    assert!(
+        matches!(code, 303 | 308),
+        "GET / answered {code}: {head}{body}"
+    );
+    let location = |head: &str| {
+        head.lines()
+            .find_map(|l| l.trim().strip_prefix("location: "))
+            .map(str::to_string)
+    };
+    assert_eq!(location(&head).as_deref(), Some("/status"), "{head}");
+    let (_, head, _) = curl(&[&format!("http://{}/?service=orders", t.page)]);
+    assert_eq!(
+        location(&head).as_deref(),
+        Some("/status?service=orders"),
+        "{head}"
+    );
+    let bearer = format!("authorization: Bearer {token}");
+    let (code, _, body) = curl(&["-L", "-H", &bearer, &format!("http://{}/", t.page)]);
+    assert_eq!(code, 303, "the redirect first");
+    assert!(
+        body.contains("HTTP/1.1 200") && body.contains("data-bucket=\"orders/checkout\""),
+        "`/` followed leads to the page: {body}"
+    );
     let metrics = Command::new("curl")
         .args(["-s", &format!("http://{}/metrics", t.page)])
         .output()

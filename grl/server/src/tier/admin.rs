@@ -1,5 +1,5 @@
 //! The admin HTTP server of a tier: `GET /metrics` in Prometheus text format, and the
-//! read-only `GET /status` page (every bucket with the last minutes of its load, see
+//! read-only `GET /status` page (`/` redirects to it) (every bucket with the last minutes of its load, see
 //! [`crate::view::page`]) behind the tier's admin authorisation: the admin token, or over
 //! TLS (`--metrics-tls`) an admin client certificate, as on the gRPC port. On a plain-HTTP
 //! port that is not on a loopback address, the page takes no credentials at all (they would
@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, Query, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use grl_core::proto;
 use tokio::net::TcpListener;
@@ -100,8 +100,8 @@ pub async fn serve(
         .await
 }
 
-/// Serves `/metrics` and `/status` on `listener` until `shutdown` turns true, sampling
-/// the page's history meanwhile.
+/// Serves `/metrics` and `/status` on `listener` (`/` redirects to `/status`) until
+/// `shutdown` turns true, sampling the page's history meanwhile.
 pub async fn serve_site(
     listener: TcpListener,
     site: Site,
@@ -132,6 +132,7 @@ pub async fn serve_site(
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/status", get(status_page))
+        .route("/", get(to_status))
         .with_state(Served {
             site,
             history,
@@ -155,6 +156,14 @@ pub async fn serve_site(
     };
     sampler.abort();
     served
+}
+
+/// `/` is the status page's address as typed: 303 to `/status`, with the query kept.
+async fn to_status(RawQuery(q): RawQuery) -> Redirect {
+    match q {
+        Some(q) => Redirect::to(&format!("/status?{q}")),
+        None => Redirect::to("/status"),
+    }
 }
 
 async fn metrics(State(s): State<Served>) -> Response {
