@@ -229,8 +229,10 @@ impl Inner {
         let Some(b) = c.books.get_mut(id as usize) else {
             return false;
         };
+        // A batch as large as the largest is seen again now: its age starts over (kept, a
+        // steady batch aged out after the shape's windows and the cap fell under it).
         b.largest_batch = match b.largest_batch {
-            Some((age, m)) if m >= n => Some((age, m)),
+            Some((age, m)) if m > n => Some((age, m)),
             _ => Some((0, n)),
         };
         let held = b.expires.is_some_and(|t| now < t) && !b.unsettled;
