@@ -64,7 +64,10 @@ impl Inner {
         let book = &mut c.books[id as usize];
         book.expires = Some(expires);
         let had = book.allowed.is_some();
-        let allowed = allowed.filter(|a| a.is_finite() && *a >= 0.0);
+        let starting = book.started_until.is_some_and(|t| now < t);
+        let allowed = allowed
+            .filter(|a| a.is_finite() && *a >= 0.0)
+            .filter(|_| !(starting && ratio <= 0.0));
         // The tiers give a bucket no allowance while this client reports no traffic in it
         // (it applies the ratio until it does). Under the limit it keeps the allowance and
         // budget it had: a sparse caller's report is often empty for a while, and starting

@@ -401,3 +401,75 @@ fn after_a_surge_ends_the_traffic_left_is_admitted_at_once() {
         assert!(share >= 0.9, "{allowed} rps allowed: {share}");
     }
 }
+
+/// A caller that floods a bucket from idle (the first calls through a sidecar that just
+/// became ready): its first requests are told at once, and an allowance given over the
+/// limit holds from the instruction on; under the limit an allowance shared from the rate
+/// counted over the silence is not applied until the client's rate is known.
+#[test]
+fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
+    for (ratio, held) in [(0.9, true), (0.0, false)] {
+        let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
+        let rule = proto::BucketRule {
+            name: "b".into(),
+            caller: "gateway".into(),
+            scope: proto::Scope::Global as i32,
+            mode: proto::Mode::Deny as i32,
+            limit_rps: Some(5.0),
+            ..Default::default()
+        };
+        let mut now = Instant::now();
+        client.inner.apply_instruction(
+            &proto::Instruction {
+                has_config: true,
+                config: vec![proto::ServiceRules {
+                    service: "payments".into(),
+                    first_index: None,
+                    buckets: vec![rule],
+                }],
+                ..Default::default()
+            },
+            now,
+        );
+        let mut window = |n: u64| {
+            for _ in 0..n {
+                client.decide("gateway", "pay.Pay/Card");
+            }
+            now += Duration::from_millis(50);
+            (client.inner.window(now).is_some(), now)
+        };
+        for _ in 0..3 {
+            assert!(!window(0).0, "a silence is no news");
+        }
+        let (told, at) = window(3);
+        assert!(told, "the first requests after a silence are told at once");
+        // The tiers answer 10 ms later: the bucket's ratio and this client's allowance, a
+        // share of the limit from the rate its report counted over the silence.
+        client.inner.apply_instruction(
+            &proto::Instruction {
+                ratios: vec![proto::DropRatio {
+                    service: "payments".into(),
+                    bucket: "b".into(),
+                    ratio,
+                    allowed: Some(1.0),
+                    valid_for_ms: 60_000,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+            at + Duration::from_millis(10),
+        );
+        let before = totals_of(&client).allowed;
+        for _ in 0..10 {
+            window(3);
+        }
+        let admitted = totals_of(&client).allowed - before;
+        if held {
+            // Half a second at 60 rps against an allowance of 1 rps: what the budget
+            // starts with and half a second of refill.
+            assert!(admitted <= 3, "over the limit: {admitted} of 30 admitted");
+        } else {
+            assert_eq!(admitted, 30, "under the limit nothing is dropped");
+        }
+    }
+}

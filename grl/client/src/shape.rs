@@ -50,6 +50,12 @@
 //!   (measured below). The new segment starts where the
 //!   statistic last left zero, the start of the rise. Two windows far above anything
 //!   recent are also a rise at once.
+//! - **A start** is the first window with requests after a ring without any (or, for a
+//!   client that has held the config for less than the ring, since it had it). It is
+//!   reported at once, as a change is, but changes no horizon: counted over the silence
+//!   and this window, a sparse caller's next request is the rate it had, and a step from
+//!   idle is then found as a rise. The tiers hear that a bucket's traffic began within a
+//!   window instead of at the next interval.
 //! - **A fall** is a run of low windows that nothing in the ring explains (longer than any
 //!   recent gap, so a bursty caller's silence between bursts is no fall) and that counting
 //!   noise cannot explain either (beyond 3 Poisson deviations and 2 requests).
@@ -79,6 +85,12 @@ pub(crate) enum Change {
     Rise,
     /// A run of low windows longer than any recent gap, beyond counting noise.
     Fall,
+    /// The first requests after a silence as long as the ring (or, for a client that has
+    /// held the config for less than that, since it had it): the tiers should hear that
+    /// traffic began at once, though the rate, counted over the silence and this window,
+    /// is no change yet (a sparse caller's next request after a quiet spell is the same
+    /// rate; a step from idle is found as a rise in the next windows).
+    Start,
     /// The rate did not change, but how often the caller's bursts come became known (the
     /// second burst since the last change): the rate reported from now on is the cycles'
     /// average, no longer a guess from one burst.
@@ -89,6 +101,8 @@ pub(crate) enum Change {
 #[derive(Debug, Clone)]
 pub(crate) struct Shape {
     ring: VecDeque<Slot>,
+    /// Requests offered over the ring (kept as windows come and go).
+    ring_offered: u64,
     cap: usize,
     /// Windows since the last change (at most the ring's length).
     segment: usize,
@@ -150,6 +164,7 @@ impl Shape {
             long_rate: 0.0,
             long_secs: 0.0,
             ring: VecDeque::with_capacity(cap),
+            ring_offered: 0,
             cap,
             segment: 0,
             estimate: 0.0,
@@ -208,21 +223,27 @@ impl Shape {
         if change == Change::None && cusum_rise {
             change = Change::Rise;
         }
-        if change != Change::None {
+        if change == Change::None && offered > 0 && self.ring_offered == 0 {
+            change = Change::Start;
+        }
+        if matches!(change, Change::Rise | Change::Fall) {
             self.cusum = 0.0;
         }
         if self.ring.len() == self.cap {
-            self.ring.pop_front();
+            if let Some(old) = self.ring.pop_front() {
+                self.ring_offered -= u64::from(old.offered);
+            }
         }
         self.ring.push_back(slot);
+        self.ring_offered += u64::from(slot.offered);
         self.segment = (self.segment + 1).min(self.ring.len());
         let pause = offered == 0 && !self.idle;
         self.idle = offered == 0;
         match change {
-            Change::None | Change::Learned if !pause => {
+            Change::None | Change::Learned | Change::Start if !pause => {
                 self.estimate = estimate(self.estimate, offered, secs).0;
             }
-            Change::None | Change::Learned => {}
+            Change::None | Change::Learned | Change::Start => {}
             Change::Rise => {
                 let from = if cusum_rise { self.cusum_run } else { 2 };
                 self.segment = from.clamp(1, self.ring.len());
@@ -587,7 +608,7 @@ impl Shape {
 
     /// Requests offered over the whole ring.
     pub(crate) fn offered_in_ring(&self) -> u64 {
-        self.ring.iter().map(|s| u64::from(s.offered)).sum()
+        self.ring_offered
     }
 
     /// Requests admitted over the whole ring.
@@ -809,10 +830,11 @@ mod tests {
         let mut s = after_silence(30);
         for i in 0..160 {
             let c = s.push(if i % 40 == 0 { 8000 } else { 0 }, 0, W);
-            // The second burst is a rise from the silence before it, or tells the cycle:
-            // either way once, and never a fall.
+            // The first burst is the start of traffic; the second is a rise from the
+            // silence before it, or tells the cycle: either way once, and never a fall.
+            assert_eq!(c == Change::Start, i == 0, "window {i}: {c:?}");
             assert_eq!(
-                c != Change::None,
+                c != Change::None && c != Change::Start,
                 i == 40,
                 "window {i}: the second burst tells the cycle, once: {c:?} {}",
                 s.segment
@@ -923,13 +945,22 @@ mod tests {
             for seed in 0..100 {
                 let mut rng = Rng::new(seed);
                 let mut s = after_silence(4 + seed as usize % 16);
-                let found = (1..=40).find(|_| s.push(rng.poisson(rate * W), 0, W) == Change::Rise);
+                let first = rng.poisson(rate * W).max(1);
+                assert_eq!(
+                    s.push(first, 0, W),
+                    Change::Start,
+                    "the first requests are told"
+                );
+                let found = (2..=40).find(|_| s.push(rng.poisson(rate * W), 0, W) == Change::Rise);
                 windows.push(found.unwrap_or(usize::MAX));
             }
             windows.sort_unstable();
             let (win50, win95) = (windows[50], windows[95]);
             eprintln!("idle -> {rate}: a rise after {win50} windows (median), {win95} (95th)");
-            assert!(win50 <= 3 && win95 <= 5, "rate {rate}: {win50} {win95} windows");
+            assert!(
+                win50 <= 3 && win95 <= 5,
+                "rate {rate}: {win50} {win95} windows"
+            );
         }
         // A sparse caller's requests after a short silence are no rise (the bound of the
         // steady callers' test: two in 10^4 windows).
@@ -941,7 +972,10 @@ mod tests {
                 .filter(|_| s.push(rng.poisson(0.5 * W), 0, W) == Change::Rise)
                 .count();
         }
-        assert!(rises <= 8, "{rises} rises of a 0.5 rps caller in 40,000 windows");
+        assert!(
+            rises <= 8,
+            "{rises} rises of a 0.5 rps caller in 40,000 windows"
+        );
     }
 
     /// How many requests after a step from `rate` to `factor` times it the rise is found,

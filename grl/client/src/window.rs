@@ -66,9 +66,17 @@ impl Inner {
             }
             match change {
                 Change::None => {}
-                Change::Rise | Change::Learned => urgent = true,
+                Change::Start => {
+                    urgent = true;
+                    b.started_until = Some(now + interval);
+                }
+                Change::Rise | Change::Learned => {
+                    urgent = true;
+                    b.started_until = None;
+                }
                 Change::Fall => {
                     urgent = true;
+                    b.started_until = None;
                     if let Some(a) = b.allowed {
                         // The tiers re-share from a mix of fresh and interval-old rates
                         // for a while: keep at least this allowance meanwhile.
