@@ -453,7 +453,6 @@ fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
                     ratio,
                     allowed: Some(1.0),
                     valid_for_ms: 60_000,
-                    ..Default::default()
                 }],
                 ..Default::default()
             },

@@ -229,10 +229,10 @@ impl Shape {
         if matches!(change, Change::Rise | Change::Fall) {
             self.cusum = 0.0;
         }
-        if self.ring.len() == self.cap {
-            if let Some(old) = self.ring.pop_front() {
-                self.ring_offered -= u64::from(old.offered);
-            }
+        if self.ring.len() == self.cap
+            && let Some(old) = self.ring.pop_front()
+        {
+            self.ring_offered -= u64::from(old.offered);
         }
         self.ring.push_back(slot);
         self.ring_offered += u64::from(slot.offered);
