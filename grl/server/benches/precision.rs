@@ -17,10 +17,14 @@
 //! 2-core machine one loadgen of a thousand clients offered 200,000 Poisson rps over 34
 //! cells at most 105 ms behind, but 2.5 s behind while others compiled),
 //! `PRECISION_LOADGEN_VISITS` (clients x lanes x 100 a second, default 1,500,000),
-//! `PRECISION_DRY_RUN=1` (print the plan only).
+//! `PRECISION_DRY_RUN=1` (print the plan only). With `GRL_FIGURES_OUT=<file>` the
+//! summary also goes to that file as the headline row `precision` (see
+//! `common/figures_out.rs`).
 
 #[path = "../tests/precision/cell.rs"]
 mod cell;
+#[path = "common/figures_out.rs"]
+mod figures_out;
 #[path = "precision/heatmap.rs"]
 mod heatmap;
 #[path = "../tests/precision/judge.rs"]
@@ -33,7 +37,7 @@ mod run;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use cell::Selection;
+use cell::{Selection, Traffic, Transition};
 use run::{Capacity, Tiers};
 
 /// Where the heat map and the table go: `target/precision`.
@@ -134,5 +138,116 @@ fn main() {
         md.display(),
         seconds
     );
-    println!("{}", report::json(&outcomes, &plan.refused, seconds));
+    let raw = report::json(&outcomes, &plan.refused, seconds);
+    println!("{raw}");
+    figures_row(&outcomes, plan.refused.len(), raw);
+}
+
+/// `lo–hi` of `v` at `digits` decimals after scaling by `k` (`-` when empty).
+fn span(v: &[f64], k: f64, digits: usize) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min) * k;
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max) * k;
+    match v.len() {
+        0 => "-".into(),
+        _ if format!("{lo:.digits$}") == format!("{hi:.digits$}") => format!("{lo:.digits$}"),
+        _ => format!("{lo:.digits$}-{hi:.digits$}"),
+    }
+}
+
+/// The headline row `precision`: the matrix's figures by kind of cell, from the cells that
+/// were judged (not invalid).
+fn figures_row(outcomes: &[judge::Outcome], refused: usize, raw: serde_json::Value) {
+    let valid: Vec<&judge::Outcome> = outcomes.iter().filter(|o| o.invalid.is_none()).collect();
+    let steady = |f: &dyn Fn(f64) -> bool| -> Vec<&judge::Outcome> {
+        valid
+            .iter()
+            .copied()
+            .filter(|o| matches!(o.cell.traffic, Traffic::Steady(x) if f(x)))
+            .collect()
+    };
+    let dropped = |v: &[&judge::Outcome]| v.iter().map(|o| o.dropped).collect::<Vec<_>>();
+    let low = steady(&|x| x <= 0.8);
+    let near = steady(&|x| x > 0.8 && x < 1.0);
+    let over = steady(&|x| x >= 1.0);
+    let admitted: Vec<f64> = over.iter().map(|o| o.admitted).collect();
+    let estimates: Vec<f64> = steady(&|_| true)
+        .iter()
+        .filter_map(|o| o.estimate)
+        .collect();
+    let step = |t: Transition| -> Vec<f64> {
+        valid
+            .iter()
+            .filter(|o| o.cell.traffic == Traffic::Step(t))
+            .filter_map(|o| o.first.map(judge::Fig::value))
+            .collect()
+    };
+    let rise: Vec<f64> = valid
+        .iter()
+        .filter(|o| o.cell.traffic == Traffic::Step(Transition::RiseAlone))
+        .map(|o| o.dropped)
+        .collect();
+    let count = |v: &str| outcomes.iter().filter(|o| o.verdict() == v).count();
+    let mut parts = vec![format!(
+        "{} cells: {} met every target, {} missed one, {} not judged (loadgen behind), {refused} refused",
+        outcomes.len() + refused,
+        count("pass"),
+        count("FAIL"),
+        count("invalid")
+    )];
+    if !low.is_empty() {
+        parts.push(format!(
+            "under the limit at 0.5-0.8 L dropped {} % (target ≤ 0.5 %)",
+            span(&dropped(&low), 100.0, 1)
+        ));
+    }
+    if !near.is_empty() {
+        parts.push(format!(
+            "at 0.95 L {} % (≤ 2 %)",
+            span(&dropped(&near), 100.0, 1)
+        ));
+    }
+    if !admitted.is_empty() {
+        parts.push(format!(
+            "over it admitted {} L (±5 %)",
+            span(&admitted, 1.0, 2)
+        ));
+    }
+    if !estimates.is_empty() {
+        parts.push(format!(
+            "the tiers' offered estimate {} of the true rate",
+            span(&estimates, 1.0, 2)
+        ));
+    }
+    for (t, what) in [
+        (
+            Transition::StepUp,
+            "first second after a step from 0.5 L to 30 L",
+        ),
+        (Transition::IdleUp, "after idle to 10 L"),
+    ] {
+        let v = step(t);
+        if !v.is_empty() {
+            parts.push(format!("{what} {} L (≤ 1.5 L)", span(&v, 1.0, 2)));
+        }
+    }
+    let down = step(Transition::StepDown);
+    if !down.is_empty() {
+        parts.push(format!(
+            "first second after 30 L → 0.5 L {} % admitted (≥ 90 %)",
+            span(&down, 100.0, 1)
+        ));
+    }
+    if !rise.is_empty() {
+        parts.push(format!(
+            "one instance rising alone {} % dropped (≤ 1 %)",
+            span(&rise, 100.0, 1)
+        ));
+    }
+    figures_out::write(&figures_out::Row {
+        row: "precision",
+        what: "precision across the traffic matrix (issue 38: instances × shapes × loads × limits × steps; real `grl controller`, `grl aggregator` and `grl loadgen` processes at a 1 s interval)".into(),
+        figure: parts.join("; "),
+        command: command(),
+        figures_json: raw.to_string(),
+    });
 }

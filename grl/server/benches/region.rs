@@ -34,9 +34,16 @@
 //! `REGION_CHILDREN=regions` simulates the level above instead: a global controller (no
 //! region of its own) fed by `REGION_ZONES` region controllers, every bucket global.
 //!
+//! What is simulated, plainly: the zones are streams in this process, not aggregators,
+//! and no request is sent. A zone's "admitted" is the controller's allowance arithmetic
+//! applied to the zone's demand, `min(demand, allowance)`; the surge figures are that
+//! arithmetic, not requests counted by clients.
+//!
 //! `cargo bench -p grl --bench region` (`REGION_ZONES=10 REGION_BUCKETS=5000 ...` for
 //! another size; `REGION_CONTROLLER_LOG=<file>` keeps the controller's log, `RUST_LOG` its
-//! level).
+//! level). A size that does not parse, more services than buckets or fewer than 2 seconds
+//! is refused (exit 2), never changed. With `GRL_FIGURES_OUT=<file>` the figures also go to
+//! that file as the headline row `region` (see `common/figures_out.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::{Child, Command, Stdio};
@@ -55,6 +62,9 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 
+#[path = "common/figures_out.rs"]
+mod figures_out;
+
 const REGION: &str = "bench-region";
 /// The surging bucket's demand before the step and its limit (the seed's own figures).
 const SURGE_RPS: f64 = 22_000.0;
@@ -64,10 +74,7 @@ const SURGE_FACTOR: f64 = 15.0;
 const INSTANCES_PER_ZONE: usize = 2_000;
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    figures_out::env_size(name, default)
 }
 
 /// A deterministic number in [0, 1) from `i` (a multiplicative hash).
@@ -526,10 +533,34 @@ fn quantile(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, q: f6
 fn main() {
     let zones: usize = env("REGION_ZONES", 50);
     let buckets: usize = env("REGION_BUCKETS", 22_000);
-    let services: usize = env("REGION_SERVICES", 1_100).clamp(1, buckets);
-    let seconds: u64 = env("REGION_SECONDS", 10).max(2);
+    let services: usize = env("REGION_SERVICES", 1_100);
+    let seconds: u64 = env("REGION_SECONDS", 10);
     let rps: f64 = env("REGION_RPS", 80e6);
-    let regions = std::env::var("REGION_CHILDREN").is_ok_and(|v| v == "regions");
+    let children = std::env::var("REGION_CHILDREN").unwrap_or_else(|_| "zones".into());
+    if zones == 0 || buckets == 0 {
+        figures_out::refuse("REGION_ZONES and REGION_BUCKETS must be at least 1");
+    }
+    if !(1..=buckets).contains(&services) {
+        figures_out::refuse(&format!(
+            "REGION_SERVICES={services}: between 1 and REGION_BUCKETS ({buckets}) services"
+        ));
+    }
+    if seconds < 2 {
+        figures_out::refuse(&format!(
+            "REGION_SECONDS={seconds}: at least 2 (a second before the surge, one after)"
+        ));
+    }
+    if !(rps.is_finite() && rps > 2.0 * SURGE_RPS) {
+        figures_out::refuse(&format!(
+            "REGION_RPS={rps}: more than {} (the surging bucket alone has {SURGE_RPS})",
+            2.0 * SURGE_RPS
+        ));
+    }
+    let regions = match children.as_str() {
+        "zones" => false,
+        "regions" => true,
+        other => figures_out::refuse(&format!("REGION_CHILDREN={other}: zones or regions")),
+    };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -744,9 +775,7 @@ async fn run(
     println!(
         "surge x{SURGE_FACTOR} of one bucket ({SURGE_RPS} rps, limit {SURGE_LIMIT}): admitted / limit per second from the step {surge:?}; other buckets told to drop: {dropping}"
     );
-    println!(
-        "{}",
-        serde_json::json!({
+    let raw = serde_json::json!({
             "zones": zones,
             "children": if regions { "regions" } else { "zones" },
             "buckets": plan.demand.iter().map(Vec::len).sum::<usize>(),
@@ -766,12 +795,72 @@ async fn run(
             "surge_admitted_over_limit": surge,
             "other_buckets_dropping": dropping,
             "operator": operator,
-        })
-    );
+    });
+    println!("{raw}");
+    figures_row(&raw, regions);
     for t in tasks {
         t.abort();
     }
     drop(ctl);
+}
+
+/// The headline row `region` (`region_global` with `REGION_CHILDREN=regions`) from the
+/// run's JSON.
+fn figures_row(raw: &serde_json::Value, regions: bool) {
+    let num = |k: &str| raw[k].as_f64().unwrap_or(f64::NAN);
+    let ms = |k: &str| {
+        raw[k]
+            .as_f64()
+            .map_or_else(|| "no figure".into(), |v| format!("{v:.1} ms"))
+    };
+    let (zones, buckets) = (num("zones"), num("buckets"));
+    let surge: Vec<String> = raw["surge_admitted_over_limit"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| format!("{:.2}x", v.as_f64().unwrap_or(f64::NAN)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let child = if regions { "region" } else { "zone" };
+    let what = format!(
+        "one {}: a controller fed by {zones} simulated {child} streams × {buckets} buckets ({:.2} M bucket rows an interval, wire version 2; the {child}s are streams in the bench's process, no request is sent)",
+        if regions {
+            "global controller"
+        } else {
+            "region"
+        },
+        zones * buckets / 1e6,
+    );
+    let figure = format!(
+        "tick p50 {}, **p99 {}** (target ≤ 50 ms), **{:.2} cores** (≤ 0.5), {:.0} MiB (≤ 1 GiB), every {child} instructed within {:.0} ms, {:.1} bytes a row up and {:.1} down; a bucket surging {SURGE_FACTOR}x: admitted by the allowance arithmetic (each {child} admits min(demand, its allowance)) {} its limit in each second from the step, {} other buckets told to drop",
+        ms("tick_p50_ms"),
+        ms("tick_p99_ms"),
+        num("controller_cores"),
+        num("controller_rss_mib"),
+        num("worst_zone_gap_ms"),
+        num("bytes_per_row_up"),
+        num("bytes_per_row_down"),
+        surge.join(", "),
+        num("other_buckets_dropping"),
+    );
+    let mut sizes = vec![
+        ("REGION_ZONES", raw["zones"].to_string()),
+        ("REGION_BUCKETS", raw["buckets"].to_string()),
+        ("REGION_SERVICES", raw["services"].to_string()),
+        ("REGION_SECONDS", raw["seconds"].to_string()),
+        ("REGION_RPS", format!("{}", num("region_rps"))),
+    ];
+    if regions {
+        sizes.push(("REGION_CHILDREN", "regions".into()));
+    }
+    figures_out::write(&figures_out::Row {
+        row: if regions { "region_global" } else { "region" },
+        what,
+        figure,
+        command: figures_out::command(&sizes, "cargo bench -p grl --bench region"),
+        figures_json: raw.to_string(),
+    });
 }
 
 /// What the operator probe saw.

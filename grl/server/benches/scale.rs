@@ -11,9 +11,15 @@
 //! 2. Controller: a tick (sums, ratios, per-zone allowances, instructions) with 50 zones ×
 //!    1,000 buckets, in process.
 //!
+//! The clients are simulated, and say so in what the bench prints: each is one report
+//! stream, not a process, and 100 of them share one HTTP/2 connection (a real client holds
+//! a connection of its own), so the aggregator serves N streams over N / 100 connections.
+//!
 //! `SCALE_CLIENTS` (default `500,1000,2000,5000`), `SCALE_SECONDS` (measured seconds per
 //! N, default 8), `SCALE_WIRE` (the simulated clients' wire version: 2 by default, as a
-//! real client; 0 reports by name, as clients before version 2 did, for comparison).
+//! real client; 0 reports by name, as clients before version 2 did, for comparison). A
+//! value that does not parse is refused (exit 2). With `GRL_FIGURES_OUT=<file>` the
+//! figures also go to that file as the headline row `scale` (see `common/figures_out.rs`).
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -32,7 +38,12 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
+#[path = "common/figures_out.rs"]
+mod figures_out;
+
 const BUCKETS: usize = 20;
+/// Simulated clients (report streams) sharing one HTTP/2 connection.
+const STREAMS_PER_CONNECTION: usize = 100;
 
 struct Proc(Child);
 
@@ -139,10 +150,7 @@ fn report(id: &str, seq: u64, offered: f64, indexing: &Indexing) -> proto::Repor
 
 /// The simulated clients' wire version (`SCALE_WIRE`, default 2).
 fn wire_version() -> u32 {
-    std::env::var("SCALE_WIRE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(WIRE_VERSION)
+    figures_out::env_size("SCALE_WIRE", WIRE_VERSION)
 }
 
 /// When each simulated client was last instructed and its longest gap between two
@@ -196,7 +204,19 @@ async fn sim(ch: Channel, i: usize, heard: Arc<Heard>, epoch: Instant) {
     reporter.abort();
 }
 
-async fn aggregator_run(n: usize, seconds: u64) {
+/// What one aggregator run measured.
+struct AggregatorRun {
+    clients: usize,
+    seconds: u64,
+    folded_ok: usize,
+    instructed_ok: usize,
+    cores: f64,
+    rss_mib: f64,
+    worst_gap_ms: u64,
+    sim_cores: f64,
+}
+
+async fn aggregator_run(n: usize, seconds: u64) -> AggregatorRun {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("services")).unwrap();
     let buckets: String = (0..BUCKETS)
@@ -230,7 +250,7 @@ async fn aggregator_run(n: usize, seconds: u64) {
         last: (0..n).map(|_| AtomicU64::new(0)).collect(),
         longest_gap: (0..n).map(|_| AtomicU64::new(0)).collect(),
     });
-    let channels: Vec<Channel> = (0..n.div_ceil(100))
+    let channels: Vec<Channel> = (0..n.div_ceil(STREAMS_PER_CONNECTION))
         .map(|_| {
             Endpoint::from_shared(format!("http://{agg_addr}"))
                 .unwrap()
@@ -238,7 +258,10 @@ async fn aggregator_run(n: usize, seconds: u64) {
         })
         .collect();
     let tasks: Vec<_> = (0..n)
-        .map(|i| tokio::spawn(sim(channels[i / 100].clone(), i, heard.clone(), epoch)))
+        .map(|i| {
+            let ch = channels[i / STREAMS_PER_CONNECTION].clone();
+            tokio::spawn(sim(ch, i, heard.clone(), epoch))
+        })
         .collect();
     let mut status = TierClient::new(channels[0].clone());
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -277,7 +300,8 @@ async fn aggregator_run(n: usize, seconds: u64) {
     gaps.sort_unstable();
     let over = gaps.iter().filter(|&&g| g > 1000).count();
     println!(
-        "aggregator, {n:>5} clients x {BUCKETS} buckets, wire version {}: {folded_ok}/{seconds} s all reports folded (oldest report {worst_age:.2} s), {instructed_ok}/{seconds} s every client instructed (fewest {fewest}), CPU {cores:.2} cores, peak RSS {rss:.0} MiB",
+        "aggregator, {n:>5} simulated clients ({STREAMS_PER_CONNECTION} report streams per HTTP/2 connection, {} connections) x {BUCKETS} buckets, wire version {}: {folded_ok}/{seconds} s all reports folded (oldest report {worst_age:.2} s), {instructed_ok}/{seconds} s every client instructed (fewest {fewest}), CPU {cores:.2} cores, peak RSS {rss:.0} MiB",
+        channels.len(),
         wire_version()
     );
     println!(
@@ -288,6 +312,16 @@ async fn aggregator_run(n: usize, seconds: u64) {
     );
     for t in tasks {
         t.abort();
+    }
+    AggregatorRun {
+        clients: n,
+        seconds,
+        folded_ok,
+        instructed_ok,
+        cores,
+        rss_mib: rss,
+        worst_gap_ms: gaps[n - 1],
+        sim_cores: own,
     }
 }
 
@@ -376,23 +410,117 @@ fn controller_tick() {
     );
 }
 
-fn main() {
-    controller_tick();
-    let counts: Vec<usize> = std::env::var("SCALE_CLIENTS")
-        .unwrap_or_else(|_| "500,1000,2000,5000".into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
+/// The CPU target of issue #13 at `n` clients, if it sets one.
+fn cpu_target(n: usize) -> Option<f64> {
+    match n {
+        2000 => Some(0.15),
+        5000 => Some(0.35),
+        _ => None,
+    }
+}
+
+/// The headline row from the runs.
+fn figures_row(runs: &[AggregatorRun], counts: &str, seconds: u64) {
+    let sizes: Vec<String> = runs.iter().map(|r| format!("{}", r.clients)).collect();
+    let what = format!(
+        "one aggregator, {} simulated clients × {BUCKETS} buckets at a 1 s interval, wire version {} (simulated: {STREAMS_PER_CONNECTION} clients' report streams multiplexed on each HTTP/2 connection, not one connection per client)",
+        sizes.join(" and "),
+        wire_version()
+    );
+    let cpu: Vec<String> = runs
+        .iter()
+        .map(|r| match cpu_target(r.clients) {
+            Some(t) => format!("**{:.2} cores** at {} (target ≤ {t})", r.cores, r.clients),
+            None => format!("**{:.2} cores** at {}", r.cores, r.clients),
+        })
         .collect();
-    let seconds: u64 = std::env::var("SCALE_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8);
+    let rss: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.rss_mib)).collect();
+    let folded: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{}/{} s", r.folded_ok, r.seconds))
+        .collect();
+    let instructed: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{}/{} s", r.instructed_ok, r.seconds))
+        .collect();
+    let gap = runs.iter().map(|r| r.worst_gap_ms).max().unwrap_or(0);
+    let figure = format!(
+        "{}; peak RSS {} MiB; every report folded in {}, every client instructed within the interval in {}; longest gap between two instructions to one client {gap} ms",
+        cpu.join(", "),
+        rss.join(" and "),
+        folded.join(" and "),
+        instructed.join(" and ")
+    );
+    let raw: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "clients": r.clients,
+                "seconds": r.seconds,
+                "folded_ok_s": r.folded_ok,
+                "instructed_ok_s": r.instructed_ok,
+                "aggregator_cores": (r.cores * 1000.0).round() / 1000.0,
+                "aggregator_rss_mib": r.rss_mib.round(),
+                "worst_gap_ms": r.worst_gap_ms,
+                "simulation_cores": (r.sim_cores * 1000.0).round() / 1000.0,
+            })
+        })
+        .collect();
+    figures_out::write(&figures_out::Row {
+        row: "scale",
+        what,
+        figure,
+        command: figures_out::command(
+            &[
+                ("SCALE_CLIENTS", counts.to_string()),
+                ("SCALE_SECONDS", seconds.to_string()),
+                ("SCALE_WIRE", wire_version().to_string()),
+            ],
+            "cargo bench -p grl --bench scale",
+        ),
+        figures_json: serde_json::json!({
+            "streams_per_connection": STREAMS_PER_CONNECTION,
+            "buckets": BUCKETS,
+            "wire_version": wire_version(),
+            "runs": raw,
+        })
+        .to_string(),
+    });
+}
+
+fn main() {
+    let counts_env = std::env::var("SCALE_CLIENTS").unwrap_or_else(|_| "500,1000,2000,5000".into());
+    let counts: Vec<usize> = counts_env
+        .split(',')
+        .map(|s| match s.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => figures_out::refuse(&format!(
+                "SCALE_CLIENTS={counts_env}: {s:?} is not a number of clients > 0"
+            )),
+        })
+        .collect();
+    let seconds: u64 = figures_out::env_size("SCALE_SECONDS", 8);
+    if seconds == 0 {
+        figures_out::refuse("SCALE_SECONDS=0: nothing would be measured");
+    }
+    let _ = wire_version();
+    controller_tick();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    for n in counts {
-        rt.block_on(aggregator_run(n, seconds));
-    }
+    let runs: Vec<AggregatorRun> = counts
+        .iter()
+        .map(|&n| rt.block_on(aggregator_run(n, seconds)))
+        .collect();
+    figures_row(
+        &runs,
+        &counts
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        seconds,
+    );
 }

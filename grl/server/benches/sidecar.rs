@@ -23,7 +23,9 @@
 //!    from section 1's open loop.
 //!
 //! `cargo bench -p grl --bench sidecar` (release build). Env: RATE, SECONDS, ROUNDS,
-//! CONCURRENCY; `ONLY_RLS=1` runs section 3 alone.
+//! CONCURRENCY; `ONLY_RLS=1` runs section 3 alone. A value that does not parse, or a zero,
+//! is refused (exit 2). With `GRL_FIGURES_OUT=<file>` (and all three sections run) the
+//! figures also go to that file as the headline row `sidecar` (see `common/figures_out.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,11 +53,15 @@ buckets:
     policy: { kind: fixed, rps: 1000000 }
 ";
 
+#[path = "common/figures_out.rs"]
+mod figures_out;
+
 fn env(name: &str, dflt: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(dflt)
+    let v = figures_out::env_size(name, dflt);
+    if v == 0 && name != "ONLY_RLS" {
+        figures_out::refuse(&format!("{name}=0: at least 1"));
+    }
+    v
 }
 
 /// p50, p99, p99.9 in microseconds.
@@ -459,8 +465,10 @@ fn print_row(round: u64, name: &str, l: Latencies, suffix: &str) -> ([f64; 3], [
 }
 
 /// Prints the medians over rounds of `results[path][kind]` (path 0 direct, 1 sidecar; kind
-/// 0 from the scheduled send, 1 from the actual send) and the sidecar's added latency.
-fn print_added(results: &[[Vec<[f64; 3]>; 2]; 2], label: &str) {
+/// 0 from the scheduled send, 1 from the actual send) and the sidecar's added latency;
+/// returns, per kind, the medians `[direct p50, direct p99, sidecar p50, sidecar p99]`.
+fn print_added(results: &[[Vec<[f64; 3]>; 2]; 2], label: &str) -> [[f64; 4]; 2] {
+    let mut out = [[0.0; 4]; 2];
     for (kind, what) in ["from scheduled send", "from actual send"]
         .iter()
         .enumerate()
@@ -475,7 +483,9 @@ fn print_added(results: &[[Vec<[f64; 3]>; 2]; 2], label: &str) {
             med(1, 0) - med(0, 0),
             med(1, 1) - med(0, 1)
         );
+        out[kind] = [med(0, 0), med(0, 1), med(1, 0), med(1, 1)];
     }
+    out
 }
 
 /// Prints one round's figures under `name`; returns its p99 from the actual send (µs).
@@ -608,6 +618,8 @@ async fn run() {
         .await;
     }
 
+    // (open loop, paced, saturation ratio) when sections 1 and 2 ran.
+    let mut http_figures = None;
     if !only_rls {
         println!("== added latency at {rate} rps, {rounds} rounds x {secs} s per path (µs) ==");
         println!("                 from scheduled send      from actual send");
@@ -631,7 +643,7 @@ async fn run() {
                 results[i][1].push(q);
             }
         }
-        print_added(&results, "");
+        let open = print_added(&results, "");
         println!("paced: one call in flight, evenly spaced, on a thread of its own (as section 3)");
         let mut paced_results: [[Vec<[f64; 3]>; 2]; 2] = Default::default();
         for uri in [&direct, &via] {
@@ -648,7 +660,7 @@ async fn run() {
                 paced_results[i][1].push(q);
             }
         }
-        print_added(&paced_results, "paced, ");
+        let paced_added = print_added(&paced_results, "paced, ");
 
         println!(
             "\n== saturation, {conc} closed-loop workers, {rounds} rounds x {secs} s per path =="
@@ -663,7 +675,9 @@ async fn run() {
             );
             ratios.push(s / d);
         }
-        println!("median ratio sidecar/direct: {:.2}", median(ratios));
+        let ratio = median(ratios);
+        println!("median ratio sidecar/direct: {ratio:.2}");
+        http_figures = Some((open, paced_added, ratio));
     }
     println!("\n== ShouldRateLimit at {rate} rps, {rounds} rounds x {secs} s (µs) ==");
     println!(
@@ -707,12 +721,77 @@ async fn run() {
         "sidecar tonic",
         rls_rounds("sidecar tonic", rate, secs, rounds, call).await,
     ));
+    let mut rls_p99 = serde_json::Map::new();
     for (name, service) in p99s {
-        println!(
-            "median p99 from actual send, {name}: {:.0} µs",
-            median(service)
-        );
+        let p99 = median(service);
+        println!("median p99 from actual send, {name}: {p99:.0} µs");
+        rls_p99.insert(name.replace(' ', "_"), p99.round().into());
+    }
+    match http_figures {
+        Some(http) => figures_row(http, &rls_p99, (rate, secs, rounds, conc)),
+        None if figures_out::wanted().is_some() => {
+            eprintln!("ONLY_RLS=1: no headline row written (it needs all three sections)");
+        }
+        None => {}
     }
     drop(agg);
     drop(ctl);
+}
+
+/// The headline row `sidecar`: `http` is (open loop, paced) medians `[kind][direct p50,
+/// direct p99, sidecar p50, sidecar p99]` (kind 0 from the scheduled send, 1 from the
+/// actual send) and the saturation ratio; `rls` the median p99s of section 3 (µs).
+fn figures_row(
+    http: ([[f64; 4]; 2], [[f64; 4]; 2], f64),
+    rls: &serde_json::Map<String, serde_json::Value>,
+    (rate, secs, rounds, conc): (u64, u64, u64, u64),
+) {
+    let (open, paced, ratio) = http;
+    let added = |m: [f64; 4]| (m[2] - m[0], m[3] - m[1]);
+    let (open_p50, open_p99) = added(open[1]);
+    let (paced_p50, paced_p99) = added(paced[1]);
+    let p99 = |k: &str| {
+        rls.get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(f64::NAN)
+    };
+    let figure = format!(
+        "adds **{open_p50:.0} µs** at p50 and **{open_p99:.0} µs** at p99 (target ≤ 300 µs; open loop, from the actual send; paced, one call in flight: {paced_p50:.0} / {paced_p99:.0} µs); {ratio:.2}x the direct saturation throughput ({conc} workers, generator, upstream and sidecar sharing the machine); `ShouldRateLimit` p99 **{:.0} µs** (target 200 µs), a do-nothing tonic server {:.0} µs and bare hyper HTTP/2 {:.0} µs on the same machine",
+        p99("sidecar_lean"),
+        p99("floor_tonic"),
+        p99("floor_h2"),
+    );
+    let kind = |m: [[f64; 4]; 2]| {
+        let one = |k: [f64; 4]| {
+            serde_json::json!({
+                "direct_p50_us": k[0].round(), "direct_p99_us": k[1].round(),
+                "sidecar_p50_us": k[2].round(), "sidecar_p99_us": k[3].round(),
+            })
+        };
+        serde_json::json!({"from_scheduled_send": one(m[0]), "from_actual_send": one(m[1])})
+    };
+    figures_out::write(&figures_out::Row {
+        row: "sidecar",
+        what: format!(
+            "`grl sidecar` at {rate} rps (one thread, the default), {rounds} rounds × {secs} s per path against the same upstream called directly"
+        ),
+        figure,
+        command: figures_out::command(
+            &[
+                ("RATE", rate.to_string()),
+                ("SECONDS", secs.to_string()),
+                ("ROUNDS", rounds.to_string()),
+                ("CONCURRENCY", conc.to_string()),
+            ],
+            "cargo bench -p grl --bench sidecar",
+        ),
+        figures_json: serde_json::json!({
+            "rate": rate,
+            "open_loop": kind(open),
+            "paced": kind(paced),
+            "saturation_ratio": (ratio * 100.0).round() / 100.0,
+            "should_rate_limit_p99_us": rls,
+        })
+        .to_string(),
+    });
 }

@@ -4,7 +4,9 @@
 //! after the step up (x the limit) and after the step down (share of the offered), and the
 //! control-plane bytes per client per second.
 //!
-//! `SURGE_LIMIT` (default 2000 rps), `SURGE_CLIENTS` (20), `SURGE_FACTOR` (15).
+//! `SURGE_LIMIT` (default 2000 rps), `SURGE_CLIENTS` (20), `SURGE_FACTOR` (15); a value
+//! that does not parse or is not > 0 is refused (exit 2). With `GRL_FIGURES_OUT=<file>` the
+//! figures also go to that file as the headline row `step` (see `common/figures_out.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -14,11 +16,15 @@ use grl::tier::aggregator::{self, AggregatorOptions};
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
 use grl_client::{Client, ClientConfig};
 
+#[path = "common/figures_out.rs"]
+mod figures_out;
+
 fn env(name: &str, dflt: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(dflt)
+    let v: f64 = figures_out::env_size(name, dflt);
+    if !(v.is_finite() && v > 0.0) {
+        figures_out::refuse(&format!("{name}={v}: a number > 0"));
+    }
+    v
 }
 
 fn admitted(clients: &[Client]) -> (u64, u64) {
@@ -40,7 +46,11 @@ fn main() {
 
 async fn run() {
     let limit = env("SURGE_LIMIT", 2000.0);
-    let n = env("SURGE_CLIENTS", 20.0) as usize;
+    let clients_asked = env("SURGE_CLIENTS", 20.0);
+    if clients_asked.fract() != 0.0 {
+        figures_out::refuse(&format!("SURGE_CLIENTS={clients_asked}: a whole number"));
+    }
+    let n = clients_asked as usize;
     let factor = env("SURGE_FACTOR", 15.0);
     let iv = Duration::from_secs(1);
     let (warm, surge, calm) = (8u64, 12u64, 5u64);
@@ -160,14 +170,17 @@ async fn run() {
         let (a, b) = (at(from), at(from + 1.0));
         ((b.1 - a.1) as f64, (b.2 - a.2) as f64)
     };
-    let up: Vec<String> = (0..4)
-        .map(|k| format!("{:.2}x", second(k as f64).1 / limit))
-        .collect();
-    let down: Vec<String> = (0..4)
+    let up_x: Vec<f64> = (0..4).map(|k| second(k as f64).1 / limit).collect();
+    let down_share: Vec<f64> = (0..4)
         .map(|k| {
             let (o, a) = second(surge as f64 + k as f64);
-            format!("{:.1} %", 100.0 * a / o.max(1.0))
+            a / o.max(1.0)
         })
+        .collect();
+    let up: Vec<String> = up_x.iter().map(|x| format!("{x:.2}x")).collect();
+    let down: Vec<String> = down_share
+        .iter()
+        .map(|s| format!("{:.1} %", 100.0 * s))
         .collect();
 
     // Rates over the 1 s window starting at each sample.
@@ -233,4 +246,43 @@ async fn run() {
         "control-plane bytes per client per second (client<->aggregator, reports + instructions): {per_client:.0}"
     );
     println!("aggregator<->controller bytes per second (one zone): {agg_up:.0}");
+    let secs = |s: Option<f64>| s.map_or_else(|| "never".into(), |s| format!("{s:.1} s"));
+    let figure = format!(
+        "1st second after the step **{}** the limit, then {}; every 1 s window within ±5 % of the limit from {} after the step ({} judged on the admitted share); 1st second after the step down **{}** admitted, then {}; {per_client:.0} control-plane bytes per client per second",
+        up[0],
+        up[1..].join(", "),
+        secs(settled),
+        secs(settled_share),
+        down[0],
+        down[1..].join(", "),
+    );
+    figures_out::write(&figures_out::Row {
+        row: "step",
+        what: format!(
+            "{factor}x step up and down at a 1 s interval, {limit} rps limit, {n} clients (controller, aggregator and clients in one process)"
+        ),
+        figure,
+        command: figures_out::command(
+            &[
+                ("SURGE_LIMIT", limit.to_string()),
+                ("SURGE_CLIENTS", n.to_string()),
+                ("SURGE_FACTOR", factor.to_string()),
+            ],
+            "cargo bench -p grl --bench surge",
+        ),
+        figures_json: serde_json::json!({
+            "limit_rps": limit,
+            "clients": n,
+            "factor": factor,
+            "peak_offered_rps": peak.round(),
+            "dropped_before_step_max_rps": pre.round(),
+            "settled_s": settled,
+            "settled_share_s": settled_share,
+            "up_admitted_over_limit": up_x.iter().map(|x| (x * 1000.0).round() / 1000.0).collect::<Vec<_>>(),
+            "down_admitted_share": down_share.iter().map(|x| (x * 10000.0).round() / 10000.0).collect::<Vec<_>>(),
+            "control_bytes_per_client_s": per_client.round(),
+            "aggregator_controller_bytes_s": agg_up.round(),
+        })
+        .to_string(),
+    });
 }
