@@ -20,6 +20,11 @@
 //! figures can be off by 30% either way. The bench therefore ends with **paired rounds**:
 //! 41 rounds, each timing every case back to back for a few milliseconds, and prints the
 //! median of the per-round ratios and the ratio of the best times. Those are the ratios to quote.
+//!
+//! `DECIDE_ROUNDS` (default 41) sets the number of paired rounds (a value that does not
+//! parse, or 0, is refused: exit 2). With `GRL_FIGURES_OUT=<file>` the paired rounds' figures
+//! also go to that file as the headline row `decide` (see
+//! `grl/server/benches/common/figures_out.rs`).
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -31,6 +36,9 @@ use criterion::{Criterion, criterion_group};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use grl_client::{Client, ClientConfig, Decision};
 use grl_core::proto;
+
+#[path = "../../server/benches/common/figures_out.rs"]
+mod figures_out;
 
 const PROCEDURE: &str = "payments.Pay/Card";
 
@@ -291,8 +299,7 @@ fn best(v: &[f64]) -> f64 {
 /// every ratio is also taken within one round; the per-round ratios' median is printed
 /// beside the ratio of the best times (the machine's capability with the least
 /// interference from the host, as Python's `timeit` recommends).
-fn paired_rounds() {
-    const ROUNDS: usize = 41;
+fn paired_rounds(rounds: usize) {
     const DECISIONS: u64 = 3_000_000;
     const CHECKS: u64 = DECISIONS / 4;
     const ROUND_TRIPS: u32 = 300;
@@ -304,7 +311,7 @@ fn paired_rounds() {
     let check = |t: usize, n: u64| governor_loop(&limiter, &keys, t, n);
     // Seconds per operation of each case, one entry per round.
     let mut ns: [Vec<f64>; 8] = Default::default();
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds {
         let g1 = on_threads(1, DECISIONS, |_, n| grl_loop(&client, 0, n));
         ns[0].push(per(g1, DECISIONS));
         let g2 = on_threads(2, DECISIONS, |_, n| grl_loop(&client, 0, n));
@@ -333,7 +340,7 @@ fn paired_rounds() {
         "redis INCR+EXPIRE, cpus kept awake",
         "grl decide_explained, 1 thread",
     ];
-    println!("\npaired rounds: {ROUNDS} rounds, ns per operation (all threads together)");
+    println!("\npaired rounds: {rounds} rounds, ns per operation (all threads together)");
     println!("  {:<42} {:>12} {:>12}", "case", "median", "best");
     for (name, v) in names.iter().zip(&ns).filter(|(_, v)| !v.is_empty()) {
         println!("  {name:<42} {:>12.2} {:>12.2}", median(v), best(v));
@@ -360,14 +367,100 @@ fn paired_rounds() {
         "  {:<58} {:>14} {:>14}",
         "ratio", "median/round", "of best times"
     );
+    // (median of the per-round ratios, ratio of the best times) by ratio.
+    let mut got: Vec<Option<(f64, f64)>> = Vec::new();
     for (name, num, den) in ratios {
         if ns[num].is_empty() {
+            got.push(None);
             continue;
         }
         let per_round: Vec<f64> = ns[num].iter().zip(&ns[den]).map(|(n, d)| n / d).collect();
         let (m, b) = (median(&per_round), best(&ns[num]) / best(&ns[den]));
         println!("  {name:<58} {m:>13.2}x {b:>13.2}x");
+        got.push(Some((m, b)));
     }
+    figures_row(rounds, &names, &ns, &ratios.map(|r| r.0), &got);
+}
+
+/// The headline row `decide` from the paired rounds: `ns[case]` per round, `got[ratio]`
+/// (median per round, of best times).
+fn figures_row(
+    rounds: usize,
+    names: &[&str],
+    ns: &[Vec<f64>],
+    ratio_names: &[&str],
+    got: &[Option<(f64, f64)>],
+) {
+    if figures_out::wanted().is_none() {
+        return;
+    }
+    let med = |i: usize| median(&ns[i]);
+    let bst = |i: usize| best(&ns[i]);
+    let ratio = |i: usize| got[i].unwrap_or((f64::NAN, f64::NAN));
+    let mut figure = format!(
+        "**{:.1} ns** median / {:.1} ns best of {rounds} paired rounds, vs **{:.1} / {:.1} ns** for governor's keyed limiter in the same rounds (**{:.2}x**); 2 threads on distinct pairs {:.2}x the throughput of 1 thread (same pair {:.2}x)",
+        med(0),
+        bst(0),
+        med(3),
+        bst(3),
+        ratio(3).0,
+        ratio(1).0,
+        ratio(0).0,
+    );
+    if !ns[6].is_empty() || !ns[5].is_empty() {
+        let (idle, awake) = (ratio(5), ratio(6));
+        figure.push_str(&format!("; a Redis `INCR`+`EXPIRE` round trip on loopback (the design GRL replaces) {} µs with the CPUs kept awake, {:.1} µs when they may idle: **{:.0}x** a decision (per-round median; {:.0}x by best times)",
+            if ns[6].is_empty() { "-".into() } else { format!("{:.1}", med(6) / 1000.0) },
+            med(5) / 1000.0,
+            if ns[6].is_empty() { idle.0 } else { awake.0 },
+            if ns[6].is_empty() { idle.1 } else { awake.1 },
+        ));
+    } else {
+        figure.push_str("; Redis not measured (no redis-server)");
+    }
+    let mut raw = String::from("{\"rounds\": ");
+    raw.push_str(&rounds.to_string());
+    raw.push_str(", \"ns_per_operation\": {");
+    let cases: Vec<String> = names
+        .iter()
+        .zip(ns)
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(n, v)| {
+            format!(
+                "{}: {{\"median\": {:.3}, \"best\": {:.3}}}",
+                figures_out::quote(n),
+                median(v),
+                best(v)
+            )
+        })
+        .collect();
+    raw.push_str(&cases.join(", "));
+    raw.push_str("}, \"ratios\": {");
+    let rs: Vec<String> = ratio_names
+        .iter()
+        .zip(got)
+        .filter_map(|(n, g)| {
+            g.map(|(m, b)| {
+                format!(
+                    "{}: {{\"median_per_round\": {m:.4}, \"of_best_times\": {b:.4}}}",
+                    figures_out::quote(n)
+                )
+            })
+        })
+        .collect();
+    raw.push_str(&rs.join(", "));
+    raw.push_str("}}");
+    let mut sizes = vec![("DECIDE_ROUNDS", rounds.to_string())];
+    if let Ok(redis) = std::env::var("GRL_TEST_REDIS_SERVER") {
+        sizes.push(("GRL_TEST_REDIS_SERVER", redis));
+    }
+    figures_out::write(&figures_out::Row {
+        row: "decide",
+        what: "client `decide` for a pair already seen (1 thread, drop ratio 0.1, so every decision draws a random number), paired rounds against governor's keyed limiter and a Redis round trip in the same run".into(),
+        figure,
+        command: figures_out::command(&sizes, "cargo bench -p grl-client --bench decision"),
+        figures_json: raw,
+    });
 }
 
 /// Asks the kernel for a zero CPU wake-up latency (idle CPUs poll instead of halting) for
@@ -396,9 +489,13 @@ criterion_group! {
 }
 
 fn main() {
+    let rounds: usize = figures_out::env_size("DECIDE_ROUNDS", 41);
+    if rounds == 0 {
+        figures_out::refuse("DECIDE_ROUNDS=0: at least 1 round");
+    }
     benches();
     if !std::env::args().any(|a| a == "--list") {
-        paired_rounds();
+        paired_rounds(rounds);
     }
     Criterion::default().configure_from_args().final_summary();
 }
