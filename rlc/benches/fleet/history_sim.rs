@@ -10,12 +10,18 @@ pub(crate) use fleet_history::simulate;
 
 use super::synthetic;
 
-/// Writes the fleet's series as `grl_requests_total` counters (1-minute samples from
-/// `start` to `end`) for promtool.
-pub(crate) fn write_openmetrics(path: &Path, services: usize, start: i64, end: i64, origin: i64) {
+/// Writes the fleet's series (`callers` × 4 a service) as `grl_requests_total` counters
+/// (1-minute samples from `start` to `end`) for promtool.
+pub(crate) fn write_openmetrics(
+    path: &Path,
+    (services, callers): (usize, usize),
+    start: i64,
+    end: i64,
+    origin: i64,
+) {
     let mut specs = Vec::new();
     for s in 0..services {
-        for p in 0..synthetic::CALLERS * synthetic::PROCEDURES {
+        for p in 0..callers * synthetic::PROCEDURES {
             let (caller, procedure) = synthetic::pair(s, p);
             specs.push(test_support::traffic::CounterSpec {
                 labels: format!(

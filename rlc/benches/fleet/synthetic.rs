@@ -16,10 +16,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-/// Callers and procedures per service: 5 × 4 = 20 (caller, procedure) series each.
-pub(crate) const CALLERS: usize = 5;
-/// See [`CALLERS`].
+/// Procedures per service; a service has [`callers`] × 4 (caller, procedure) series.
 pub(crate) const PROCEDURES: usize = 4;
+
+/// Callers per service for `buckets` buckets a service: 5 (20 series) up to 20 buckets,
+/// then one more for each 5 buckets beyond (see the fleet's `write_config`).
+pub(crate) fn callers(buckets: usize) -> usize {
+    5.max(buckets.div_ceil(5) + 1)
+}
 /// Prometheus' limit of points per series in one range query.
 const MAX_POINTS: i64 = 11_000;
 
@@ -69,14 +73,17 @@ pub(crate) fn service(s: usize) -> String {
 
 struct App {
     origin: i64,
+    callers: usize,
     served: Arc<Served>,
 }
 
-/// Starts the endpoint on a free loopback port; returns its URL and its counters.
-pub(crate) async fn start(origin: i64) -> (String, Arc<Served>) {
+/// Starts the endpoint on a free loopback port, `callers` × [`PROCEDURES`] series a
+/// service; returns its URL and its counters.
+pub(crate) async fn start(origin: i64, callers: usize) -> (String, Arc<Served>) {
     let served = Arc::new(Served::default());
     let app = Arc::new(App {
         origin,
+        callers,
         served: served.clone(),
     });
     let router = axum::Router::new()
@@ -148,10 +155,11 @@ fn answer(app: &App, q: &HashMap<String, String>) -> Response {
             .and_then(|rest| rest.split('"').next())
             .and_then(|n| n.parse::<usize>().ok())
     };
-    let mut body = String::with_capacity(64 + (points as usize) * 26 * CALLERS * PROCEDURES);
+    let series = app.callers * PROCEDURES;
+    let mut body = String::with_capacity(64 + (points as usize) * 26 * series);
     body.push_str(r#"{"status":"success","data":{"resultType":"matrix","result":["#);
     if let Some(s) = s {
-        for p in 0..CALLERS * PROCEDURES {
+        for p in 0..series {
             let (caller, procedure) = pair(s, p);
             if p > 0 {
                 body.push(',');
