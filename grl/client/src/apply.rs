@@ -92,7 +92,7 @@ impl Inner {
             Some(a) => book.budget_ratio(book.local_share(a), self.window_secs()),
             None => ratio,
         };
-        tracing::trace!(cell = id, told, allowed = ?book.allowed, applied = ratio, "ratio applied");
+        tracing::trace!(client = %self.cfg.id, cell = id, told, allowed = ?book.allowed, applied = ratio, "ratio applied");
         c.registry.cells[id as usize]
             .threshold
             .store(threshold(ratio), Ordering::Relaxed);

@@ -45,10 +45,11 @@ pub(crate) struct Book {
     pub(crate) hold: Option<(Instant, f64)>,
     /// After the first requests that followed a silence (a [`Change::Start`]
     /// (crate::shape::Change::Start)): until when an allowance given under the limit is
-    /// not applied. The tiers shared the headroom from a rate counted over the silence,
-    /// well under a step's; over the limit their allowance holds at once (a bucket one
-    /// caller floods from idle), under it the client admits freely until its rate is
-    /// known, as it did before anything was told (a bucket under its limit drops nothing).
+    /// not applied (an interval, and at least half of one after a rise). The tiers shared
+    /// the headroom from a rate counted over the silence, well under a step's; over the
+    /// limit their allowance holds at once (a bucket one caller floods from idle), under it
+    /// the client admits freely until its rate is known, as it did before anything was told
+    /// (a bucket under its limit drops nothing).
     pub(crate) started_until: Option<Instant>,
     /// The current window began without an allowance (the first instruction, or one after
     /// failing open): what it admitted meanwhile is not charged to the budget.

@@ -260,11 +260,13 @@ fn what_was_admitted_while_failing_open_is_not_paid_back() {
     for _ in 0..200 {
         assert_eq!(client.decide("gateway", "pay.Pay/Card"), Decision::Allow);
     }
-    // The allowance is back in the middle of the window that failed open.
+    // The allowance is back in the middle of the window that failed open, with the ratio
+    // the tiers send over the limit.
     client.apply_instruction(&proto::Instruction {
         ratios: vec![proto::DropRatio {
             service: "payments".into(),
             bucket: "b".into(),
+            ratio: 0.75,
             allowed: Some(1000.0),
             ..Default::default()
         }],

@@ -267,13 +267,11 @@ impl Shape {
     /// whether it passed its threshold.
     fn cusum_step(&mut self, offered: u32) -> bool {
         if self.cusum <= 0.0 {
-            // The reference: the segment so far, at least an interval of it, or any length
-            // of silence (no request in the ring: a client that has held the config for
-            // less than an interval, or one idle for the whole ring). Its upper bound of
-            // one request over those windows already allows for a short reference.
-            if self.segment < self.interval_windows && self.offered_in_ring() > 0 {
-                return false;
-            }
+            // The reference: the segment so far, however short (a silence a client held
+            // the config for, the first windows after a rise): its upper bound of two
+            // deviations and one request over those windows allows for its shortness, and
+            // a partial first window of a step (traffic that began mid-window) is corrected
+            // within the next windows instead of an interval later.
             // The reference rate is the upper bound of the segment's count (two deviations
             // and a request), so the reference's own counting noise is not taken for a rise.
             let k = self.segment.max(1);

@@ -62,7 +62,7 @@ impl Inner {
             let was_idle = b.shape.offered_in_ring() == 0;
             let change = b.shape.push(offered, admitted, secs);
             if offered > 0 || change != Change::None {
-                tracing::trace!(cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), "window");
+                tracing::trace!(client = %self.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), "window");
             }
             match change {
                 Change::None => {}
@@ -72,7 +72,15 @@ impl Inner {
                 }
                 Change::Rise | Change::Learned => {
                     urgent = true;
-                    b.started_until = None;
+                    if was_idle {
+                        // The first requests of a new bucket: a start too (its first window
+                        // holds part of a step, so its rate says little of it).
+                        b.started_until = Some(now + interval);
+                    } else if let Some(t) = b.started_until {
+                        // Instructions the tiers computed from the start's rate may still
+                        // come for a tick and a round trip after they hear the rise.
+                        b.started_until = Some(t.max(now + interval / 2));
+                    }
                 }
                 Change::Fall => {
                     urgent = true;
