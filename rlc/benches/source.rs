@@ -381,7 +381,8 @@ fn whole_run(prometheus: &str, per_service: usize, policy: &str, end: i64) {
     figures_out::write(&figures_out::Row {
         row: "rlc_run",
         what: format!(
-            "`rlc run --once`, {buckets} buckets × 28 days from a real Prometheus (10 services, 1-minute series; every bucket on `{policy}`; `--mode direct`, SQLite run history)"
+            "`rlc run --once`, {} buckets × 28 days from a real Prometheus (10 services, 1-minute series; every bucket on `{policy}`; `--mode direct`, SQLite run history)",
+            figures_out::thousands(buckets as f64)
         ),
         figure: format!(
             "cold (empty history cache) **{cold_s:.1} s**, {cold_mib:.0} MiB peak RSS; warm five minutes later **{warm_s:.2} s**, {warm_mib:.0} MiB"

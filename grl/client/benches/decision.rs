@@ -408,12 +408,16 @@ fn figures_row(
         ratio(0).0,
     );
     if !ns[6].is_empty() || !ns[5].is_empty() {
-        let (idle, awake) = (ratio(5), ratio(6));
-        figure.push_str(&format!("; a Redis `INCR`+`EXPIRE` round trip on loopback (the design GRL replaces) {} µs with the CPUs kept awake, {:.1} µs when they may idle: **{:.0}x** a decision (per-round median; {:.0}x by best times)",
-            if ns[6].is_empty() { "-".into() } else { format!("{:.1}", med(6) / 1000.0) },
+        let (awake_us, vs) = if ns[6].is_empty() {
+            ("-".to_string(), ratio(5))
+        } else {
+            (format!("{:.1}", med(6) / 1000.0), ratio(6))
+        };
+        figure.push_str(&format!(
+            "; a Redis `INCR`+`EXPIRE` round trip on loopback (the design GRL replaces) {awake_us} µs with the CPUs kept awake, {:.1} µs when they may idle: **{}x** a decision (per-round median; {}x by best times)",
             med(5) / 1000.0,
-            if ns[6].is_empty() { idle.0 } else { awake.0 },
-            if ns[6].is_empty() { idle.1 } else { awake.1 },
+            figures_out::thousands(vs.0),
+            figures_out::thousands(vs.1),
         ));
     } else {
         figure.push_str("; Redis not measured (no redis-server)");

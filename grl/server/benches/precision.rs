@@ -194,21 +194,38 @@ fn figures_row(outcomes: &[judge::Outcome], refused: usize, raw: serde_json::Val
         count("FAIL"),
         count("invalid")
     )];
+    // The steady loads of `v`, as `0.5 / 0.8 L`.
+    let loads = |v: &[&judge::Outcome]| {
+        let mut l: Vec<f64> = v
+            .iter()
+            .filter_map(|o| match o.cell.traffic {
+                Traffic::Steady(x) => Some(x),
+                Traffic::Step(_) => None,
+            })
+            .collect();
+        l.sort_by(f64::total_cmp);
+        l.dedup();
+        let l: Vec<String> = l.iter().map(ToString::to_string).collect();
+        format!("{} L", l.join(" / "))
+    };
     if !low.is_empty() {
         parts.push(format!(
-            "under the limit at 0.5-0.8 L dropped {} % (target ≤ 0.5 %)",
+            "under the limit at {} dropped {} % (target ≤ 0.5 %)",
+            loads(&low),
             span(&dropped(&low), 100.0, 1)
         ));
     }
     if !near.is_empty() {
         parts.push(format!(
-            "at 0.95 L {} % (≤ 2 %)",
+            "at {} {} % (≤ 2 %)",
+            loads(&near),
             span(&dropped(&near), 100.0, 1)
         ));
     }
     if !admitted.is_empty() {
         parts.push(format!(
-            "over it admitted {} L (±5 %)",
+            "over it ({}) admitted {} L (±5 %)",
+            loads(&over),
             span(&admitted, 1.0, 2)
         ));
     }

@@ -824,13 +824,15 @@ fn figures_row(raw: &serde_json::Value, regions: bool) {
         .unwrap_or_default();
     let child = if regions { "region" } else { "zone" };
     let what = format!(
-        "one {}: a controller fed by {zones} simulated {child} streams × {buckets} buckets ({:.2} M bucket rows an interval, wire version 2; the {child}s are streams in the bench's process, no request is sent)",
+        "one {}: a controller fed by {} simulated {child} streams × {} buckets ({} bucket rows an interval, wire version 2; the {child}s are streams in the bench's process, no request is sent)",
         if regions {
             "global controller"
         } else {
             "region"
         },
-        zones * buckets / 1e6,
+        figures_out::thousands(zones),
+        figures_out::thousands(buckets),
+        figures_out::thousands(zones * buckets),
     );
     let figure = format!(
         "tick p50 {}, **p99 {}** (target ≤ 50 ms), **{:.2} cores** (≤ 0.5), {:.0} MiB (≤ 1 GiB), every {child} instructed within {:.0} ms, {:.1} bytes a row up and {:.1} down; a bucket surging {SURGE_FACTOR}x: admitted by the allowance arithmetic (each {child} admits min(demand, its allowance)) {} its limit in each second from the step, {} other buckets told to drop",

@@ -421,7 +421,10 @@ fn cpu_target(n: usize) -> Option<f64> {
 
 /// The headline row from the runs.
 fn figures_row(runs: &[AggregatorRun], counts: &str, seconds: u64) {
-    let sizes: Vec<String> = runs.iter().map(|r| format!("{}", r.clients)).collect();
+    let sizes: Vec<String> = runs
+        .iter()
+        .map(|r| figures_out::thousands(r.clients as f64))
+        .collect();
     let what = format!(
         "one aggregator, {} simulated clients × {BUCKETS} buckets at a 1 s interval, wire version {} (simulated: {STREAMS_PER_CONNECTION} clients' report streams multiplexed on each HTTP/2 connection, not one connection per client)",
         sizes.join(" and "),
@@ -430,8 +433,16 @@ fn figures_row(runs: &[AggregatorRun], counts: &str, seconds: u64) {
     let cpu: Vec<String> = runs
         .iter()
         .map(|r| match cpu_target(r.clients) {
-            Some(t) => format!("**{:.2} cores** at {} (target ≤ {t})", r.cores, r.clients),
-            None => format!("**{:.2} cores** at {}", r.cores, r.clients),
+            Some(t) => format!(
+                "**{:.2} cores** at {} (target ≤ {t})",
+                r.cores,
+                figures_out::thousands(r.clients as f64)
+            ),
+            None => format!(
+                "**{:.2} cores** at {}",
+                r.cores,
+                figures_out::thousands(r.clients as f64)
+            ),
         })
         .collect();
     let rss: Vec<String> = runs.iter().map(|r| format!("{:.0}", r.rss_mib)).collect();

@@ -756,7 +756,9 @@ fn figures_row(
             .unwrap_or(f64::NAN)
     };
     let figure = format!(
-        "adds **{open_p50:.0} µs** at p50 and **{open_p99:.0} µs** at p99 (target ≤ 300 µs; open loop, from the actual send; paced, one call in flight: {paced_p50:.0} / {paced_p99:.0} µs); {ratio:.2}x the direct saturation throughput ({conc} workers, generator, upstream and sidecar sharing the machine); `ShouldRateLimit` p99 **{:.0} µs** (target 200 µs), a do-nothing tonic server {:.0} µs and bare hyper HTTP/2 {:.0} µs on the same machine",
+        "adds **{open_p50:.0} µs** at p50 and **{open_p99:.0} µs** at p99 (target ≤ 300 µs; open loop, from the actual send: sidecar p99 {:.0} µs against {:.0} µs direct; paced, one call in flight: {paced_p50:.0} / {paced_p99:.0} µs); {ratio:.2}x the direct saturation throughput ({conc} workers, generator, upstream and sidecar sharing the machine); `ShouldRateLimit` p99 **{:.0} µs** (target 200 µs), a do-nothing tonic server {:.0} µs and bare hyper HTTP/2 {:.0} µs on the same machine",
+        open[1][3],
+        open[1][1],
         p99("sidecar_lean"),
         p99("floor_tonic"),
         p99("floor_h2"),

@@ -531,7 +531,7 @@ fn figures_row(raw: &serde_json::Value, source_env: &str) {
     } else if check["identical"].as_bool() == Some(true) {
         format!(
             "the warm cache's proposals (before guards) identical to a cold run's for all {} buckets",
-            check["compared"]
+            figures_out::thousands(check["compared"].as_f64().unwrap_or(f64::NAN))
         )
     } else {
         format!(
@@ -582,8 +582,8 @@ fn figures_row(raw: &serde_json::Value, source_env: &str) {
         row: "fleet",
         what: format!(
             "`rlc run --once` at fleet size: {} buckets ({} services × {}, every tenth on `auto`), {} days of 1-minute history from {}",
-            raw["buckets"],
-            raw["services"],
+            figures_out::thousands(num("buckets")),
+            figures_out::thousands(num("services")),
             raw["buckets_per_service"],
             raw["days"],
             if raw["source"] == "synthetic" {

@@ -55,6 +55,25 @@ pub(crate) fn command(sizes: &[(&str, String)], cargo: &str) -> String {
     out + cargo
 }
 
+/// `n` rounded to a whole number, with thousands separated by commas (`22,000`).
+pub(crate) fn thousands(n: f64) -> String {
+    if !n.is_finite() {
+        return format!("{n}");
+    }
+    let digits = format!("{:.0}", n.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0.0 && digits != "0" {
+        out.insert(0, '-');
+    }
+    out
+}
+
 /// Now in UTC, RFC 3339 to the second.
 pub(crate) fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
