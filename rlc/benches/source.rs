@@ -1,12 +1,13 @@
 //! How long fetching 250 and 1,000 buckets × 28 days takes against a real Prometheus.
 //!
-//! `CARGO_TARGET_DIR=target cargo bench -p rlc --bench source`
+//! `cargo bench -p rlc --bench source`
 //!
 //! History: 10 services × 25 (caller, procedure) pairs = 250 `grl_requests_total` series at
 //! 1-minute spacing for 28 days (10M samples), built once with promtool and cached under
-//! `$CARGO_TARGET_DIR/bench-source-prom` (delete it to rebuild). Buckets: per pair, four
-//! rules (exact caller+procedure, caller + procedure prefix, procedure only = 5 series,
-//! caller only = 5 series) → 1,000 buckets; the 250-bucket run takes every fourth.
+//! `$CARGO_TARGET_DIR/bench-source-prom`, else `target/bench-source-prom` of the workspace
+//! (delete it to rebuild). Buckets: per pair, four rules (exact caller+procedure, caller +
+//! procedure prefix, procedure only = 5 series, caller only = 5 series) → 1,000 buckets;
+//! the 250-bucket run takes every fourth.
 //! Env: `BENCH_CONCURRENCY` (default `4,8,16`).
 //!
 //! `SOURCE_MODE=run` measures the whole `rlc run --once` instead (the bench's release `rlc`
@@ -37,8 +38,11 @@ const CALLERS: usize = 5;
 const PROCEDURES: usize = 5;
 const DAY: i64 = 86_400;
 
+/// The TSDB's directory: `bench-source-prom` under `$CARGO_TARGET_DIR`, else under the
+/// workspace's `target` (`cargo bench` runs a bench in its package's directory).
 fn cache_dir() -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target").into());
     PathBuf::from(target).join("bench-source-prom")
 }
 
