@@ -9,7 +9,7 @@
 //! caller only = 5 series) → 1,000 buckets; the 250-bucket run takes every fourth.
 //! Env: `BENCH_CONCURRENCY` (default `4,8,16`).
 
-use rlc::source::{
+use rlc::input::source::{
     BatchedPrometheusSource, BucketQuery, Measure, MetricsSource, PromSettings, PrometheusSource,
     fetch_all,
 };
