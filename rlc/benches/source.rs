@@ -24,7 +24,7 @@
 #[path = "../../grl/server/benches/common/figures_out.rs"]
 mod figures_out;
 
-use rlc::source::{
+use rlc::input::source::{
     BatchedPrometheusSource, BucketQuery, Measure, MetricsSource, PromSettings, PrometheusSource,
     fetch_all,
 };

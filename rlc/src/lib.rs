@@ -3,34 +3,28 @@
 //! repo (straight to `main` or as a review branch), records the run, and pushes the new
 //! config to the GRL controller.
 //!
-//! Modules, in the order a run uses them: [`source`] (history) through [`cache`] (the
-//! history kept between runs), [`plan`] (policies +
-//! [`guards`] → limits; [`capacity`] and [`events`]: planned capacity and the calendar),
-//! [`limits_file`] and [`pr_description`] (output), [`git_store`]
-//! (commit and push), [`history`] (run records), [`push`] (controller), [`run`] (one run),
-//! [`schedule`] (when to run), [`rollout`] (a commit region by region, gated),
-//! [`serve_metrics`]; [`explain`] says why a bucket's limit is what it is (`rlc explain`, and
-//! the pull request's sections); [`secrets`] keeps passwords and tokens out of every output.
+//! Modules by stage, in the order a run uses them:
+//! - [`input`]: what a run reads — the metrics sources ([`input::source`]), the history
+//!   cache kept between runs ([`input::cache`]), planned capacity ([`input::capacity`]) and
+//!   planned events ([`input::events`]);
+//! - [`decide`]: from inputs to limits, without I/O — each bucket's plan
+//!   ([`decide::plan`]), the guards, the shadow → deny lifecycle, the calendar of capacity
+//!   and events, and why a limit is what it is ([`decide::explain`]);
+//! - [`output`]: what a run writes — the limits files, the pull-request description, the
+//!   git config store, GitHub, and the config pushed to controllers
+//!   ([`output::to_controllers`]);
+//! - [`drive`]: what runs the stages — one run ([`drive::run`]), the schedule of
+//!   `rlc serve`, staged rollouts ([`drive::rollout`]), promotion, and `rlc serve`'s metrics.
+//!
+//! Beside the stages: [`run_log`], the database of runs and rollouts; [`secrets`], which
+//! keeps passwords and tokens out of every output; [`https`], the one TLS stack of the
+//! HTTP clients.
 #![forbid(unsafe_code)]
 
-pub mod cache;
-pub mod capacity;
-pub mod events;
-pub mod explain;
-pub mod git_store;
-pub mod github;
-pub mod guards;
-pub mod history;
+pub mod decide;
+pub mod drive;
 pub mod https;
-pub mod lifecycle;
-pub mod limits_file;
-pub mod plan;
-pub mod pr_description;
-pub mod promote;
-pub mod push;
-pub mod rollout;
-pub mod run;
-pub mod schedule;
+pub mod input;
+pub mod output;
+pub mod run_log;
 pub mod secrets;
-pub mod serve_metrics;
-pub mod source;

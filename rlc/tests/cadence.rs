@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use rlc::history::{History, RunRecord, RunStatus};
+use rlc::run_log::{History, RunRecord, RunStatus};
 use test_support::ports::free_addr;
 use test_support::process::{spawn, target_bin, wait_for_tcp};
 

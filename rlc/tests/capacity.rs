@@ -6,11 +6,11 @@ use std::process::Output;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use rlc::git_store::PublishMode;
-use rlc::guards::GuardSettings;
-use rlc::history::RunStatus;
-use rlc::run::{RunReport, RunSettings, run_once};
-use rlc::source::{BatchedPrometheusSource, MetricsSource, PromSettings};
+use rlc::decide::guards::GuardSettings;
+use rlc::drive::run::{RunReport, RunSettings, run_once};
+use rlc::input::source::{BatchedPrometheusSource, MetricsSource, PromSettings};
+use rlc::output::git_store::PublishMode;
+use rlc::run_log::RunStatus;
 use test_support::git_remote::BareRemote;
 use test_support::prometheus::Prometheus;
 use test_support::traffic::{self, OpenMetricsWriter, Point};
@@ -141,7 +141,7 @@ impl Setup {
             github: None,
             history_cache: None,
             history_retention: None,
-            progress: rlc::run::ProgressMode::Off,
+            progress: rlc::drive::run::ProgressMode::Off,
             metrics: None,
         }
     }
@@ -236,7 +236,7 @@ async fn capacity_guard_scales_the_callers_limits_and_the_pr_table_names_each() 
     assert_eq!(limit(&svc, "partner"), 100.0, "a contract is never scaled");
     assert_eq!(
         limit(&svc, "batch"),
-        rlc::guards::round_rps(plan("batch").proposal.clone().unwrap()),
+        rlc::decide::guards::round_rps(plan("batch").proposal.clone().unwrap()),
         "a shadow bucket drops nothing and does not count"
     );
     let d = &report.description;
@@ -260,8 +260,8 @@ async fn capacity_guard_scales_the_callers_limits_and_the_pr_table_names_each() 
     assert!(
         d.contains(&format!(
             "| orders/web | {} | {} |",
-            rlc::guards::fmt_rps(web0),
-            rlc::guards::fmt_rps(web)
+            rlc::decide::guards::fmt_rps(web0),
+            rlc::decide::guards::fmt_rps(web)
         )),
         "{d}"
     );
@@ -304,17 +304,17 @@ async fn capacity_shortfall_of_a_forecast_is_in_the_pr_and_the_metric() -> Resul
         short.at >= s.now && short.at < s.now + 7 * 86_400,
         "within the horizon: {short:?}"
     );
-    let day = rlc::capacity::day(short.at);
+    let day = rlc::input::capacity::day(short.at);
     let line = format!(
         "maps, global: forecast peak {} rps on {day} against 2000 planned capacity × 0.8 (1600 rps)",
-        rlc::guards::fmt_rps(short.demand)
+        rlc::decide::guards::fmt_rps(short.demand)
     );
     let d = &report.description;
     assert!(d.contains("### Capacity shortfall\n"), "{d}");
     assert!(d.contains(&line), "{line} in\n{d}");
     assert!(!d.contains("orders, global:"), "{d}");
 
-    let metrics = rlc::serve_metrics::RlcMetrics::default();
+    let metrics = rlc::drive::serve_metrics::RlcMetrics::default();
     metrics.observe(Ok(&report), 1.0);
     let text = metrics.encode();
     assert!(
@@ -392,7 +392,7 @@ fn capacity_step_old_capacity_before_its_date_the_new_one_after() -> Result<()> 
     let step = NOW + 86_400;
     let capacity = format!(
         "service: orders\ncapacity:\n  - scope: global\n    rps: 1000\n  - scope: global\n    from: \"{}\"\n    rps: 4000\n",
-        rlc::capacity::utc(step)
+        rlc::input::capacity::utc(step)
     );
     let remote = BareRemote::with_files(&[
         ("services/orders.yaml", ORDERS),
@@ -552,7 +552,7 @@ async fn capacity_query_that_returns_nothing_is_refused_and_nothing_committed() 
     assert!(
         stderr.contains(&format!(
             "capacity/orders.yaml:4: capacity[0].query: returned nothing at {} (no series from prometheus at ",
-            rlc::capacity::utc(s.now)
+            rlc::input::capacity::utc(s.now)
         )),
         "{}",
         text(&out)
@@ -597,10 +597,10 @@ fn capacity_backtest_with_events_shows_what_an_events_limit_did_on_past_traffic(
         &events,
         format!(
             "events:\n  - name: sale\n    from: \"{}\"\n    until: \"{}\"\n    buckets: [taxi/rides]\n    multiplier: 3\n  - name: other\n    from: \"{}\"\n    until: \"{}\"\n    buckets: [taxi/other]\n    multiplier: 2\n",
-            rlc::capacity::utc(from),
-            rlc::capacity::utc(until),
-            rlc::capacity::utc(from),
-            rlc::capacity::utc(until)
+            rlc::input::capacity::utc(from),
+            rlc::input::capacity::utc(until),
+            rlc::input::capacity::utc(from),
+            rlc::input::capacity::utc(until)
         ),
     )?;
     let run = |extra: &[&str]| -> Result<Output> {

@@ -127,8 +127,8 @@ async fn capacity_event_window_switches_a_real_controller_and_its_clients_and_ba
     let until = from + 6;
     let events = format!(
         "events:\n  - name: flash-sale\n    from: \"{}\"\n    until: \"{}\"\n    buckets: [orders/web]\n    multiplier: 3\n    reason: a six-second sale\n",
-        rlc::capacity::utc(from),
-        rlc::capacity::utc(until)
+        rlc::input::capacity::utc(from),
+        rlc::input::capacity::utc(until)
     );
     let remote = BareRemote::with_files(&[
         ("services/orders.yaml", ORDERS),
@@ -201,8 +201,8 @@ async fn capacity_event_window_switches_a_real_controller_and_its_clients_and_ba
         .context("the committed limits file")?;
     let wanted = format!(
         "  web:\n    rps: 125.0\n    scheduled:\n    - rps: 375.0\n      effective:\n        from: {}\n        until: {}\n      reason: 'events.yaml: flash-sale'\n",
-        rlc::capacity::utc(from),
-        rlc::capacity::utc(until)
+        rlc::input::capacity::utc(from),
+        rlc::input::capacity::utc(until)
     );
     ensure!(limits.contains(&wanted), "{wanted}\nin\n{limits}");
     let running = controller_version(ctl).await?;

@@ -7,10 +7,10 @@ use std::process::Output;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, ensure};
-use rlc::git_store::PublishMode;
-use rlc::guards::{GuardSettings, Outcome};
-use rlc::run::{RunSettings, run_once};
-use rlc::source::{BatchedPrometheusSource, PromSettings};
+use rlc::decide::guards::{GuardSettings, Outcome};
+use rlc::drive::run::{RunSettings, run_once};
+use rlc::input::source::{BatchedPrometheusSource, PromSettings};
+use rlc::output::git_store::PublishMode;
 use serde_json::Value;
 use test_support::git_remote::BareRemote;
 use test_support::prometheus::Prometheus;
@@ -248,7 +248,7 @@ async fn explain_states_the_peak_the_policy_the_guard_and_the_last_runs() -> Res
     ensure!(out.status.success(), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
     eprintln!("rlc explain payments gateway-pay:\n{shown}");
-    let fmt = rlc::guards::fmt_rps;
+    let fmt = rlc::decide::guards::fmt_rps;
     for want in [
         format!(
             "payments/gateway-pay: {} → {} rps (changed)\n",
@@ -308,7 +308,7 @@ async fn each_changed_row_of_the_pull_request_links_to_its_explanation() -> Resu
         github: None,
         history_cache: None,
         history_retention: None,
-        progress: rlc::run::ProgressMode::Off,
+        progress: rlc::drive::run::ProgressMode::Off,
         metrics: None,
     };
     let source = Arc::new(BatchedPrometheusSource::new(
@@ -359,8 +359,8 @@ async fn each_changed_row_of_the_pull_request_links_to_its_explanation() -> Resu
     assert!(
         d.contains(&format!(
             "- **Guards**: max-increase: {} → {} (",
-            rlc::guards::fmt_rps(gateway.proposal.clone().unwrap()),
-            rlc::guards::fmt_rps(2.0 * s.first_limit)
+            rlc::decide::guards::fmt_rps(gateway.proposal.clone().unwrap()),
+            rlc::decide::guards::fmt_rps(2.0 * s.first_limit)
         )),
         "{d}"
     );

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use rlc::git_store::PublishMode;
-use rlc::guards::GuardSettings;
-use rlc::history::{History, RecommendationRecord, RunStatus};
-use rlc::run::{ProgressMode, RunReport, RunSettings, run_once};
-use rlc::source::{BatchedPrometheusSource, MetricsSource, PromSettings, PrometheusSource};
+use rlc::decide::guards::GuardSettings;
+use rlc::drive::run::{ProgressMode, RunReport, RunSettings, run_once};
+use rlc::input::source::{BatchedPrometheusSource, MetricsSource, PromSettings, PrometheusSource};
+use rlc::output::git_store::PublishMode;
+use rlc::run_log::{History, RecommendationRecord, RunStatus};
 use test_support::git_remote::BareRemote;
 use test_support::prometheus::Prometheus;
 use test_support::traffic::{self, OpenMetricsWriter};

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use rlc::history::{History, RecommendationRecord, RunStatus};
+use rlc::run_log::{History, RecommendationRecord, RunStatus};
 
 /// What a simulation recorded and the database's size at its end.
 #[derive(Debug, Clone, Copy)]

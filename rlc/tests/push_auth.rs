@@ -1,6 +1,6 @@
 //! rlc's push to a controller that runs mutual TLS and takes admin calls only with its
 //! bearer token: certificates made by the documented script (`deploy/tls/make-certs.sh`,
-//! openssl), a real controller on 127.0.0.1, and `rlc::push::apply_config`.
+//! openssl), a real controller on 127.0.0.1, and `rlc::output::to_controllers::apply_config`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +13,7 @@ use grl::tier::auth::AdminAuth;
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
 use grl::tier::tls::{ServerTls, ServerTlsFiles};
 use grl_core::tls::ClientTls;
-use rlc::push::{ControllerAuth, PushError, apply_config};
+use rlc::output::to_controllers::{ControllerAuth, PushError, apply_config};
 
 const SERVICE: &str = "service: payments\nbuckets:\n  - name: gateway-pay\n    match: { caller: gateway }\n    scope: global\n    mode: deny\n    policy: { kind: fixed, rps: 500 }\n";
 

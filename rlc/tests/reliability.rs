@@ -8,7 +8,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use rlc::history::{History, RunStatus};
+use rlc::run_log::{History, RunStatus};
 use test_support::git_remote::{BareRemote, GitDaemon};
 use test_support::ports::{free_addr, free_port};
 use test_support::process::{spawn, target_bin, wait_for_tcp};

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use fleet::{Fleet, NOW, REGIONS, scrape, text, until, wait_exit};
-use rlc::history::History;
-use rlc::rollout::state::{RegionState, RolloutState};
+use rlc::drive::rollout::state::{RegionState, RolloutState};
+use rlc::run_log::History;
 
 const BAKE: &str = "3s";
 const BAKE_MS: i64 = 3_000;
@@ -81,7 +81,12 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
         let m = scrape(region.metrics).await?;
         let key = format!(r#"grl_config_version_info{{region="{r}",version="{raised}"}}"#);
         assert_eq!(m.get(&key), Some(&1.0), "{r}: {m:#?}");
-        let st = rlc::push::status(&region.addr.to_string(), &Default::default(), true).await?;
+        let st = rlc::output::to_controllers::status(
+            &region.addr.to_string(),
+            &Default::default(),
+            true,
+        )
+        .await?;
         let b = st
             .buckets
             .iter()
@@ -291,8 +296,8 @@ async fn a_region_whose_controller_is_down_does_not_pass_and_nothing_moves() -> 
     let raised = fleet.commit_limit(400.0)?;
     fleet.regions[0].controller.kill();
     let history = History::connect(&fleet.db).await?;
-    let metrics = rlc::rollout::RolloutMetrics::default();
-    let settings = rlc::rollout::RolloutSettings {
+    let metrics = rlc::drive::rollout::RolloutMetrics::default();
+    let settings = rlc::drive::rollout::RolloutSettings {
         config_repo: fleet.remote.url(),
         workdir: fleet::path(&fleet, "rollout-clone"),
         controllers: fleet.regions.iter().map(|r| r.addr.to_string()).collect(),
@@ -305,9 +310,9 @@ async fn a_region_whose_controller_is_down_does_not_pass_and_nothing_moves() -> 
         github: None,
         metrics: metrics.clone(),
     };
-    let source = rlc::source::FileSource::open(fleet::path(&fleet, "history"))?;
-    let outcomes = rlc::rollout::run(&settings, &history, &source).await?;
-    let Some(rlc::rollout::RolloutOutcome::Failed {
+    let source = rlc::input::source::FileSource::open(fleet::path(&fleet, "history"))?;
+    let outcomes = rlc::drive::rollout::run(&settings, &history, &source).await?;
+    let Some(rlc::drive::rollout::RolloutOutcome::Failed {
         failures,
         rolled_back,
         ..
@@ -374,7 +379,8 @@ async fn an_override_during_a_rollout_takes_effect_at_once_in_every_region() -> 
             || {
                 let addr = addr.clone();
                 async move {
-                    let st = rlc::push::status(&addr, &Default::default(), true).await?;
+                    let st = rlc::output::to_controllers::status(&addr, &Default::default(), true)
+                        .await?;
                     Ok(st.buckets.iter().any(|b| b.is_override && b.dropped > 0.0))
                 }
             },
@@ -461,7 +467,7 @@ async fn a_promotion_to_deny_rolls_out_wave_by_wave() -> Result<()> {
     let mode = |name: &'static str| {
         let addr = fleet.region(name).addr.to_string();
         async move {
-            let st = rlc::push::status(&addr, &Default::default(), false).await?;
+            let st = rlc::output::to_controllers::status(&addr, &Default::default(), false).await?;
             let b = st
                 .buckets
                 .iter()

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rlc::git_store::PublishMode;
-use rlc::guards::{GuardSettings, Outcome};
-use rlc::history::{History, RunStatus};
-use rlc::run::{RunError, RunSettings, run_once};
-use rlc::source::{BatchedPrometheusSource, MetricsSource, PromSettings};
+use rlc::decide::guards::{GuardSettings, Outcome};
+use rlc::drive::run::{RunError, RunSettings, run_once};
+use rlc::input::source::{BatchedPrometheusSource, MetricsSource, PromSettings};
+use rlc::output::git_store::PublishMode;
+use rlc::run_log::{History, RunStatus};
 use test_support::git_remote::{BareRemote, GitDaemon};
 use test_support::prometheus::Prometheus;
 use test_support::traffic::{self, OpenMetricsWriter};
@@ -113,7 +113,7 @@ impl Setup {
             github: None,
             history_cache: None,
             history_retention: None,
-            progress: rlc::run::ProgressMode::Off,
+            progress: rlc::drive::run::ProgressMode::Off,
             metrics: None,
         }
     }
@@ -308,11 +308,11 @@ struct CommitDuringFetch {
 impl MetricsSource for CommitDuringFetch {
     fn fetch<'a>(
         &'a self,
-        q: &'a rlc::source::BucketQuery,
-        m: rlc::source::Measure,
+        q: &'a rlc::input::source::BucketQuery,
+        m: rlc::input::source::Measure,
         start: i64,
         end: i64,
-    ) -> rlc::source::FetchFuture<'a> {
+    ) -> rlc::input::source::FetchFuture<'a> {
         Box::pin(async move {
             if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 let remote = self.remote.clone();

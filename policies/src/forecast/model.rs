@@ -242,6 +242,8 @@ impl Model {
         let mut excess = self.day_excess.clone();
         let q50 = quantile_in_place(&mut excess, 0.5).unwrap_or(0.0);
         let q90 = quantile_in_place(&mut excess, 0.9).unwrap_or(0.0);
+        // The standard Gumbel's quantile, -ln(-ln p): one line, kept here rather than taken
+        // from a statistics crate (statrs' `Gumbel` refuses the scale 0 a flat series fits).
         let gumbel = |p: f64| -(-f64::ln(p)).ln();
         let beta = ((q90 - q50) / (gumbel(0.9) - gumbel(0.5))).max(0.0);
         let days = ((end - start) as f64 / DAY as f64).max(1.0);

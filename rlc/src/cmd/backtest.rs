@@ -8,9 +8,9 @@ use anyhow::Context as _;
 use clap::Args;
 use policies::event::{EventScore, EventScoreError, score_event};
 use policies::{BacktestConfig, Series, backtest, from_spec};
-use rlc::guards::fmt_rps;
+use rlc::decide::guards::fmt_rps;
 
-use super::run::positive_duration;
+use super::args::positive_duration;
 
 /// `rlc backtest`.
 #[derive(Debug, Clone, Args)]
@@ -113,7 +113,7 @@ fn score_events(
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let shown = path.display().to_string();
-    let events = rlc::events::file::parse(&shown, &text).map_err(|e| {
+    let events = rlc::input::events::file::parse(&shown, &text).map_err(|e| {
         let lines: Vec<String> = e.iter().map(|e| format!("\n  {e}")).collect();
         anyhow::anyhow!("--events refused:{}", lines.concat())
     })?;
@@ -155,8 +155,8 @@ fn events_table(events: &[(String, Result<EventScore, EventScoreError>)]) -> Str
             Ok(s) => out.push_str(&format!(
                 "{:<20} {:<20} {:<20} {:>10} {:>12} {:>12} {:>7} {:>11} {:>17}\n",
                 s.name,
-                rlc::capacity::utc(s.from),
-                rlc::capacity::utc(s.until),
+                rlc::input::capacity::utc(s.from),
+                rlc::input::capacity::utc(s.until),
                 fmt_rps(s.limit),
                 fmt_rps(s.event_limit),
                 fmt_rps(s.actual_peak),

@@ -8,18 +8,19 @@
 //! and the work directory are not used: it clones into a temporary directory. An SQLite run
 //! history that does not exist is not created (the output says there is none).
 //!
-//! `--json` prints one JSON object, the [`rlc::explain::Explanation`]. Exit codes: 0
+//! `--json` prints one JSON object, the [`rlc::decide::explain::Explanation`]. Exit codes: 0
 //! explained; 2 unknown service or bucket (the error lists those there are) or bad usage;
 //! 3 metrics source failed; 4 config repo failed; 5 run history database failed (the
 //! explanation is still printed); 6 invalid config; 1 anything else.
 
 use clap::Args;
-use rlc::explain::{Explanation, HistoryPart};
-use rlc::history::{DatabaseUrl, History};
-use rlc::run::{OneBucketError, exit, plan_bucket_now};
+use rlc::decide::explain::{Explanation, HistoryPart};
+use rlc::drive::exit;
+use rlc::drive::run::{OneBucketError, plan_bucket_now};
+use rlc::run_log::{DatabaseUrl, History};
 use rlc::secrets::scrub;
 
-use super::run::RunArgs;
+use super::args::RunArgs;
 
 /// The flags of `rlc run` that `rlc explain` does not use (delivery, the work directory,
 /// progress, rollouts): still accepted, so a command line copied from `rlc run` works, but

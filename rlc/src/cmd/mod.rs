@@ -1,5 +1,7 @@
-//! The `rlc` command line: one module per subcommand.
+//! The `rlc` command line: one module per subcommand, and the flags several share
+//! ([`args`]).
 
+pub(crate) mod args;
 pub(crate) mod backtest;
 #[cfg(feature = "demo")]
 pub(crate) mod demo;

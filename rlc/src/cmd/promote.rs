@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use rlc::git_store::{FileChange, GitStore, Proposal, PublishMode, PublishOutcome};
-use rlc::promote::promote_text;
+use rlc::drive::promote::promote_text;
+use rlc::output::git_store::{FileChange, GitStore, Proposal, PublishMode, PublishOutcome};
 
 /// Where `rlc promote` commits (no controller is pushed to: the controllers following the
 /// config repo, or the next `rlc run`, pick the change up).
@@ -36,7 +36,7 @@ pub(crate) struct PromoteCmd {
 
 /// Flips the mode and publishes the commit.
 pub(crate) async fn execute(cmd: PromoteCmd) -> anyhow::Result<()> {
-    rlc::git_store::check_pushable(&cmd.config_repo)?;
+    rlc::output::git_store::check_pushable(&cmd.config_repo)?;
     let outcome = tokio::task::spawn_blocking(move || -> anyhow::Result<PublishOutcome> {
         let mut store = GitStore::open(&cmd.config_repo, &cmd.workdir)?;
         let mode = match cmd.mode {

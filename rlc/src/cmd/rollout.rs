@@ -13,16 +13,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use rlc::history::History;
-use rlc::rollout::controllers::discover;
-use rlc::rollout::state::RolloutState;
-use rlc::rollout::status::StatusView;
-use rlc::rollout::{RolloutMetrics, RolloutOutcome, RolloutSettings};
-use rlc::run::exit;
+use rlc::drive::exit;
+use rlc::drive::rollout::controllers::discover;
+use rlc::drive::rollout::state::RolloutState;
+use rlc::drive::rollout::status::StatusView;
+use rlc::drive::rollout::{RolloutMetrics, RolloutOutcome, RolloutSettings};
+use rlc::drive::run::RunReport;
+use rlc::drive::serve_metrics::RlcMetrics;
+use rlc::input::source::MetricsSource;
+use rlc::run_log::History;
 use rlc::secrets::scrub;
-use rlc::serve_metrics::RlcMetrics;
 
-use super::run::{ModeArg, RunArgs};
+use super::args::{ModeArg, RunArgs};
 
 /// `rlc rollout`.
 #[derive(Debug, Args)]
@@ -193,9 +195,9 @@ async fn connect(db: &str) -> Result<History, Failure> {
 /// `abort` act on a rollout a run recorded, so they never create an empty database (one in
 /// the current directory, by default) where there is none.
 async fn existing(db: &str) -> Result<History, Failure> {
-    if let Ok(rlc::history::DatabaseUrl::Sqlite {
+    if let Ok(rlc::run_log::DatabaseUrl::Sqlite {
         path: Some(path), ..
-    }) = rlc::history::DatabaseUrl::parse(db)
+    }) = rlc::run_log::DatabaseUrl::parse(db)
         && !path.exists()
     {
         return Err((
@@ -214,7 +216,7 @@ async fn existing(db: &str) -> Result<History, Failure> {
 async fn pick(
     history: &History,
     id: Option<&str>,
-) -> Result<rlc::rollout::state::RolloutRecord, Failure> {
+) -> Result<rlc::drive::rollout::state::RolloutRecord, Failure> {
     let found = match id {
         Some(id) => history.rollout(id).await,
         None => history.latest_rollout().await,
@@ -233,7 +235,7 @@ async fn pick(
 
 /// `run`, `resume` and `rollback`.
 async fn drive(c: DriveCmd, action: Option<&str>) -> Result<i32, Failure> {
-    rlc::git_store::check_pushable(&c.args.config_repo).map_err(fail(exit::GIT))?;
+    rlc::output::git_store::check_pushable(&c.args.config_repo).map_err(fail(exit::GIT))?;
     let history = connect(&c.args.db).await?;
     if let Some(action) = action {
         let r = pick(&history, c.id.as_deref()).await?;
@@ -289,13 +291,13 @@ async fn drive(c: DriveCmd, action: Option<&str>) -> Result<i32, Failure> {
     }
     let metrics = Arc::new(RlcMetrics::default());
     if let Some(addr) = c.metrics_listen {
-        super::serve::spawn_metrics_server(addr, metrics.clone())
+        rlc::drive::serve_metrics::serve(addr, metrics.clone())
             .await
             .map_err(fail(exit::OTHER))?;
     }
     let source = c.args.source().map_err(fail(exit::SOURCE))?;
     let settings = settings(&c.args, None, metrics.rollout.clone());
-    let outcomes = rlc::rollout::run(&settings, &history, &*source)
+    let outcomes = rlc::drive::rollout::run(&settings, &history, &*source)
         .await
         .map_err(|e| (e.exit_code(), e.into()))?;
     Ok(report(&settings, outcomes).await)
@@ -310,7 +312,7 @@ pub(crate) async fn report(settings: &RolloutSettings, outcomes: Vec<RolloutOutc
             println!("{}", scrub(&line));
         }
         if let RolloutOutcome::NoPlan { commit } = &o
-            && let Err(e) = rlc::rollout::drive::all_at_once(settings, commit).await
+            && let Err(e) = rlc::drive::rollout::driver::all_at_once(settings, commit).await
         {
             eprintln!("rlc rollout: {}", scrub(&e.to_string()));
             return e.exit_code();
@@ -334,9 +336,9 @@ async fn rollback(c: &DriveCmd, history: &History, id: &str) -> Result<i32, Fail
             return Ok(0);
         }
         let stale = chrono::Utc::now().timestamp_millis()
-            - rlc::rollout::drive::STALE_AFTER.as_millis() as i64;
+            - rlc::drive::rollout::driver::STALE_AFTER.as_millis() as i64;
         if r.live_owner(stale).is_none() {
-            let outcome = rlc::rollout::rollback_now(&settings, history, id)
+            let outcome = rlc::drive::rollout::rollback_now(&settings, history, id)
                 .await
                 .map_err(|e| (e.exit_code(), e.into()))?;
             for line in outcome.lines() {
@@ -381,7 +383,7 @@ async fn change(c: RecordCmd, action: &str) -> Result<i32, Failure> {
 }
 
 /// The refusal of `action` on rollout `r`, which is not in a state that allows it.
-fn not_in_state(r: &rlc::rollout::state::RolloutRecord, action: &str) -> Failure {
+fn not_in_state(r: &rlc::drive::rollout::state::RolloutRecord, action: &str) -> Failure {
     (
         exit::OTHER,
         anyhow::anyhow!(
@@ -424,7 +426,7 @@ async fn expedite(c: ExpediteCmd) -> Result<i32, Failure> {
 async fn status(c: StatusCmd) -> Result<i32, Failure> {
     let history = existing(&c.record.db).await?;
     let r = pick(&history, c.record.id.as_deref()).await?;
-    let auth = rlc::push::ControllerAuth {
+    let auth = rlc::output::to_controllers::ControllerAuth {
         tls: grl_core::tls::ClientTls::from_flags(c.tls_ca.as_ref(), None, None),
         token_file: None,
     };
@@ -438,4 +440,46 @@ async fn status(c: StatusCmd) -> Result<i32, Failure> {
         print!("{}", view.render(!c.controllers.is_empty()));
     }
     Ok(0)
+}
+
+/// After `rlc run` or a run of `rlc serve`: with `rollout.yaml`, the staged rollout of `main`'s head (see
+/// [`rlc::drive::rollout`]); without, says that every controller got it at once. Returns the exit
+/// code.
+pub(crate) async fn after_run(
+    args: &RunArgs,
+    report: &RunReport,
+    source: Arc<dyn MetricsSource>,
+    metrics: rlc::drive::rollout::RolloutMetrics,
+) -> i32 {
+    if !report.staged_rollout {
+        if matches!(args.mode, ModeArg::Direct) && !args.controllers.is_empty() {
+            println!(
+                "no {} in the config repo: every controller got main at once (no staged rollout)",
+                rlc::drive::rollout::PLAN_FILE
+            );
+        }
+        return exit::OK;
+    }
+    if args.controllers.is_empty() {
+        println!(
+            "{} present but no --controller given: nothing rolled out",
+            rlc::drive::rollout::PLAN_FILE
+        );
+        return exit::OK;
+    }
+    let settings = settings(args, Some(report.run_id.clone()), metrics);
+    let history = match rlc::run_log::History::connect(&args.db).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("rlc run: rollout: {}", scrub(&e.to_string()));
+            return exit::DATABASE;
+        }
+    };
+    match rlc::drive::rollout::run(&settings, &history, &*source).await {
+        Ok(outcomes) => self::report(&settings, outcomes).await,
+        Err(e) => {
+            eprintln!("rlc run: rollout: {}", scrub(&e.to_string()));
+            e.exit_code()
+        }
+    }
 }

@@ -13,15 +13,16 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;
 use clap::Args;
 use futures::Stream;
-use rlc::git_store::GitStore;
-use rlc::run::run_once;
-use rlc::schedule::clock::SystemClock;
-use rlc::schedule::ticker::{Ticker, drive};
-use rlc::schedule::{Schedule, triggering_commit};
-use rlc::serve_metrics::RlcMetrics;
+use rlc::drive::run::run_once;
+use rlc::drive::schedule::clock::SystemClock;
+use rlc::drive::schedule::ticker::{Ticker, drive};
+use rlc::drive::schedule::{Schedule, triggering_commit};
+use rlc::drive::serve_metrics::RlcMetrics;
+use rlc::output::git_store::GitStore;
 use tracing::{info, warn};
 
-use super::run::{RunArgs, print_summary};
+use super::args::RunArgs;
+use super::run::print_summary;
 
 /// `rlc serve`.
 #[derive(Debug, Clone, Args)]
@@ -77,10 +78,10 @@ pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
         };
         return print_next(&schedule, from, n);
     }
-    rlc::git_store::check_pushable(&cmd.args.config_repo)?;
+    rlc::output::git_store::check_pushable(&cmd.args.config_repo)?;
     let source = cmd.args.source()?;
     let metrics = Arc::new(RlcMetrics::default());
-    spawn_metrics_server(cmd.metrics_listen, metrics.clone()).await?;
+    rlc::drive::serve_metrics::serve(cmd.metrics_listen, metrics.clone()).await?;
     let watch_dir = cmd.args.workdir.join("watch");
     let repo = cmd.args.config_repo.clone();
     let seen = {
@@ -127,7 +128,8 @@ pub(crate) async fn execute(cmd: ServeCmd) -> anyhow::Result<()> {
                     print_summary(report);
                     metrics.observe(Ok(report), secs);
                     if report.exit_code() == 0 {
-                        super::run::roll_out(&args, report, source, metrics.rollout.clone()).await;
+                        super::rollout::after_run(&args, report, source, metrics.rollout.clone())
+                            .await;
                     }
                 }
                 Err(e) => {
@@ -194,25 +196,4 @@ fn watch_commits(
             }
         }
     })
-}
-
-pub(crate) async fn spawn_metrics_server(
-    addr: SocketAddr,
-    metrics: Arc<RlcMetrics>,
-) -> anyhow::Result<()> {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let m = metrics.clone();
-            async move { m.encode() }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    info!(addr = %listener.local_addr()?, "metrics listening");
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            warn!(error = %e, "metrics server stopped");
-        }
-    });
-    Ok(())
 }

@@ -240,7 +240,7 @@ impl Fleet {
     /// The config version region `name`'s controller runs.
     pub(super) async fn version(&self, name: &str) -> Result<String> {
         let addr = self.region(name).addr.to_string();
-        Ok(rlc::push::config_version(&addr, &Default::default()).await?)
+        Ok(rlc::output::to_controllers::config_version(&addr, &Default::default()).await?)
     }
 
     /// Every region's version, by region.

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use rlc::history::History;
-use rlc::rollout::state::{RegionState, RolloutState};
+use rlc::drive::rollout::state::{RegionState, RolloutState};
+use rlc::run_log::History;
 
 use super::fleet::{Fleet, REGIONS, text, until, wait_exit};
 use super::{BAKE, BAKE_MS, GENEROUS, stdout};

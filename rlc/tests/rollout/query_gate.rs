@@ -4,8 +4,8 @@
 //! a query at or below its `max` lets every wave pass.
 
 use anyhow::{Context, Result};
-use rlc::history::History;
-use rlc::rollout::state::{RegionState, RolloutState};
+use rlc::drive::rollout::state::{RegionState, RolloutState};
+use rlc::run_log::History;
 use test_support::prometheus::Prometheus;
 
 use super::fleet::{self, Fleet, REGIONS, text, until, wait_exit};

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use rlc::git_store::PublishMode;
-use rlc::guards::GuardSettings;
-use rlc::run::{RunSettings, run_once};
-use rlc::source::FileSource;
+use rlc::decide::guards::GuardSettings;
+use rlc::drive::run::{RunSettings, run_once};
+use rlc::input::source::FileSource;
+use rlc::output::git_store::PublishMode;
 
 /// `rlc demo`.
 #[derive(Debug, Clone, Args)]
@@ -99,7 +99,7 @@ pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
         github: None,
         history_cache: None,
         history_retention: None,
-        progress: rlc::run::ProgressMode::Off,
+        progress: rlc::drive::run::ProgressMode::Off,
         metrics: None,
     };
     let source = Arc::new(FileSource::open(&history)?);
@@ -108,7 +108,7 @@ pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
         .context("configurator run")?;
     println!(
         "{}",
-        rlc::pr_description::terminal::for_terminal(&report.description)
+        rlc::output::pr_description::terminal::for_terminal(&report.description)
     );
     println!(
         "run {}: {} (commit {})",

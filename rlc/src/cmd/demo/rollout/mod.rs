@@ -17,12 +17,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use rlc::history::History;
-use rlc::rollout::outcome::short;
-use rlc::rollout::state::{RegionState, RolloutRecord};
-use rlc::rollout::status::StatusView;
-use rlc::rollout::{RolloutMetrics, RolloutOutcome, RolloutSettings};
-use rlc::source::FileSource;
+use rlc::drive::rollout::outcome::short;
+use rlc::drive::rollout::state::{RegionState, RolloutRecord};
+use rlc::drive::rollout::status::StatusView;
+use rlc::drive::rollout::{RolloutMetrics, RolloutOutcome, RolloutSettings};
+use rlc::input::source::FileSource;
+use rlc::run_log::History;
 
 use self::regions::{Regions, Watch};
 use super::seed;
@@ -213,7 +213,7 @@ impl Demo<'_> {
             "  (each region's controller, every second: version, {BUCKET}'s limit, offered and dropped)"
         );
         let mut watch = Watch::new();
-        let rollout = rlc::rollout::run(self.settings, self.history, self.source);
+        let rollout = rlc::drive::rollout::run(self.settings, self.history, self.source);
         tokio::pin!(rollout);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let outcomes = loop {
@@ -229,9 +229,11 @@ impl Demo<'_> {
             }
         }
         let record = self.record(commit).await?;
-        let views =
-            rlc::rollout::controllers::discover(&self.regions.controllers(), &self.settings.auth)
-                .await;
+        let views = rlc::drive::rollout::controllers::discover(
+            &self.regions.controllers(),
+            &self.settings.auth,
+        )
+        .await;
         println!("$ rlc rollout status --controller …");
         println!("{}", indent(&StatusView::new(&record, &views).render(true)));
         let tips: Vec<String> = REGIONS

@@ -10,7 +10,7 @@ use grl::tier::Running;
 use grl::tier::aggregator::{self, AggregatorOptions};
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
 use grl_client::{Client, ClientConfig};
-use rlc::rollout::outcome::short;
+use rlc::drive::rollout::outcome::short;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
@@ -76,7 +76,7 @@ impl Regions {
     pub(super) async fn sample(&self) -> Vec<(&'static str, Option<RegionView>)> {
         let mut out = Vec::new();
         for r in &self.regions {
-            let view = rlc::push::status(&r.addr, &Default::default(), true)
+            let view = rlc::output::to_controllers::status(&r.addr, &Default::default(), true)
                 .await
                 .ok()
                 .map(|st| RegionView::from_status(&st));
@@ -90,7 +90,7 @@ impl Regions {
         let Some(r) = self.regions.iter().find(|r| r.name == name) else {
             return String::new();
         };
-        rlc::push::config_version(&r.addr, &Default::default())
+        rlc::output::to_controllers::config_version(&r.addr, &Default::default())
             .await
             .unwrap_or_default()
     }
