@@ -929,7 +929,10 @@ mod tests {
             windows.sort_unstable();
             let (win50, win95) = (windows[50], windows[95]);
             eprintln!("idle -> {rate}: a rise after {win50} windows (median), {win95} (95th)");
-            assert!(win50 <= 3 && win95 <= 5, "rate {rate}: {win50} {win95} windows");
+            assert!(
+                win50 <= 3 && win95 <= 5,
+                "rate {rate}: {win50} {win95} windows"
+            );
         }
         // A sparse caller's requests after a short silence are no rise (the bound of the
         // steady callers' test: two in 10^4 windows).
@@ -941,7 +944,10 @@ mod tests {
                 .filter(|_| s.push(rng.poisson(0.5 * W), 0, W) == Change::Rise)
                 .count();
         }
-        assert!(rises <= 8, "{rises} rises of a 0.5 rps caller in 40,000 windows");
+        assert!(
+            rises <= 8,
+            "{rises} rises of a 0.5 rps caller in 40,000 windows"
+        );
     }
 
     /// How many requests after a step from `rate` to `factor` times it the rise is found,

@@ -674,5 +674,5 @@ mod tests {
         );
     }
 
-    const SERVER_TIER_CIRCLES: usize = 4;
+    const SERVER_TIER_CIRCLES: usize = 0;
 }

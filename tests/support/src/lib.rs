@@ -42,8 +42,8 @@
 pub mod delay_router;
 pub mod etcd;
 pub mod git_remote;
-pub mod import_circles;
 pub mod github;
+pub mod import_circles;
 pub mod netns;
 pub mod ports;
 pub mod postgres;
