@@ -1,5 +1,5 @@
-//! Instructions out to the children: which children a round looks at (a `Round`), when a quiet child
-//! hears again, and, per child, its buckets' ratios and allowances — made by index where
+//! Instructions out to the children: which children a round looks at (a `Round`), when a
+//! quiet child hears again, and, per child, its buckets' ratios and allowances — made by index where
 //! the tick was worked so ([`IndexedSums::packed_for`]), else by name ([`ratios_for`]) —
 //! sent when its config is out of date, they changed, or it heard nothing for a while.
 //!
@@ -29,7 +29,7 @@ use grl_core::wire;
 
 impl Node {
     /// Re-instructs, from this tier's last computed ratios, only the children that heard
-    /// nothing for [`REINSTRUCT_AFTER`] of an interval. Run between ticks, so that a quiet
+    /// nothing for `REINSTRUCT_AFTER` of an interval. Run between ticks, so that a quiet
     /// child's gap stays under an interval without a full tick's recomputation.
     pub fn instruct_due(&self, now: Instant) {
         let mut s = self.lock();
@@ -145,7 +145,7 @@ fn children_per_service<'a, L: 'a>(
 /// again after 0.75 of an interval: a quarter of an interval is left for a busy tier's
 /// late rounds and for delivery (with 0.875, 5,000 children on 2 shared cores heard after
 /// up to 1.1 intervals).
-pub const REINSTRUCT_AFTER: f64 = 0.7;
+pub(crate) const REINSTRUCT_AFTER: f64 = 0.7;
 
 /// Whether `c` heard nothing for [`REINSTRUCT_AFTER`] of an interval.
 fn reinstruct_due(cfg: &NodeConfig, c: &Child<Link>, now: Instant) -> bool {

@@ -5,7 +5,7 @@
 //! arithmetic ([`ratios`]) and the tick worked by bucket index ([`dense_tick`]); which scopes
 //! the tier computes ([`scopes`]); whether it leads ([`leadership`]); what comes from the
 //! parent (kept in `parent_state`, taken in by `parent`) and how long it holds ([`hold`]);
-//! and the instructions out to the children ([`instruct`], made from `instruct_inputs`,
+//! and the instructions out to the children (`instruct`, made from `instruct_inputs`,
 //! packed by [`packing`]).
 //!
 //! No sockets here: the roles in [`super`] feed it reports and carry its instructions.
@@ -16,7 +16,7 @@ pub mod child_rates;
 pub mod children;
 pub mod dense_tick;
 pub mod hold;
-pub mod instruct;
+mod instruct;
 mod instruct_inputs;
 pub mod leadership;
 pub mod node;

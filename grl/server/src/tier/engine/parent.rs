@@ -1,7 +1,8 @@
 //! An instruction from the parent taken in: its ratios and allowances kept with their
-//! expiry (at least the partition hold, see `hold`) in the node's [`Parent`](super::parent_state::Parent) state, its
-//! config taken, and the news passed down; whether the stream to the parent is up; and
-//! whether the children fail open because the parent's latest instruction expired.
+//! expiry (at least the partition hold, see `hold`) in the node's
+//! [`Parent`](super::parent_state::Parent) state, its config taken, and the news passed
+//! down; whether the stream to the parent is up; and whether the children fail open because
+//! the parent's latest instruction expired.
 
 use std::time::Duration;
 
