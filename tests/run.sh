@@ -28,7 +28,8 @@
 #      Set any of them beforehand to use your own binary or server instead (with
 #      GRL_TEST_PG_URL set, the local PostgreSQL is neither installed nor started);
 #      GRL_TEST_PG_CLUSTER names the local cluster to use (default: `main`);
-#   4. runs cargo fmt --check, cargo clippy -D warnings, cargo machete (installed with
+#   4. runs cargo fmt --check, cargo clippy -D warnings, prints the import circles
+#      (tests/support/src/import_circles.rs), cargo machete (installed with
 #      `cargo install` if missing; fails on an unused dependency), checks grl-client's
 #      dependency tree, and runs cargo test for the workspace.
 #
@@ -292,6 +293,15 @@ cargo fmt --all -- --check
 
 section "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+section "import circles (modules importing each other; printed, not failed on yet)"
+# The crates' root files; the tool lists each circle with the imports that make it.
+circles=$(cargo run -q -p test-support --bin import_circles -- \
+    grl/core/src/lib.rs grl/config/src/lib.rs grl/client/src/lib.rs \
+    grl/server/src/lib.rs grl/server/src/main.rs policies/src/lib.rs \
+    rlc/src/lib.rs rlc/src/main.rs)
+printf '%s\n' "$circles" | sed '$d' >&2
+log "$(printf '%s\n' "$circles" | tail -n 1)"
 
 section "cargo machete (no declared dependency goes unused)"
 if ! command -v cargo-machete >/dev/null; then

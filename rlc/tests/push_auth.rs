@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use grl::net::auth::AdminAuth;
+use grl::net::tls::{ServerTls, ServerTlsFiles};
 use grl::tier::Security;
-use grl::tier::auth::AdminAuth;
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
-use grl::tier::tls::{ServerTls, ServerTlsFiles};
 use grl_core::tls::ClientTls;
 use rlc::output::to_controllers::{ControllerAuth, PushError, apply_config};
 

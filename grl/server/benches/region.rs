@@ -51,8 +51,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use grl::tier::rules::Rules;
-use grl::tier::tick_times::BOUNDS_SECONDS;
+use grl::tier::engine::rules::Rules;
+use grl::tier::observe::tick_times::BOUNDS_SECONDS;
 use grl_core::packed;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;

@@ -27,8 +27,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use grl::tier::node::{Node, NodeConfig};
-use grl::tier::rules::Rules;
+use grl::tier::engine::node::Node;
+
+use grl::tier::engine::node_config::NodeConfig;
+use grl::tier::engine::rules::Rules;
 use grl_config::Scope;
 use grl_core::packed::{self, IndexedRow, WIRE_VERSION};
 use grl_core::proto;

@@ -133,7 +133,7 @@ async fn run() {
     let mut samples: Vec<(f64, u64, u64)> = Vec::new();
     let mut bytes_at_step = None;
     let mut bytes_at_end = None;
-    let bytes = |n: &grl::tier::node::Node| {
+    let bytes = |n: &grl::tier::engine::node::Node| {
         n.bytes.reports_in.load(Relaxed) + n.bytes.instructions_out.load(Relaxed)
     };
     let mut next = tokio::time::Instant::now() + step;

@@ -8,9 +8,9 @@
 //! bucket, a few with drops); the instruction carries every bucket's ratio and allowance
 //! at steady state (no config). Prints one line per form and, last, a JSON object.
 
-use grl::tier::packing::{self, OutRatio};
-use grl::tier::ratios::{Rate, RateKey, Totals};
-use grl::tier::rules::Rules;
+use grl::tier::engine::packing::{self, OutRatio};
+use grl::tier::engine::ratios::{Rate, RateKey, Totals};
+use grl::tier::engine::rules::Rules;
 use prost::Message;
 
 fn env(name: &str, default: usize) -> usize {

@@ -5,6 +5,7 @@
 //! generates load through real clients and manages overrides. The client itself is
 //! `grl-client`; the contract is `grl-core`.
 
+pub mod net;
 pub mod sidecar;
 pub mod tier;
 pub mod view;

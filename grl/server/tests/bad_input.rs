@@ -115,7 +115,7 @@ async fn fake_reports_are_refused_counted_and_change_nothing() {
         .await
         .unwrap();
     // Too many rows in one report.
-    let too_many = grl::tier::admission::ReportLimits::default().max_rows + 1;
+    let too_many = grl::tier::engine::admission::ReportLimits::default().max_rows + 1;
     let rows = (0..too_many).map(|_| row("gateway-pay", 1.0)).collect();
     fake.send(report("fake-2", rows)).await.unwrap();
 
@@ -525,7 +525,7 @@ async fn children_beyond_the_cap_are_refused_and_counted() {
     let (ctl, _c) = controller_on(listener().await, dir.path(), IV).await;
     let agg = aggregator_on(listener().await, "a", "eu", &ctl.addr.to_string(), IV).await;
     agg.node
-        .set_report_limits(grl::tier::admission::ReportLimits {
+        .set_report_limits(grl::tier::engine::admission::ReportLimits {
             max_children: 5,
             ..Default::default()
         });

@@ -10,8 +10,8 @@
 use std::time::{Duration, Instant};
 
 use grl::tier::Running;
-use grl::tier::admission::Reason;
-use grl::tier::node::Sums;
+use grl::tier::engine::admission::Reason;
+use grl::tier::engine::node::Sums;
 use grl_core::packed::{self, IndexedRow, WIRE_VERSION};
 use grl_core::proto;
 use std::sync::atomic::Ordering;

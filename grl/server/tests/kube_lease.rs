@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use grl::tier::election::kube::KubeLease;
-use grl::tier::election::{ElectionStats, Event, Role};
+use grl::tier::election::{ElectionStats, Event};
+use grl::tier::engine::leadership::Leadership;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -19,7 +20,7 @@ use crate::kube_api::KubeApi;
 const TTL: Duration = Duration::from_secs(3);
 
 struct Candidate {
-    role: watch::Receiver<Role>,
+    role: watch::Receiver<Leadership>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     /// Every change of `leading` seen, with when it was seen.
@@ -29,7 +30,7 @@ struct Candidate {
 
 impl Candidate {
     fn start(api: &str, me: &str, token: Option<&Path>, ttl: Duration) -> Self {
-        let (tx, role) = watch::channel(Role {
+        let (tx, role) = watch::channel(Leadership {
             leading: false,
             leader: None,
         });
@@ -68,10 +69,10 @@ impl Candidate {
 
 /// Polls until `f` holds for the candidates' roles, asserting meanwhile that no two lead
 /// at once.
-async fn until(cs: &[&Candidate], limit: Duration, f: impl Fn(&[Role]) -> bool) -> bool {
+async fn until(cs: &[&Candidate], limit: Duration, f: impl Fn(&[Leadership]) -> bool) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
-        let roles: Vec<Role> = cs.iter().map(|c| c.role.borrow().clone()).collect();
+        let roles: Vec<Leadership> = cs.iter().map(|c| c.role.borrow().clone()).collect();
         assert!(
             roles.iter().filter(|r| r.leading).count() <= 1,
             "two leaders: {roles:?}"

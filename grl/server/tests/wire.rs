@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use grl::tier::admission::Reason;
+use grl::tier::engine::admission::Reason;
 use grl_core::packed::{self, IndexedRow, WIRE_VERSION};
 use grl_core::proto;
 

@@ -11,6 +11,7 @@
 //! - [`netns`]: hosts in network namespaces on one bridge, made and removed by a test, with
 //!   `iptables` drops at a receiver; [`delay_router`]: a user-space delay-and-loss router on
 //!   a tun device between two of their networks (the kernel here has no `netem`).
+//! - [`import_circles`]: counts a crate's import circles (modules importing each other).
 //! - [`github`]: a stand-in for GitHub's pull-request API over HTTPS with a test CA, checking
 //!   each request against GitHub's published OpenAPI description.
 //!
@@ -42,6 +43,7 @@ pub mod delay_router;
 pub mod etcd;
 pub mod git_remote;
 pub mod github;
+pub mod import_circles;
 pub mod netns;
 pub mod ports;
 pub mod postgres;

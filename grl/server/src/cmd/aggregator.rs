@@ -61,7 +61,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             server_tls: a.tls.server_tls()?,
             uplink_tls: a.uplink_tls.client(&a.tls),
             children: a.tls.children(),
-            admin_http: grl::tier::admin::AdminHttp {
+            admin_http: grl::net::admin::AdminHttp {
                 tls: a.tls.metrics_tls()?,
                 insecure: false,
             },

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use grl::tier::admin::AdminHttp;
+use grl::net::admin::AdminHttp;
 use grl::tier::controller::{self, ConfigSource, ControllerOptions};
 use grl::tier::election;
 

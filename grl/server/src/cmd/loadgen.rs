@@ -314,8 +314,8 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("--metrics-listen {addr}"))?;
             let (tx, rx) = tokio::sync::watch::channel(false);
             let cs = clients.clone();
-            let render: grl::tier::admin::Render = std::sync::Arc::new(move || render_all(&cs));
-            tokio::spawn(grl::tier::admin::serve(listener, render, rx));
+            let render: grl::net::admin::Render = std::sync::Arc::new(move || render_all(&cs));
+            tokio::spawn(grl::net::admin::serve(listener, render, rx));
             Some(tx)
         }
         None => None,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use grl::net::tls::{ServerTls, ServerTlsFiles};
 use grl::sidecar::proxy::caller::CallerFrom;
 use grl::sidecar::proxy::conn::Timeouts;
 use grl::sidecar::proxy::listen::{
@@ -14,7 +15,6 @@ use grl::sidecar::proxy::listen::{
 };
 use grl::sidecar::proxy::{PortOptions, ProxyOptions, UpstreamProtocol};
 use grl::sidecar::{self, Listeners, SidecarOptions};
-use grl::tier::tls::{ServerTls, ServerTlsFiles};
 use grl_client::{Client, ClientConfig};
 use tracing::info;
 

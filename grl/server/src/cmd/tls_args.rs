@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use grl::tier::auth::{self, AdminAuth, ChildAuth, TokenError};
-use grl::tier::cred_file;
-use grl::tier::tls::{ConnLimits, Served, ServerTls, ServerTlsFiles};
+use grl::net::auth::{self, AdminAuth, ChildAuth, TokenError};
+use grl::net::cred_file;
+use grl::net::tls::{ConnLimits, Served, ServerTls, ServerTlsFiles};
 use grl_core::tls::ClientTls;
 
 use super::validate::Usage;

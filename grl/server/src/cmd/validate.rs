@@ -155,9 +155,9 @@ pub(crate) fn max_child_rps(s: &str) -> Result<f64, String> {
 pub(crate) fn report_limits(
     max_client_rps: f64,
     max_child_rps: Option<f64>,
-) -> grl::tier::admission::ReportLimits {
-    let d = grl::tier::admission::ReportLimits::default();
-    grl::tier::admission::ReportLimits {
+) -> grl::tier::engine::admission::ReportLimits {
+    let d = grl::tier::engine::admission::ReportLimits::default();
+    grl::tier::engine::admission::ReportLimits {
         max_client_rps,
         max_child_rps: max_child_rps.unwrap_or(d.max_child_rps),
         ..d

@@ -63,7 +63,7 @@ pub struct SidecarOptions {
     pub rls_procedure_key: String,
     /// TLS on the rate limit service's port (mutual with a client CA); `None`: plaintext,
     /// for an Envoy in the same pod or host.
-    pub rls_tls: Option<Arc<crate::tier::tls::ServerTls>>,
+    pub rls_tls: Option<Arc<crate::net::tls::ServerTls>>,
     /// The most rate limit quota streams open at once; past it a new one is refused with
     /// `RESOURCE_EXHAUSTED`.
     pub rlqs_max_streams: usize,
@@ -156,7 +156,7 @@ pub fn start(
                 };
                 let served = match tls {
                     Some(t) => {
-                        let incoming = crate::tier::tls::incoming(l, t);
+                        let incoming = crate::net::tls_accept::incoming(l, t);
                         router.serve_with_incoming_shutdown(incoming, stop).await
                     }
                     None => {

@@ -8,9 +8,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::metrics::{self, Counters};
-use super::node::{Node, NodeConfig};
-use super::service::TierService;
+use super::engine::node::Node;
+use super::engine::node_config::NodeConfig;
+use super::observe::metrics::{self, Counters};
+use super::tier_service::TierService;
 use super::{Running, StartError, launch, uplink};
 use grl_config::Scope;
 use grl_core::proto;
@@ -55,7 +56,7 @@ pub fn start(
     }));
     node.start_learning(tokio::time::Instant::now());
     let (tx, rx) = watch::channel(false);
-    let routes = tonic::service::Routes::new(super::service::tier_server(
+    let routes = tonic::service::Routes::new(super::tier_service::tier_server(
         TierService::new(node.clone(), rx.clone(), None)
             .with_children(opts.security.children.clone()),
     ));
@@ -68,12 +69,12 @@ pub fn start(
     let m = metrics.map(|l| {
         let n = node.clone();
         let sec = opts.security.clone();
-        let render: super::admin::Render = Arc::new(move || {
+        let render: crate::net::admin::Render = Arc::new(move || {
             let st = n.status(tokio::time::Instant::now());
             metrics::render(&st, &counters(&n, &sec))
         });
         let n = node.clone();
-        let site = super::admin::Site {
+        let site = crate::net::admin::Site {
             metrics: render,
             status: Arc::new(move |req| n.status_of(tokio::time::Instant::now(), req)),
             auth: opts.security.admin.clone(),

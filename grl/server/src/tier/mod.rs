@@ -1,44 +1,24 @@
-//! The aggregator and controller tiers: a shared [`node::Node`] (children, ratios, parent
-//! state, instructions), the `Tier` and `Control` gRPC services, the uplink to the parent,
-//! config following, the `/metrics` admin server, and their [`Security`]: TLS on the port
-//! ([`tls`]) and who may report or make admin calls ([`auth`]); which of several controllers
-//! leads ([`election`]).
+//! The aggregator and controller tiers. The roles here: [`aggregator`] and [`controller`]
+//! (starting each), the `Tier` and `Control` gRPC services ([`tier_service`],
+//! [`control_service`]), the [`uplink`] to the parent, [`config_follow`]ing, incident
+//! [`overrides`], and which of several controllers leads ([`election`]). They drive the
+//! feedback-loop [`engine`] (a [`Node`]: children, ratios, parent state, instructions) and
+//! are seen through [`observe`] (metrics, status). Their [`Security`] (TLS on the port, who
+//! may report or make admin calls) and admin HTTP serving come from [`crate::net`].
 //!
 //! [`aggregator::start`] and [`controller::start`] bind nothing themselves: they serve on
 //! listeners the caller made (port 0 in tests) and return a [`Running`] handle.
 
-pub mod admin;
-pub mod admin_conn;
-pub mod admission;
 pub mod aggregator;
-pub mod auth;
-pub mod by_index;
-pub mod child;
-pub mod children;
 pub mod config_follow;
-pub mod control;
+pub mod control_service;
 pub mod controller;
-pub mod cred_file;
-pub mod digest;
+mod controller_state;
 pub mod election;
-pub mod hold;
-mod instruct;
-pub mod metrics;
-pub mod node;
+pub mod engine;
+pub mod observe;
 pub mod overrides;
-pub mod owned;
-pub mod packing;
-mod parent;
-pub mod ratios;
-pub mod rules;
-pub mod service;
-mod sources;
-pub mod status;
-mod status_detail;
-pub mod tick_times;
-pub mod tls;
-pub mod tls_accept;
-mod token;
+pub mod tier_service;
 pub mod uplink;
 
 use std::net::SocketAddr;
@@ -47,7 +27,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use node::Node;
+use crate::net::{admin, auth, tls, tls_accept};
+use engine::node::Node;
 
 /// A hash map with a fast non-cryptographic hasher, for the tiers' indexes of names that
 /// are rebuilt every tick (the default SipHash was a sixth of an aggregator's CPU at 5,000
@@ -154,7 +135,7 @@ pub(crate) fn launch(
         let served = match server_tls {
             Some(t) => {
                 builder
-                    .serve_with_incoming(tls::incoming(listener, t))
+                    .serve_with_incoming(tls_accept::incoming(listener, t))
                     .await
             }
             None => {

@@ -14,7 +14,8 @@ use tonic::transport::Channel;
 use tracing::{info, warn};
 
 use super::election;
-use super::node::{Node, Sums};
+use super::engine::leadership;
+use super::engine::node::{Node, Sums};
 use grl_core::backoff::Backoff;
 use grl_core::link::LinkTimeouts;
 use grl_core::proto;
@@ -77,7 +78,7 @@ pub async fn run(
                         None
                     }
                     Err(e) => {
-                        let leader = election::redirect_of(&e);
+                        let leader = leadership::redirect_of(&e);
                         match &leader {
                             Some(l) => info!(parent = %parent, leader = %l, "parent follows: redirected"),
                             None => warn!(parent = %parent, error = %e, "parent unreachable"),

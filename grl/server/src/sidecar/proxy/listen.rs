@@ -23,9 +23,9 @@ use tracing::{debug, warn};
 use super::Proxy;
 use super::caller::{self, CallerError};
 use super::conn::{self, Serving, Timeouts};
+use crate::net::log_limit::RefusalLog;
+use crate::net::tls::ServerTls;
 use crate::sidecar::port_metrics::Closed;
-use crate::tier::admission::RefusalLog;
-use crate::tier::tls::ServerTls;
 
 /// Largest request head accepted, in bytes (Envoy's default is 60 KiB).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;

@@ -54,7 +54,7 @@ use super::envoy::quota::{
 };
 use super::metrics::{Api, SidecarMetrics};
 use super::names;
-use crate::tier::admission::RefusalLog;
+use crate::net::log_limit::RefusalLog;
 
 mod share;
 

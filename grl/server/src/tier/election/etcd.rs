@@ -29,7 +29,8 @@ use tracing::{debug, info, warn};
 
 use std::sync::Arc;
 
-use super::{ElectionError, ElectionStats, Event, Role};
+use super::{ElectionError, ElectionStats, Event};
+use crate::tier::engine::leadership::Leadership;
 
 /// An etcd endpoint's HTTP gateway.
 #[derive(Debug, Clone)]
@@ -241,7 +242,7 @@ impl Etcd {
         key: String,
         ttl: Duration,
         advertise: String,
-        role: watch::Sender<Role>,
+        role: watch::Sender<Leadership>,
         mut shutdown: watch::Receiver<bool>,
         stats: Arc<ElectionStats>,
     ) {
@@ -295,7 +296,7 @@ impl Etcd {
         key: &str,
         lease: Lease,
         advertise: &str,
-        role: &watch::Sender<Role>,
+        role: &watch::Sender<Leadership>,
         stats: &ElectionStats,
     ) {
         let kept = self.keep(lease, stats);

@@ -26,7 +26,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::{ElectionError, ElectionStats, Event, Role};
+use super::{ElectionError, ElectionStats, Event};
+use crate::tier::engine::leadership::Leadership;
 
 const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -100,7 +101,7 @@ struct Observed {
 
 /// What one round found: the role, and when the write that won it was sent.
 struct Outcome {
-    role: Role,
+    role: Leadership,
     sent: Option<Instant>,
 }
 
@@ -271,7 +272,7 @@ impl KubeLease {
                     || seen.changed_at.is_some_and(|t| read_at - t >= ttl);
                 if !expired {
                     return Ok(Outcome {
-                        role: Role {
+                        role: Leadership {
                             leading: false,
                             leader: holder,
                         },
@@ -284,7 +285,7 @@ impl KubeLease {
         };
         Ok(if won {
             Outcome {
-                role: Role {
+                role: Leadership {
                     leading: true,
                     leader: Some(me.to_string()),
                 },
@@ -292,7 +293,7 @@ impl KubeLease {
             }
         } else {
             Outcome {
-                role: Role {
+                role: Leadership {
                     leading: false,
                     leader: holder.filter(|h| h != me),
                 },
@@ -310,7 +311,7 @@ impl KubeLease {
         name: String,
         ttl: Duration,
         advertise: String,
-        role: watch::Sender<Role>,
+        role: watch::Sender<Leadership>,
         mut shutdown: watch::Receiver<bool>,
         stats: Arc<ElectionStats>,
     ) {

@@ -2,8 +2,8 @@
 //! existing engine (etcd's election API: [`etcd`]; or a Kubernetes `Lease`: [`kube`]),
 //! never by the controllers themselves.
 //! The leader serves children; a follower refuses them with the leader's address (see
-//! [`super::service`]) and, when it is elected, learns for one interval before it sends
-//! ratios (see [`super::node::Node::set_role`]).
+//! [`super::tier_service`]) and, when it is elected, learns for one interval before it sends
+//! ratios (see [`super::engine::node::Node::set_role`]).
 
 pub mod etcd;
 pub mod kube;
@@ -16,7 +16,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::node::Node;
+use super::engine::leadership::Leadership;
+use super::engine::node::Node;
 
 /// Why an election could not be set up or a call to its engine failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,43 +31,6 @@ pub enum ElectionError {
     /// The engine took too long to answer: the request may have been carried out.
     #[error("{0}")]
     Unanswered(String),
-}
-
-/// This controller's part in the election.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Role {
-    /// Whether this controller leads.
-    pub leading: bool,
-    /// The leader's advertised address, when known.
-    pub leader: Option<String>,
-}
-
-impl Role {
-    /// The role of a tier without an election: it leads.
-    pub fn sole() -> Self {
-        Self {
-            leading: true,
-            leader: None,
-        }
-    }
-
-    /// A follower of `leader` (unknown: `None`); true if that changed anything.
-    pub fn set_following(&mut self, leader: Option<String>) -> bool {
-        let new = Self {
-            leading: false,
-            leader,
-        };
-        std::mem::replace(self, new.clone()) != new
-    }
-
-    /// The leader, advertising `me`; true if that changed anything.
-    pub fn set_leading(&mut self, me: &str) -> bool {
-        let new = Self {
-            leading: true,
-            leader: Some(me.to_string()),
-        };
-        std::mem::replace(self, new.clone()) != new
-    }
 }
 
 /// Which engine decides.
@@ -212,7 +176,7 @@ pub fn spawn(
     shutdown: watch::Receiver<bool>,
     stats: Arc<ElectionStats>,
 ) -> Result<Vec<JoinHandle<()>>, ElectionError> {
-    let (tx, mut rx) = watch::channel(Role {
+    let (tx, mut rx) = watch::channel(Leadership {
         leading: false,
         leader: None,
     });
@@ -273,31 +237,6 @@ pub fn same_endpoint(a: &str, b: &str) -> bool {
     bare(a) == bare(b)
 }
 
-/// The metadata key on a follower's refusal that carries the leader's address.
-pub const LEADER_HEADER: &str = "grl-leader";
-
-/// A follower's answer to a child: `UNAVAILABLE`, with the leader's address in
-/// [`LEADER_HEADER`] when it is known.
-pub fn not_leader(leader: Option<&str>) -> tonic::Status {
-    let mut st = tonic::Status::unavailable(match leader {
-        Some(l) => format!("not the leader; the leader is {l}"),
-        None => "not the leader; no leader is elected yet".to_string(),
-    });
-    if let Some(v) = leader.and_then(|l| l.parse().ok()) {
-        st.metadata_mut().insert(LEADER_HEADER, v);
-    }
-    st
-}
-
-/// The leader a follower's refusal points at, if any.
-pub fn redirect_of(status: &tonic::Status) -> Option<String> {
-    status
-        .metadata()
-        .get(LEADER_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,18 +280,5 @@ mod tests {
         assert!(same_endpoint("127.0.0.1:7300", "http://127.0.0.1:7300/"));
         assert!(same_endpoint("https://c:1", "c:1"));
         assert!(!same_endpoint("127.0.0.1:7300", "127.0.0.1:7301"));
-    }
-
-    #[test]
-    fn role_changes_are_reported_once() {
-        let mut r = Role {
-            leading: false,
-            leader: None,
-        };
-        assert!(r.set_following(Some("a:1".into())));
-        assert!(!r.set_following(Some("a:1".into())));
-        assert!(r.set_leading("b:1"));
-        assert!(!r.set_leading("b:1"));
-        assert!(r.set_following(None));
     }
 }

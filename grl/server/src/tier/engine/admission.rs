@@ -1,6 +1,7 @@
 //! Which children's reports a tier takes: every row is checked against bounds before it can
 //! move a sum, and each refusal has a reason that is counted (`grl_tier_reports_refused_total
-//! {reason}`) and logged with the peer's address (at most one warning a second: [`RefusalLog`]).
+//! {reason}`) and logged with the peer's address (at most one warning a second:
+//! [`RefusalLog`](crate::net::log_limit::RefusalLog)).
 //!
 //! A fake report once made an aggregator drop all legitimate traffic (`offered=1e9`) or
 //! switch the limit off (`offered=-1e9`, `NaN`). Here a row is refused when a rate is
@@ -142,40 +143,6 @@ impl RefusalCounts {
     }
 }
 
-/// At most one refusal warning per period, so that a hostile child cannot fill the logs: the
-/// counters still count every refusal, and the next warning says how many were not logged.
-#[derive(Debug)]
-pub struct RefusalLog {
-    period: std::time::Duration,
-    last: Option<tokio::time::Instant>,
-    unlogged: u64,
-}
-
-impl RefusalLog {
-    /// A log that lets one warning through per `period`.
-    pub fn new(period: std::time::Duration) -> Self {
-        Self {
-            period,
-            last: None,
-            unlogged: 0,
-        }
-    }
-
-    /// Whether a refusal at `now` is logged; `Some(n)` with the refusals not logged since the
-    /// previous warning, `None` when this one is not logged either.
-    pub fn admit(&mut self, now: tokio::time::Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < self.period)
-        {
-            self.unlogged += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.unlogged))
-    }
-}
-
 /// Checks the parts of a report that refuse it whole: size, names, and a tier's level at a
 /// tier that takes clients only (`takes_tiers` false: an aggregator).
 pub fn check_report(
@@ -303,22 +270,6 @@ mod tests {
             clients: 1,
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn refusal_warnings_are_one_a_period_and_say_how_many_were_not_logged() {
-        let mut log = RefusalLog::new(std::time::Duration::from_secs(1));
-        let t0 = tokio::time::Instant::now();
-        assert_eq!(log.admit(t0), Some(0));
-        for i in 1..=99 {
-            assert_eq!(
-                log.admit(t0 + std::time::Duration::from_millis(i * 10)),
-                None
-            );
-        }
-        assert_eq!(log.admit(t0 + std::time::Duration::from_secs(1)), Some(99));
-        assert_eq!(log.admit(t0 + std::time::Duration::from_millis(1500)), None);
-        assert_eq!(log.admit(t0 + std::time::Duration::from_secs(3)), Some(1));
     }
 
     #[test]

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use super::FastMap;
+use crate::tier::FastMap;
 
-use super::child::SentRatio;
 use super::ratios::Limited;
+use super::ratios::SentRatio;
 use grl_config::{Scope, Snapshot};
 use grl_core::proto;
 use grl_core::wire;

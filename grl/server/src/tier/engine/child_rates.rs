@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use super::FastMap;
 use super::ratios::{self, KeyRef, Rate, Totals};
 use super::rules::{Rules, Slots};
+use crate::tier::FastMap;
 use grl_core::wire;
 
 /// One service of a child (in the order of the child's services), by bucket position.

@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use super::FastMap;
-use super::child::SentRatio;
-use super::owned::Owned;
-use super::parent::{FromParent, Parent};
+use super::parent_state::{FromParent, Parent};
+use super::ratios::SentRatio;
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
+use super::scopes::Owned;
+use crate::tier::FastMap;
 
-/// A tick's ratios of the scopes this tier computes (`owned`), and its offered rate by
+/// A tick's ratios of the scopes this tier computes (`scopes`), and its offered rate by
 /// (service, bucket), from `rows` (the children's rows or their sums).
 pub(super) fn ratios_and_offered<'a>(
     limited: &[ratios::Limited],

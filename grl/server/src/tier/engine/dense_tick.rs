@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::child::{Child, SentRatio};
-use super::node::NodeConfig;
-use super::owned::Owned;
+use super::child::Child;
+use super::node_config::NodeConfig;
+use super::ratios::SentRatio;
 use super::ratios::{self, Computed, RatioKey};
 use super::rules::Rules;
+use super::scopes::Owned;
 use grl_config::Scope;
 use grl_core::proto;
 
@@ -331,8 +332,10 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio::time::Instant;
 
-    use crate::tier::node::{Node, NodeConfig};
-    use crate::tier::rules::Rules;
+    use crate::tier::engine::node::Node;
+
+    use crate::tier::engine::node_config::NodeConfig;
+    use crate::tier::engine::rules::Rules;
 
     /// Three services, each with global, region and zone buckets, one without a limit.
     fn rules() -> Rules {

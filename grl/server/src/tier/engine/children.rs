@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::FastMap;
 use super::admission::{self, Reason, ReportLimits};
 use super::child::{Child, Liveness, Sent, reported, update_in_place};
-use super::digest::{IndexedRates, Summer};
+use super::child_rates::{IndexedRates, Summer};
 use super::ratios::{self, Rate, Totals};
 use super::rules::Rules;
+use crate::tier::FastMap;
 use grl_core::packed::IndexedRow;
 use grl_core::proto;
 

@@ -1,17 +1,19 @@
-//! The state machine shared by aggregators and controllers: a [`Node`], its config and
-//! state; children's reports in; the tier's role (leading, following, learning); the tick
-//! that recomputes the ratios for the scopes this tier owns (by name, or by index, see
-//! `by_index`); and the report up to the parent. What comes from the parent is kept in
-//! `parent`, what instructions are made from in `sources`, and the instructions out to
-//! each child (when something changed, at least once per interval) in `instruct`. Each
-//! instruction gives the child, per bucket, its allowance: its share of the bucket's limit
-//! (scopes owned here) or of this tier's allowance from the parent, by its share of the
-//! offered load (see `ratios` for the fairness and the headroom).
+//! The state machine shared by aggregators and controllers: a [`Node`] and its state (its
+//! config is in `node_config`); children's reports in; the tier's role (leading, following,
+//! learning, see `leadership`); the partition hold in force (see `hold`); the tick that
+//! recomputes the ratios for the scopes this tier computes (by name, or by index, see
+//! `dense_tick`); and the report up to the parent. What comes from the parent is kept in
+//! `parent_state` (taken in by `parent`), what instructions are made from in
+//! `instruct_inputs`, and the instructions out to each child (when something changed, at
+//! least once per interval) in `instruct`. Each instruction gives the child, per bucket, its
+//! allowance: its share of the bucket's limit (scopes owned here) or of this tier's
+//! allowance from the parent, by its share of the offered load (see `ratios` for the
+//! fairness and the headroom).
 //!
 //! An urgent report (a child's rate jumped) wakes the tick at once (coalesced with the
 //! other urgent reports of the same few milliseconds) and, below the top, an upward report.
 
-pub use super::tick_times::TickTimes;
+pub use crate::tier::observe::tick_times::TickTimes;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,59 +25,23 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::admission::{self, Reason, RefusalCounts, ReportLimits};
-use super::by_index::IndexedSums;
 use super::child::Child;
 use super::children::Children;
-use super::election::{self, Role};
-use super::instruct::Round;
-use super::owned::Owned;
+use super::dense_tick::IndexedSums;
+use super::instruct_inputs::ratios_and_offered;
+use super::leadership::{self, Leadership};
+use super::node_config::NodeConfig;
 use super::packing;
-use super::parent::Parent;
+use super::parent_state::Parent;
 use super::ratios::{self, Computed, RatioKey, Totals};
 use super::rules::Rules;
-use super::sources::ratios_and_offered;
-use grl_config::Scope;
+use super::scopes::Owned;
+use crate::net::log_limit::RefusalLog;
 use grl_core::packed::IndexedRow;
 use grl_core::proto;
 
-pub use super::instruct::REINSTRUCT_AFTER;
-
 /// How a tier reaches one child: the sending half of its instruction stream.
 pub type Link = mpsc::Sender<Result<proto::Instruction, tonic::Status>>;
-
-/// What kind of tier a node is.
-#[derive(Debug, Clone)]
-pub struct NodeConfig {
-    /// Zone (aggregators), Region (controllers with a parent) or Global.
-    pub level: proto::Level,
-    /// This tier's id when reporting to its parent.
-    pub id: String,
-    /// Zone ("" above zones).
-    pub zone: String,
-    /// Region ("" for a global controller that serves several regions).
-    pub region: String,
-    /// Reporting interval.
-    pub interval: Duration,
-    /// Scopes whose ratios this tier computes; the others come from the parent.
-    pub scopes: Vec<Scope>,
-    /// Whether this tier reports to a parent.
-    pub has_parent: bool,
-    /// Ratios computed here are valid this many intervals.
-    pub validity_intervals: u32,
-}
-
-impl NodeConfig {
-    /// How long a ratio computed here stays valid.
-    pub fn validity(&self) -> Duration {
-        self.interval * self.validity_intervals
-    }
-
-    /// The longest time a client counts a reported rate over, in seconds (the horizon of
-    /// [`ratios::noise_margin`](super::ratios::noise_margin)).
-    pub fn rate_horizon_secs(&self) -> f64 {
-        grl_core::wire::rate_horizon(self.interval).as_secs_f64()
-    }
-}
 
 /// The mutable state of a node.
 #[derive(Debug)]
@@ -99,9 +65,9 @@ pub(crate) struct State {
     pub upward: Totals,
     pub seq: u64,
     pub limits: ReportLimits,
-    pub refusal_log: admission::RefusalLog,
+    pub refusal_log: RefusalLog,
     /// Whether this tier leads (always, without an election) and who does.
-    pub role: Role,
+    pub role: Leadership,
     /// A tier that just started, or a newly elected leader, sends nothing to its children
     /// before this (it learns), and tells its parent its sums are partial.
     pub learn_until: Option<Instant>,
@@ -152,6 +118,16 @@ pub enum Sums {
     LastTick,
 }
 
+/// Which children a round of instructions looks at.
+pub(super) enum Round<'a> {
+    /// The one with this id (it just reported for the first time).
+    Child(&'a str),
+    /// Every child (a tick).
+    All,
+    /// Those that heard nothing for [`REINSTRUCT_AFTER`](super::instruct::REINSTRUCT_AFTER) of an interval.
+    Due,
+}
+
 impl Node {
     /// A node with no children and no config.
     pub fn new(cfg: NodeConfig) -> Self {
@@ -168,8 +144,8 @@ impl Node {
             upward: Totals::new(),
             seq: 0,
             limits: ReportLimits::default(),
-            refusal_log: admission::RefusalLog::new(std::time::Duration::from_secs(1)),
-            role: Role::sole(),
+            refusal_log: RefusalLog::new(std::time::Duration::from_secs(1)),
+            role: Leadership::sole(),
             learn_until: None,
             learn_cap: None,
             hold: super::hold::DEFAULT_PARTITION_HOLD,
@@ -261,7 +237,7 @@ impl Node {
         let (rules, limits) = {
             let s = self.lock();
             if !s.role.leading {
-                let _ = link.try_send(Err(election::not_leader(s.role.leader.as_deref())));
+                let _ = link.try_send(Err(leadership::not_leader(s.role.leader.as_deref())));
                 return Ok(());
             }
             (s.rules.clone(), s.limits)
@@ -372,7 +348,7 @@ impl Node {
     }
 
     /// Whether this tier leads (always true without an election), and who leads.
-    pub fn role(&self) -> Role {
+    pub fn role(&self) -> Leadership {
         self.lock().role.clone()
     }
 
@@ -380,7 +356,7 @@ impl Node {
     /// before instructing anyone (ratios computed from a partial picture would over- or
     /// under-drop). Deposed: every child's stream ends with a redirect to the new leader,
     /// and the children's state is dropped.
-    pub fn set_role(&self, role: Role, now: Instant) {
+    pub fn set_role(&self, role: Leadership, now: Instant) {
         let mut s = self.lock();
         if s.role == role {
             return;
@@ -393,7 +369,7 @@ impl Node {
             }
             (true, false) => {
                 warn!(leader = ?role.leader, "following: children redirected");
-                let refusal = election::not_leader(role.leader.as_deref());
+                let refusal = leadership::not_leader(role.leader.as_deref());
                 for c in s.children.iter_mut() {
                     let _ = c.link.try_send(Err(refusal.clone()));
                 }
@@ -406,6 +382,19 @@ impl Node {
             _ => info!(leader = ?role.leader, "leader changed"),
         }
         s.role = role;
+    }
+
+    /// Sets how long this tier keeps a silent child's last rates in its sums and applies a
+    /// silent parent's last ratios (see the module doc).
+    pub fn set_partition_hold(&self, hold: Duration) {
+        let mut s = self.lock();
+        s.hold = hold;
+        s.children.set_hold(hold);
+    }
+
+    /// The partition hold in force.
+    pub fn partition_hold(&self) -> Duration {
+        self.lock().hold
     }
 
     /// Drops all children (their streams end): used at shutdown.
@@ -504,10 +493,11 @@ impl Node {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use grl_config::Scope;
 
     /// A role: leading or not, with the leader's address.
-    fn role(leading: bool, leader: &str) -> Role {
-        Role {
+    fn role(leading: bool, leader: &str) -> Leadership {
+        Leadership {
             leading,
             leader: Some(leader.into()),
         }
@@ -566,7 +556,7 @@ pub(super) mod tests {
         node.on_report(1, link, &report(), None, now).unwrap();
         let refusal = rx.try_recv().unwrap().unwrap_err();
         assert_eq!(
-            election::redirect_of(&refusal).as_deref(),
+            leadership::redirect_of(&refusal).as_deref(),
             Some("10.0.0.2:7300")
         );
         assert!(
@@ -586,7 +576,7 @@ pub(super) mod tests {
         let refusal = rx.try_recv().unwrap().unwrap_err();
         assert_eq!(refusal.code(), tonic::Code::Unavailable);
         assert_eq!(
-            election::redirect_of(&refusal).as_deref(),
+            leadership::redirect_of(&refusal).as_deref(),
             Some("10.0.0.2:7300")
         );
         assert!(node.status(now).children.is_empty(), "children kept");

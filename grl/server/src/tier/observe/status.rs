@@ -4,9 +4,9 @@
 
 use tokio::time::Instant;
 
-use super::FastMap;
-use super::node::Node;
 use super::status_detail::Detail;
+use crate::tier::FastMap;
+use crate::tier::engine::node::Node;
 use grl_core::config::Role;
 use grl_core::proto;
 

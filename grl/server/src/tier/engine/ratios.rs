@@ -33,7 +33,7 @@
 
 use std::collections::BTreeMap;
 
-use super::FastMap;
+use crate::tier::FastMap;
 
 use grl_config::Scope;
 use grl_core::proto;
@@ -339,6 +339,27 @@ pub fn changed(old: f64, new: f64) -> bool {
     }
     let (a, b) = (1.0 - old, 1.0 - new);
     (a - b).abs() > 0.02 * a.max(1e-3)
+}
+
+/// One ratio a child was sent: which bucket (a hash of service and bucket name, so that
+/// comparing with the next round allocates nothing), the ratio and the allowance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SentRatio {
+    /// Hash of (service, bucket), see [`SentRatio::key_of`].
+    pub key: u64,
+    /// The drop ratio sent.
+    pub ratio: f64,
+    /// The allowance sent.
+    pub allowed: Option<f64>,
+}
+
+impl SentRatio {
+    /// The key of a (service, bucket) pair (foldhash with a fixed seed: stable within the
+    /// process, cheap).
+    pub fn key_of(service: &str, bucket: &str) -> u64 {
+        use std::hash::BuildHasher;
+        foldhash::fast::FixedState::with_seed(0x6772_6c5f_7365_6e74).hash_one((service, bucket))
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 use super::cred_file::{self, Stamp, stamp};
-pub use super::tls_accept::{TlsConn, incoming};
 
 /// How many connections, and handshakes in progress, a TLS port holds at most, and how
 /// long a handshake may take.

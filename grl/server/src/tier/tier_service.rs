@@ -11,8 +11,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
-use super::auth::ChildAuth;
-use super::node::Node;
+use super::engine::node::Node;
+use crate::net::auth::ChildAuth;
 use grl_core::proto;
 
 /// Adds extra fields (e.g. overrides) to a status answer.
@@ -72,7 +72,9 @@ impl proto::tier_server::Tier for TierService {
         self.children.check(&req)?;
         let role = self.node.role();
         if !role.leading {
-            return Err(super::election::not_leader(role.leader.as_deref()));
+            return Err(super::engine::leadership::not_leader(
+                role.leader.as_deref(),
+            ));
         }
         let peer = req.remote_addr();
         let mut inbound = req.into_inner();

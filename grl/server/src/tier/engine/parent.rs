@@ -1,50 +1,20 @@
-//! What a tier keeps from its parent: per bucket, the parent's ratio and this tier's
-//! allowance with their expiry (at least the partition hold, see `hold`); whether the
-//! stream to the parent is up; how long the latest instruction holds (past it, the
-//! children fail open); and a new instruction taken in and passed down.
+//! An instruction from the parent taken in: its ratios and allowances kept with their
+//! expiry (at least the partition hold, see `hold`) in the node's
+//! [`Parent`](super::parent_state::Parent) state, its config taken, and the news passed
+//! down; whether the stream to the parent is up; and whether the children fail open because
+//! the parent's latest instruction expired.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::warn;
 
 use super::hold::held_for;
-use super::instruct::Round;
-use super::node::Node;
+use super::node::{Node, Round};
 use super::packing;
+use super::parent_state::FromParent;
 use super::rules::Rules;
 use grl_core::proto;
-
-/// One bucket's instruction from the parent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FromParent {
-    /// The drop ratio.
-    pub ratio: f64,
-    /// When it stops being valid.
-    pub expires: Instant,
-    /// This tier's allowance, when the parent gave one (valid as long as the ratio).
-    pub allowed: Option<f64>,
-}
-
-/// What came from the parent.
-#[derive(Debug, Default)]
-pub(crate) struct Parent {
-    /// Ratios and allowances by (service, bucket).
-    pub ratios: BTreeMap<(String, String), FromParent>,
-    /// Whether the stream to the parent is up.
-    pub connected: bool,
-    /// When the parent's latest instruction stops being valid.
-    pub valid_until: Option<Instant>,
-    /// The wire version the parent speaks (from its instructions).
-    pub wire_version: u32,
-    /// The config version of the parent's latest instruction: rows go up packed only
-    /// when this tier holds the same version (a tier following its own config may not).
-    pub config_version: String,
-    /// Whether the parent's latest instruction said this tier's zone is shared with other
-    /// aggregators (see [`super::owned`]).
-    pub zone_shared: bool,
-}
 
 impl Node {
     /// An instruction from the parent arrived: keep its ratios with their expiry, take its
@@ -110,8 +80,9 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::node::tests::controller;
-    use crate::tier::node::{NodeConfig, Sums};
+    use crate::tier::engine::node::Sums;
+    use crate::tier::engine::node::tests::controller;
+    use crate::tier::engine::node_config::NodeConfig;
     use grl_config::Scope;
     use tokio::sync::mpsc;
 

@@ -17,29 +17,12 @@
 
 use std::time::Duration;
 
-use super::node::Node;
-
 /// The default hold: 90 s. The hold runs from the last frame heard, and after a partition
 /// heals a tier needs a few intervals to reconnect and be heard: a partition of a minute
 /// (a controller failover, a network flap, a reroute) is ridden out with room to spare (at
 /// 60 s, a minute's cut let go of the zone in the second of the heal: 1.21x the limit
 /// there). Longer holds keep a zone that is really gone reserved longer.
 pub const DEFAULT_PARTITION_HOLD: Duration = Duration::from_secs(90);
-
-impl Node {
-    /// Sets how long this tier keeps a silent child's last rates in its sums and applies a
-    /// silent parent's last ratios (see the module doc).
-    pub fn set_partition_hold(&self, hold: Duration) {
-        let mut s = self.lock();
-        s.hold = hold;
-        s.children.set_hold(hold);
-    }
-
-    /// The partition hold in force.
-    pub fn partition_hold(&self) -> Duration {
-        self.lock().hold
-    }
-}
 
 /// How long an instruction valid for `valid` is applied when nothing follows it: its
 /// validity, or the hold if that is longer.
@@ -54,11 +37,11 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio::time::Instant;
 
-    use super::*;
-    use crate::tier::node::tests::controller;
-    use crate::tier::node::{Link, NodeConfig, Sums};
-    use crate::tier::packing;
-    use crate::tier::rules::Rules;
+    use crate::tier::engine::node::tests::controller;
+    use crate::tier::engine::node::{Link, Node, Sums};
+    use crate::tier::engine::node_config::NodeConfig;
+    use crate::tier::engine::packing;
+    use crate::tier::engine::rules::Rules;
     use grl_config::Scope;
     use grl_core::proto;
 

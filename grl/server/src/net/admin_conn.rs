@@ -13,7 +13,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::tls::{ServerTls, TlsConn, incoming};
+use super::tls::ServerTls;
+use super::tls_accept::{TlsConn, incoming};
 
 /// The peer of one admin HTTP connection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::admission;
-use super::digest::{Digest, IndexedRates, Reported};
-use super::ratios::{self, Rate, Totals};
+use super::child_rates::{Digest, IndexedRates, Reported};
+use super::ratios::{self, Rate, SentRatio, Totals};
 use super::rules::Rules;
 use grl_config::Scope;
 use grl_core::proto;
@@ -51,27 +51,6 @@ pub struct Sent {
     pub ratios: Vec<SentRatio>,
     /// When the last instruction went out.
     pub at: Option<Instant>,
-}
-
-/// One ratio a child was sent: which bucket (a hash of service and bucket name, so that
-/// comparing with the next round allocates nothing), the ratio and the allowance.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SentRatio {
-    /// Hash of (service, bucket), see [`SentRatio::key_of`].
-    pub key: u64,
-    /// The drop ratio sent.
-    pub ratio: f64,
-    /// The allowance sent.
-    pub allowed: Option<f64>,
-}
-
-impl SentRatio {
-    /// The key of a (service, bucket) pair (foldhash with a fixed seed: stable within the
-    /// process, cheap).
-    pub fn key_of(service: &str, bucket: &str) -> u64 {
-        use std::hash::BuildHasher;
-        foldhash::fast::FixedState::with_seed(0x6772_6c5f_7365_6e74).hash_one((service, bucket))
-    }
 }
 
 /// One child and its latest report.

@@ -325,8 +325,8 @@ mod tests {
         (d, AdminAuth::new(vec![], Some(p)).unwrap())
     }
 
-    fn http_peer(names: &[&str], tls: bool) -> crate::tier::admin_conn::HttpPeer {
-        crate::tier::admin_conn::HttpPeer {
+    fn http_peer(names: &[&str], tls: bool) -> crate::net::admin_conn::HttpPeer {
+        crate::net::admin_conn::HttpPeer {
             addr: "127.0.0.1:1".parse().unwrap(),
             names: names.iter().map(ToString::to_string).collect(),
             tls,

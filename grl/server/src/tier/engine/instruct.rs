@@ -1,9 +1,9 @@
-//! Instructions out to the children: which children a round looks at, when a quiet child
-//! hears again, and, per child, its buckets' ratios and allowances — made by index where
+//! Instructions out to the children: which children a round looks at (a `Round`), when a
+//! quiet child hears again, and, per child, its buckets' ratios and allowances — made by index where
 //! the tick was worked so ([`IndexedSums::packed_for`]), else by name ([`ratios_for`]) —
 //! sent when its config is out of date, they changed, or it heard nothing for a while.
 //!
-//! [`IndexedSums::packed_for`]: super::by_index::IndexedSums::packed_for
+//! [`IndexedSums::packed_for`]: super::dense_tick::IndexedSums::packed_for
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,22 +12,24 @@ use prost::Message;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::FastMap;
-use super::by_index::PackedForChild;
-use super::child::{Child, SentRatio};
-use super::node::{Bytes, Link, Node, NodeConfig, State};
-use super::owned::Owned;
+use super::child::Child;
+use super::dense_tick::PackedForChild;
+use super::instruct_inputs::Sources;
+use super::node::{Bytes, Link, Node, Round, State};
+use super::node_config::NodeConfig;
 use super::packing::{self, OutRatio};
 use super::ratios;
+use super::ratios::SentRatio;
 use super::rules::Rules;
-use super::sources::Sources;
+use super::scopes::Owned;
+use crate::tier::FastMap;
 use grl_config::Scope;
 use grl_core::proto;
 use grl_core::wire;
 
 impl Node {
     /// Re-instructs, from this tier's last computed ratios, only the children that heard
-    /// nothing for [`REINSTRUCT_AFTER`] of an interval. Run between ticks, so that a quiet
+    /// nothing for `REINSTRUCT_AFTER` of an interval. Run between ticks, so that a quiet
     /// child's gap stays under an interval without a full tick's recomputation.
     pub fn instruct_due(&self, now: Instant) {
         let mut s = self.lock();
@@ -137,23 +139,13 @@ fn children_per_service<'a, L: 'a>(
     n
 }
 
-/// Which children a round of instructions looks at.
-pub(super) enum Round<'a> {
-    /// The one with this id (it just reported for the first time).
-    Child(&'a str),
-    /// Every child (a tick).
-    All,
-    /// Those that heard nothing for [`REINSTRUCT_AFTER`] of an interval.
-    Due,
-}
-
 /// The part of an interval after which a child is instructed again even if nothing
 /// changed, so that its ratios never expire while the tier is up and every child hears
 /// within an interval. The tiers look every eighth of an interval, so a quiet child hears
 /// again after 0.75 of an interval: a quarter of an interval is left for a busy tier's
 /// late rounds and for delivery (with 0.875, 5,000 children on 2 shared cores heard after
 /// up to 1.1 intervals).
-pub const REINSTRUCT_AFTER: f64 = 0.7;
+pub(crate) const REINSTRUCT_AFTER: f64 = 0.7;
 
 /// Whether `c` heard nothing for [`REINSTRUCT_AFTER`] of an interval.
 fn reinstruct_due(cfg: &NodeConfig, c: &Child<Link>, now: Instant) -> bool {
@@ -253,7 +245,7 @@ fn instruct(
 
 /// What a round made for one child: its ratios by name (turned into the wire form only
 /// when an instruction goes out), or by index, already packed (see
-/// [`IndexedSums::packed_for`](super::by_index::IndexedSums::packed_for)).
+/// [`IndexedSums::packed_for`](super::dense_tick::IndexedSums::packed_for)).
 pub(crate) enum Made<'a, 'b> {
     /// By name.
     Named(&'b [ChildRatio<'a>]),
@@ -374,7 +366,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::*;
-    use crate::tier::node::tests::{controller, report};
+    use crate::tier::engine::node::tests::{controller, report};
 
     #[tokio::test]
     async fn a_quiet_child_is_re_instructed_between_ticks_before_an_interval() {

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::FastMap;
-use super::child::Liveness;
-use super::children::Children;
-use super::rules::Rules;
+use crate::tier::FastMap;
+use crate::tier::engine::child::Liveness;
+use crate::tier::engine::children::Children;
+use crate::tier::engine::rules::Rules;
 use grl_core::proto;
 
 /// How many zones a bucket's status lists ([`proto::BucketStatus::top_zones`]).

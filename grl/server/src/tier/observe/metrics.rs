@@ -8,8 +8,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-use super::admission::Reason;
 use super::tick_times::TickDurations;
+use crate::tier::engine::admission::Reason;
 use grl_config::Scope;
 use grl_core::proto;
 use grl_core::wire;
@@ -134,9 +134,9 @@ pub struct Counters {
     /// Refused reports and rows, in the order of [`Reason::ALL`].
     pub reports_refused: [u64; Reason::ALL.len()],
     /// TLS counters and connection gauges (`None` without TLS).
-    pub tls: Option<crate::tier::tls::TlsSnapshot>,
+    pub tls: Option<crate::net::tls::TlsSnapshot>,
     /// The same of the admin HTTP port (`None` without `--metrics-tls`).
-    pub admin_http_tls: Option<crate::tier::tls::TlsSnapshot>,
+    pub admin_http_tls: Option<crate::net::tls::TlsSnapshot>,
     /// Refused child streams by reason.
     pub child_refused: Vec<(&'static str, u64)>,
     /// Refused admin calls by reason (rendered on controllers only).
@@ -152,7 +152,7 @@ fn tls_port(
     reg: &mut Registry,
     (events, connections): (&str, &str),
     port: &str,
-    t: crate::tier::tls::TlsSnapshot,
+    t: crate::net::tls::TlsSnapshot,
 ) {
     by_label(
         reg,

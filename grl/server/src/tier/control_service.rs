@@ -1,5 +1,5 @@
 //! The `Control` gRPC service of a controller: `ApplyConfig` and incident overrides. The
-//! admin calls (apply, set, clear) pass [`super::auth::AdminAuth`] first and are logged with
+//! admin calls (apply, set, clear) pass [`crate::net::auth::AdminAuth`] first and are logged with
 //! the caller's address and who they are (certificate name or token); an override records
 //! that principal as its `who`. Errors become gRPC codes here, in one place.
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use super::controller::{Controller, now_unix};
+use super::controller_state::{Controller, now_unix};
 use grl_config as config;
 use grl_core::proto;
 
