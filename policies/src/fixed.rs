@@ -2,8 +2,8 @@
 //! finite, greater than zero). Reads no history.
 
 use crate::params::{Params, SpecError};
+use crate::policy::FromSpec;
 use crate::policy::{Context, Policy, Recommendation, Refusal};
-use crate::registry::FromSpec;
 use crate::series::Series;
 use std::time::Duration;
 

@@ -5,8 +5,8 @@
 
 use crate::duration;
 use crate::params::{Params, SpecError};
+use crate::policy::FromSpec;
 use crate::policy::{Context, Policy, Recommendation, Refusal};
-use crate::registry::FromSpec;
 use crate::series::Series;
 use std::time::Duration;
 

@@ -53,6 +53,7 @@ pub mod trend;
 
 pub use backtest::{BacktestConfig, BacktestReport, backtest};
 pub use params::{Params, SpecError};
+pub use policy::FromSpec;
 pub use policy::{Context, Policy, Recommendation, Refusal};
-pub use registry::{FromSpec, KINDS, from_spec};
+pub use registry::{KINDS, from_spec};
 pub use series::{Point, Series, SeriesError};

@@ -23,8 +23,8 @@
 
 use crate::duration;
 use crate::params::{Params, SpecError};
+use crate::policy::FromSpec;
 use crate::policy::{Context, Policy, Recommendation, Refusal};
-use crate::registry::FromSpec;
 use crate::series::{Series, quantile_in_place};
 use crate::trend;
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! The [`Policy`] trait every limit policy implements, and what it takes and returns.
 
+use crate::params::{Params, SpecError};
 use crate::series::Series;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -76,4 +77,13 @@ pub trait Policy: Send + Sync + std::fmt::Debug {
     /// Computes a limit from `history` (points before `ctx.now`; extra points outside
     /// `[now - window, now)` are ignored), or refuses with a reason.
     fn recommend(&self, history: &Series, ctx: &Context) -> Result<Recommendation, Refusal>;
+}
+
+/// A policy type that can be built from spec parameters.
+pub trait FromSpec: Policy + Sized + 'static {
+    /// The `kind` name in specs.
+    const KIND: &'static str;
+    /// Reads and validates the parameters (unknown ones are rejected by
+    /// [`registry`](crate::registry)).
+    fn from_params(params: &Params<'_>) -> Result<Self, SpecError>;
 }

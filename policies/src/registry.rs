@@ -3,20 +3,12 @@
 
 use crate::params::Params;
 pub use crate::params::SpecError;
-use crate::policy::Policy;
+use crate::policy::{FromSpec, Policy};
 use crate::{
     auto::Auto, fixed::Fixed, forecast::Forecast, historical_peak::HistoricalPeak,
     peak_trend::PeakTrend,
 };
 use serde_json::{Map, Value};
-
-/// A policy type that can be built from spec parameters.
-pub trait FromSpec: Policy + Sized + 'static {
-    /// The `kind` name in specs.
-    const KIND: &'static str;
-    /// Reads and validates the parameters (unknown ones are rejected by the registry).
-    fn from_params(params: &Params<'_>) -> Result<Self, SpecError>;
-}
 
 /// One registered kind.
 struct Entry {

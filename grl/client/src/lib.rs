@@ -52,25 +52,16 @@
 //! assert_eq!(client.decide("gateway", "pay.Pay/Card"), Decision::Allow);
 //! ```
 
-mod apply;
 mod buckets;
-mod budget;
 mod control;
 mod error;
-mod indexed;
 pub mod layer;
 mod local;
 mod metrics;
 mod pair_key;
-mod recorded;
-mod refusal;
-mod report;
-mod shape;
 #[cfg(test)]
 mod sim;
-mod stream;
 mod table;
-mod window;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,12 +72,12 @@ use arc_swap::ArcSwap;
 
 use grl_core::proto;
 
+pub use buckets::refusal::{Explained, GRL_BUCKET, RATELIMIT_POLICY, RefusingBucket};
 pub use error::ClientError;
 pub use metrics::{
     CLIENT_CONFIG_INFO, CLIENT_CONNECTED, CLIENT_DROP_RATIO, CLIENT_FAIL_OPEN,
     CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
 };
-pub use refusal::{Explained, GRL_BUCKET, RATELIMIT_POLICY, RefusingBucket};
 
 use buckets::{BucketCell, Resolver};
 use control::Control;
@@ -268,7 +259,7 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A client with no config (everything allowed) and no connection; does no I/O.
     pub fn new(cfg: ClientConfig) -> Client {
-        let control = Control::new(stream::window_of(&cfg), cfg.interval);
+        let control = Control::new(control::stream::window_of(&cfg), cfg.interval);
         let resolver = ArcSwap::from_pointee(control.empty_resolver());
         Client {
             inner: Arc::new(Inner {
@@ -559,7 +550,7 @@ impl Client {
     /// applies instructions, expires ratios, reconnects with jittered backoff. It runs until
     /// aborted.
     pub fn spawn(&self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(stream::run(self.inner.clone()))
+        tokio::spawn(control::stream::run(self.inner.clone()))
     }
 
     /// Appends the Prometheus text exposition of this client's metrics to `out`.

@@ -13,9 +13,9 @@ use grl_core::metric_names::{
     DECISION_ALLOWED, DECISION_DROPPED, DECISION_SHADOW_DROPPED, OVERFLOW_LABEL, REQUESTS_TOTAL,
 };
 
-use super::Inner;
-use super::buckets::UNMATCHED;
-use super::table::PairTable;
+use crate::Inner;
+use crate::buckets::UNMATCHED;
+use crate::table::PairTable;
 
 /// Gauge: 1 while the client holds no valid instruction and lets everything through.
 pub const CLIENT_FAIL_OPEN: &str = "grl_client_fail_open";

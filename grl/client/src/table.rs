@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 
 use crossbeam_utils::CachePadded;
 
-use super::Decision;
-use super::local;
-use super::pair_key::{PairKey, PairKeyer};
+use crate::Decision;
+use crate::local;
+use crate::pair_key::{PairKey, PairKeyer};
 
 /// Counter index of each decision; equal to `Decision as usize`.
 pub(crate) const DECISIONS: usize = 3;

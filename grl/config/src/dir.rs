@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 
 use crate::ConfigError;
 use crate::bounds;
-use crate::load::is_yaml;
 
 /// Why a link is refused.
 const OUTSIDE: &str = "is a symbolic link that leads out of the config directory (config \
@@ -128,4 +127,12 @@ fn same_file(file: &fs::File, checked: &fs::Metadata) -> Result<(), String> {
 #[cfg(not(unix))]
 fn same_file(_: &fs::File, _: &fs::Metadata) -> Result<(), String> {
     Ok(())
+}
+
+/// Whether `path` names a YAML file (`.yaml` or `.yml`): the only files a config holds.
+pub(crate) fn is_yaml(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    )
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use policies::guard_settings::GuardSettings;
 
 use crate::bounds;
-use crate::dir::read_config_files;
+use crate::dir::{is_yaml, read_config_files};
 use crate::raw::{LimitsFile, ServiceFile};
 use crate::yaml::{self, LineIndex};
 use crate::{
@@ -21,13 +21,6 @@ pub fn load_dir(root: &Path, version: Option<&str>) -> Result<Snapshot, ConfigEr
     let files = read_config_files(root).map_err(|e| ConfigErrors(vec![e]))?;
     let version = version.map_or_else(|| content_version(&files), str::to_string);
     from_files(&version, files)
-}
-
-pub(crate) fn is_yaml(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    )
 }
 
 /// A stable version string for a set of files (FNV-1a over paths and contents).

@@ -57,8 +57,8 @@ pub use score::Score;
 
 use crate::duration;
 use crate::params::{Params, SpecError};
+use crate::policy::FromSpec;
 use crate::policy::{Context, Policy, Recommendation, Refusal};
-use crate::registry::FromSpec;
 use crate::series::Series;
 use candidates::{Candidate, candidates};
 use score::{Origins, score_all};

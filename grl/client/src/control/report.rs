@@ -9,16 +9,16 @@
 //! the tiers share by rates and ignore them, and a row by index carries rates alone).
 //! Whether rows go by name or by bucket index is decided in `indexed`.
 //!
-//! [`Shape::report_rates`]: crate::shape::Shape::report_rates
+//! [`Shape::report_rates`]: crate::control::shape::Shape::report_rates
 
 use std::sync::atomic::Ordering;
 
 use grl_core::proto;
 
-use super::buckets::UNMATCHED;
-use super::control::{Book, Control};
-use super::table::DECISIONS;
-use super::{Decision, Inner};
+use crate::buckets::UNMATCHED;
+use crate::control::{Book, Control};
+use crate::table::DECISIONS;
+use crate::{Decision, Inner};
 
 impl Inner {
     /// The report of the interval that ends now.
@@ -46,7 +46,7 @@ impl Inner {
 
     /// The length of a window in seconds.
     pub(crate) fn window_secs(&self) -> f64 {
-        super::stream::window_of(&self.cfg).as_secs_f64()
+        crate::control::stream::window_of(&self.cfg).as_secs_f64()
     }
 
     /// The number of windows in one interval (at least one).

@@ -3,8 +3,8 @@
 //! [`Budget`], rewrites the bucket's threshold from what the budget holds, and sends an
 //! urgent report when the shape changed for real.
 //!
-//! [`Shape`]: crate::shape::Shape
-//! [`Budget`]: crate::budget::Budget
+//! [`Shape`]: crate::control::shape::Shape
+//! [`Budget`]: crate::control::budget::Budget
 
 use std::sync::atomic::Ordering;
 
@@ -12,18 +12,18 @@ use tokio::time::Instant;
 
 use grl_core::proto;
 
-use super::buckets::threshold;
-use super::budget::Budget;
-use super::control::Control;
-use super::shape::Change;
-use super::table::DECISIONS;
-use super::{Decision, Inner};
+use crate::buckets::threshold;
+use crate::control::Control;
+use crate::control::budget::Budget;
+use crate::control::shape::Change;
+use crate::table::DECISIONS;
+use crate::{Decision, Inner};
 
 impl Inner {
     /// Ends a window at `now`: counts each active bucket's window into its shape and
     /// budget, recomputes the threshold of every bucket that has an allowance, and returns
     /// an urgent report (every bucket's rows) when a bucket's rate rose or fell for real
-    /// (see [`Shape::push`](crate::shape::Shape::push)).
+    /// (see [`Shape::push`](crate::control::shape::Shape::push)).
     pub(crate) fn window(&self, now: Instant) -> Option<proto::Report> {
         let mut c = self.lock();
         self.collect(&mut c);

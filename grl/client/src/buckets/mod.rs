@@ -1,5 +1,6 @@
 //! Buckets as the client sees them: one cell per bucket name, and the resolver that maps a
-//! (caller, procedure) pair to a cell.
+//! (caller, procedure) pair to a cell; which bucket refused a request, and the headers
+//! that say so, in `refusal`.
 //!
 //! A [`BucketCell`] is created the first time a config names a bucket and is kept for the
 //! life of the client (cell ids are stable, so a pair can hold its cell id in an
@@ -7,6 +8,8 @@
 //! "matched no bucket" and is never limited. The [`Resolver`] is an immutable snapshot of
 //! one config version (matcher + cell ids) behind an `ArcSwap`; only the slow path (a pair
 //! seen for the first time, or overflow) loads it.
+
+pub(crate) mod refusal;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,8 +20,8 @@ use grl_core::metric_names::UNMATCHED_BUCKET;
 use grl_core::proto;
 use grl_core::wire::{InvalidEnum, match_rule, mode_from_wire};
 
-use super::refusal::RefusingBucket;
-use super::table::DECISIONS;
+use crate::buckets::refusal::RefusingBucket;
+use crate::table::DECISIONS;
 
 /// The cell id of "no bucket".
 pub(crate) const UNMATCHED: u32 = 0;

@@ -26,7 +26,7 @@ use grl_core::link::LinkTimeouts;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 
-use super::{ClientError, Inner};
+use crate::{ClientError, Inner};
 
 const BACKOFF_CAP: Duration = Duration::from_secs(2);
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Inner;
-use super::buckets::BucketCell;
-use super::control::Control;
+use crate::Inner;
+use crate::buckets::BucketCell;
+use crate::control::Control;
 
 /// The recorded usage of one bucket.
 #[derive(Debug, Default, Clone)]
@@ -111,7 +111,7 @@ impl Inner {
             .load(Ordering::Relaxed)
             .then(|| match (b.allowed, b.expires) {
                 (Some(a), Some(t)) if now < t => {
-                    super::control::local_ratio(b.recorded.share(a, own), b.recorded.rate)
+                    crate::control::local_ratio(b.recorded.share(a, own), b.recorded.rate)
                 }
                 _ => cell.ratio(),
             });

@@ -1,10 +1,23 @@
-//! The control-plane state of the client: the books of every bucket (counts, allowance,
-//! expiry, traffic shape, budget), expiring ratios (fail-open) and folding the pairs'
-//! counters into per-bucket totals. Applying instructions and configs is in `apply`.
+//! The client's control plane: everything but the per-request decision. This module holds
+//! its state, the books of every bucket (counts, allowance, expiry, traffic shape, budget),
+//! expiring ratios (fail-open) and folding the pairs' counters into per-bucket totals; its
+//! children do the rest: the stream to the aggregator (`stream`), each 50 ms window
+//! (`window`: shape, budget, thresholds), what goes up (`report`, and by bucket index in
+//! `indexed`), applying instructions and configs (`apply`), the traffic shape's estimates
+//! (`shape`), the budget (`budget`) and usage recorded for a data plane that enforces by
+//! itself (`recorded`).
 //!
 //! Everything here runs on the background task (or a test driving it) under one lock that
-//! the hot path never takes. The hot path only reads the thresholds written here; how they
-//! follow the load between instructions is in `window`, what goes up in `report`.
+//! the hot path never takes. The hot path only reads the thresholds written here.
+
+mod apply;
+pub(crate) mod budget;
+pub(crate) mod indexed;
+pub(crate) mod recorded;
+mod report;
+pub(crate) mod shape;
+pub(crate) mod stream;
+mod window;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,13 +27,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::buckets::{Registry, Resolver};
-use super::budget::Budget;
-use super::indexed::Indexing;
-use super::recorded::Recorded;
-use super::shape::Shape;
-use super::table::{DECISIONS, PairEntry};
-use super::{BucketTotals, ClientStatus, Inner};
+use crate::buckets::{Registry, Resolver};
+use crate::table::{DECISIONS, PairEntry};
+use crate::{BucketTotals, ClientStatus, Inner};
+use budget::Budget;
+use indexed::Indexing;
+use recorded::Recorded;
+use shape::Shape;
 
 /// Bookkeeping of one cell, by cell id.
 #[derive(Debug, Clone)]
@@ -44,7 +57,7 @@ pub(crate) struct Book {
     /// make this client's share look too small).
     pub(crate) hold: Option<(Instant, f64)>,
     /// After the first requests that followed a silence (a [`Change::Start`]
-    /// (crate::shape::Change::Start)): until when an allowance given under the limit is
+    /// (crate::control::shape::Change::Start)): until when an allowance given under the limit is
     /// not applied (an interval, and at least half of one after a rise). The tiers shared
     /// the headroom from a rate counted over the silence, well under a step's; over the
     /// limit their allowance holds at once (a bucket one caller floods from idle), under it
@@ -371,7 +384,7 @@ pub(crate) fn local_ratio(allowed: f64, offered_now: f64) -> f64 {
 }
 
 /// Copies a pair's cell threshold and mode into the pair.
-pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<super::buckets::BucketCell>]) {
+pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<crate::buckets::BucketCell>]) {
     let cell = &cells[e.cell.load(Ordering::Relaxed) as usize];
     e.threshold
         .store(cell.threshold.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -380,5 +393,4 @@ pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<super::buckets::BucketCell>]
 }
 
 #[cfg(test)]
-#[path = "control_tests.rs"]
 mod tests;

@@ -13,12 +13,12 @@ use tracing::{debug, warn};
 
 use grl_core::proto;
 
-use super::Inner;
-use super::buckets::{Registry, RuleSet, threshold};
-use super::budget::Budget;
-use super::control::{Control, sync_pair};
-use super::indexed::first_index_of;
-use super::table::{PairEntry, PairTable};
+use crate::Inner;
+use crate::buckets::{Registry, RuleSet, threshold};
+use crate::control::budget::Budget;
+use crate::control::indexed::first_index_of;
+use crate::control::{Control, sync_pair};
+use crate::table::{PairEntry, PairTable};
 
 impl Inner {
     /// Applies one instruction received at `now`.
@@ -77,7 +77,7 @@ impl Inner {
             (a, _) => a,
         };
         if !had && book.allowed.is_some() {
-            book.budget = Budget::starting_at(crate::budget::phase_of(&self.cfg.id, id));
+            book.budget = Budget::starting_at(crate::control::budget::phase_of(&self.cfg.id, id));
             book.unsettled = true;
         }
         if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {

@@ -14,9 +14,9 @@ use grl_core::packed::{self, IndexedRatio, IndexedRow, WIRE_VERSION};
 use grl_core::proto;
 use tracing::{debug, warn};
 
-use super::Inner;
-use super::buckets::UNMATCHED;
-use super::control::Control;
+use crate::Inner;
+use crate::buckets::UNMATCHED;
+use crate::control::Control;
 
 /// What the client knows of indices on its link.
 #[derive(Debug, Default, Clone)]

@@ -261,7 +261,7 @@ mod tests {
                 Budget::floor(a, 1.0, recent.iter().sum()),
                 Budget::cap(a, W, gap_secs, 0.0),
             );
-            est = crate::shape::estimate(est, n, W).0;
+            est = crate::control::shape::estimate(est, n, W).0;
         }
         admitted_total
     }
