@@ -50,12 +50,15 @@
 //!   (measured below). The new segment starts where the
 //!   statistic last left zero, the start of the rise. Two windows far above anything
 //!   recent are also a rise at once.
-//! - **A start** is the first window with requests after a ring without any (or, for a
+//! - **A start** is a window of two requests or more after a ring without any (or, for a
 //!   client that has held the config for less than the ring, since it had it). It is
 //!   reported at once, as a change is, but changes no horizon: counted over the silence
-//!   and this window, a sparse caller's next request is the rate it had, and a step from
-//!   idle is then found as a rise. The tiers hear that a bucket's traffic began within a
-//!   window instead of at the next interval.
+//!   and this window, and a step from idle is then found as a rise. The tiers hear that a
+//!   bucket's traffic began within a window instead of at the next interval. One request
+//!   after a silence is what a sparse caller sends anyway: reporting at it would end the
+//!   report's horizon at an arrival, over-stating the rate by a request over the horizon
+//!   (the bias the estimator avoids); two in one window come from a sparse caller about
+//!   once in `2 / (rate × window)` of its returns (1 in 80 at 0.5 requests a second).
 //! - **A fall** is a run of low windows that nothing in the ring explains (longer than any
 //!   recent gap, so a bursty caller's silence between bursts is no fall) and that counting
 //!   noise cannot explain either (beyond 3 Poisson deviations and 2 requests).
@@ -223,7 +226,7 @@ impl Shape {
         if change == Change::None && cusum_rise {
             change = Change::Rise;
         }
-        if change == Change::None && offered > 0 && self.ring_offered == 0 {
+        if change == Change::None && offered >= 2 && self.ring_offered == 0 {
             change = Change::Start;
         }
         if matches!(change, Change::Rise | Change::Fall) {
@@ -943,7 +946,7 @@ mod tests {
             for seed in 0..100 {
                 let mut rng = Rng::new(seed);
                 let mut s = after_silence(4 + seed as usize % 16);
-                let first = rng.poisson(rate * W).max(1);
+                let first = rng.poisson(rate * W).max(2);
                 assert_eq!(
                     s.push(first, 0, W),
                     Change::Start,
