@@ -76,8 +76,14 @@ impl Inner {
             (None, Some(old)) if ratio <= 0.0 => Some(old),
             (a, _) => a,
         };
-        if !had && book.allowed.is_some() {
-            book.budget = Budget::starting_at(crate::control::budget::phase_of(&self.cfg.id, id));
+        if let (false, Some(a)) = (had, book.allowed) {
+            let phase = crate::control::budget::phase_of(&self.cfg.id, id);
+            let share = book.local_share(a);
+            book.budget = if ratio <= 0.0 && share > 0.0 {
+                Budget::starting_under_limit(phase, book.shape.credit_rate() / share)
+            } else {
+                Budget::starting_at(phase)
+            };
             book.unsettled = true;
         }
         if let (Some(a), Some((until, held))) = (book.allowed, book.hold) {

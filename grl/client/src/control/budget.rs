@@ -101,6 +101,21 @@ impl Budget {
         }
     }
 
+    /// A budget at `phase` (see [`Budget::starting_at`]) that also holds the credit random
+    /// arrivals at `load` times its allowance need ([`poisson_credit`]): the budget of a
+    /// client given its first allowance while the bucket is under its limit. A budget that
+    /// had run at that load would hold it; starting from less than a request drops the
+    /// requests that come before the refill (a sparse caller, whose reports are often
+    /// empty, starts again each time it gets an allowance back). Over the limit a first
+    /// budget holds no credit: it must not admit more than its allowance.
+    pub(crate) fn starting_under_limit(phase: f64, load: f64) -> Self {
+        let credit = poisson_credit(load);
+        Self {
+            tokens: phase.rem_euclid(1.0) + credit,
+            credit,
+        }
+    }
+
     /// Requests the budget holds now (negative: owed).
     #[cfg(test)]
     pub(crate) fn tokens(&self) -> f64 {

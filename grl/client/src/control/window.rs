@@ -62,7 +62,7 @@ impl Inner {
             let was_idle = b.shape.offered_in_ring() == 0;
             let change = b.shape.push(offered, admitted, secs);
             if offered > 0 || change != Change::None {
-                tracing::trace!(client = %self.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), "window");
+                tracing::trace!(client = %self.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), budget = ?b.budget, started = b.started_until.is_some(), "window");
             }
             match change {
                 Change::None => {}

@@ -288,6 +288,12 @@ impl Tiers {
             let status = guard.0.wait().unwrap();
             let mut err = String::new();
             let _ = std::fs::File::open(&stderr).and_then(|mut f| f.read_to_string(&mut err));
+            // With `RUST_LOG=grl_client=trace`, the loadgen's log says what every
+            // client's window and budget did: kept where the run is asked to keep it.
+            if let Some(dir) = std::env::var_os("PRECISION_LOG_DIR") {
+                let _ =
+                    std::fs::write(std::path::Path::new(&dir).join(format!("{name}.log")), &err);
+            }
             assert!(status.success(), "loadgen {name} failed ({status}): {err}");
             lines
         })
