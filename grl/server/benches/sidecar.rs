@@ -22,8 +22,12 @@
 //!    what the gRPC stack itself costs on this machine. tonic's `Channel` is measured too,
 //!    from section 1's open loop.
 //!
+//! 4. Beside nginx ([`beside_nginx`]): nginx's `proxy_pass` and the sidecar in front of the
+//!    same nginx upstream, loaded by the same `wrk`, with one worker each and then two; the
+//!    sidecar also refusing half and all of its requests. Needs `nginx` and `wrk`.
+//!
 //! `cargo bench -p grl --bench sidecar` (release build). Env: RATE, SECONDS, ROUNDS,
-//! CONCURRENCY; `ONLY_RLS=1` runs section 3 alone. A value that does not parse, or a zero,
+//! CONCURRENCY; `ONLY_RLS=1` runs section 3 alone, `ONLY_NGINX=1` section 4 alone. A value that does not parse, or a zero,
 //! is refused (exit 2). With `GRL_FIGURES_OUT=<file>` (and all three sections run) the
 //! figures also go to that file as the headline row `sidecar` (see `common/figures_out.rs`).
 
@@ -55,6 +59,8 @@ buckets:
 
 #[path = "common/figures_out.rs"]
 mod figures_out;
+
+mod beside_nginx;
 
 fn env(name: &str, dflt: u64) -> u64 {
     let v = figures_out::env_size(name, dflt);
@@ -541,11 +547,17 @@ async fn run() {
     let secs = env("SECONDS", 5);
     let rounds = env("ROUNDS", 3);
     let only_rls = env("ONLY_RLS", 0) == 1;
+    let only_nginx = env("ONLY_NGINX", 0) == 1;
     let conc = env("CONCURRENCY", 32);
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("services")).unwrap();
     std::fs::write(dir.path().join("services/payments.yaml"), CONFIG).unwrap();
+    std::fs::write(
+        dir.path().join("services/orders.yaml"),
+        beside_nginx::CONFIG,
+    )
+    .unwrap();
     let interval = Duration::from_millis(1000);
     let (ctl, _) = controller::start(
         ControllerOptions {
@@ -575,6 +587,10 @@ async fn run() {
     )
     .unwrap();
 
+    if only_nginx {
+        beside_nginx_section(&agg.addr.to_string(), secs, rounds).await;
+        return;
+    }
     let up = upstream();
     let (sp, rp) = (
         test_support::ports::free_port(),
@@ -727,6 +743,9 @@ async fn run() {
         println!("median p99 from actual send, {name}: {p99:.0} µs");
         rls_p99.insert(name.replace(' ', "_"), p99.round().into());
     }
+    if !only_rls {
+        beside_nginx_section(&agg.addr.to_string(), secs, rounds).await;
+    }
     match http_figures {
         Some(http) => figures_row(http, &rls_p99, (rate, secs, rounds, conc)),
         None if figures_out::wanted().is_some() => {
@@ -736,6 +755,20 @@ async fn run() {
     }
     drop(agg);
     drop(ctl);
+}
+
+/// Section 4, on a blocking thread (it waits on processes; the tiers run on): prints its figures and
+/// their JSON line.
+async fn beside_nginx_section(aggregator: &str, secs: u64, rounds: u64) {
+    let aggregator = aggregator.to_string();
+    let figures = tokio::task::spawn_blocking(move || {
+        beside_nginx::run(env!("CARGO_BIN_EXE_grl"), &aggregator, secs, rounds)
+    })
+    .await
+    .unwrap();
+    if let Some(f) = figures {
+        println!("{}", serde_json::json!({ "beside_nginx": f }));
+    }
 }
 
 /// The headline row `sidecar`: `http` is (open loop, paced) medians `[kind][direct p50,
