@@ -286,16 +286,24 @@ impl Client {
     /// the request is refused if either says drop.
     #[inline]
     pub fn decide(&self, caller: &str, procedure: &str) -> Decision {
-        let table = &self.inner.table;
-        let key = table.key(caller, procedure);
-        let d = match table.get(&key, caller, procedure) {
-            Some(e) => e.decide(),
-            None => self.decide_new(caller, procedure),
-        };
+        let d = self.decide_own(caller, procedure);
         if self.inner.also_on.load(Ordering::Relaxed) {
             self.decide_in_addition(caller, procedure, d)
         } else {
             d
+        }
+    }
+
+    /// The decision of the request's own bucket: its pair's threshold, or (a pair not yet
+    /// in the table) the bucket the config's matcher gives. The lookup `decide` and
+    /// `decide_explained` share.
+    #[inline(always)]
+    pub(crate) fn decide_own(&self, caller: &str, procedure: &str) -> Decision {
+        let table = &self.inner.table;
+        let key = table.key(caller, procedure);
+        match table.get(&key, caller, procedure) {
+            Some(e) => e.decide(),
+            None => self.decide_new(caller, procedure),
         }
     }
 

@@ -133,12 +133,7 @@ impl crate::Client {
     /// costs in `decide`; a refusal adds one lookup of the pair and a reference count.
     #[inline]
     pub fn decide_explained(&self, caller: &str, procedure: &str) -> Explained {
-        let table = &self.inner.table;
-        let key = table.key(caller, procedure);
-        let own = match table.get(&key, caller, procedure) {
-            Some(e) => e.decide(),
-            None => self.decide_new(caller, procedure),
-        };
+        let own = self.decide_own(caller, procedure);
         let also = if self.inner.also_on.load(Ordering::Relaxed) {
             self.decide_also(caller, procedure)
         } else {

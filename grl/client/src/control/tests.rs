@@ -56,7 +56,6 @@ fn allowed_client(mode: proto::Mode, allowed: f64, ratio: f64) -> crate::Client 
             allowed: Some(allowed),
             ratio,
             valid_for_ms: 3_600_000,
-            ..Default::default()
         }],
         ..Default::default()
     });
@@ -393,7 +392,7 @@ fn a_first_allowance_under_the_limit_drops_none_of_a_sparse_callers_requests() {
         // An allowance that is not a finite rate is none: the client applies the ratio.
         let client = allowed_client(proto::Mode::Deny, f64::INFINITY, 0.0);
         let mut now = Instant::now();
-        let mut windows = |rng: &mut crate::sim::Rng, now: &mut Instant, count: usize| {
+        let windows = |rng: &mut crate::sim::Rng, now: &mut Instant, count: usize| {
             for _ in 0..count {
                 for _ in 0..rng.poisson(0.025) {
                     client.decide("gateway", "pay.Pay/Card");

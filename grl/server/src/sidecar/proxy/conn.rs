@@ -33,6 +33,7 @@ use tracing::debug;
 
 use super::Proxy;
 use super::caller::CallerError;
+use super::upstream::Dedicated;
 use crate::sidecar::port_metrics::Closed;
 
 /// How long an idle connection being shut down may take to close before it is dropped.
@@ -258,11 +259,14 @@ pub(crate) async fn serve<T>(
     let proxy = s.proxy.clone();
     let watched = activity.clone();
     let identity = Arc::new(identity);
+    let dedicated = Arc::new(Dedicated::default());
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let in_flight = watched.request(req.version());
-        let (proxy, identity) = (proxy.clone(), identity.clone());
+        let (proxy, identity, dedicated) = (proxy.clone(), identity.clone(), dedicated.clone());
         async move {
-            let res = proxy.handle(req, identity.as_ref().as_ref()).await;
+            let res = proxy
+                .handle(req, identity.as_ref().as_ref(), &dedicated)
+                .await;
             Ok::<_, Infallible>(res.map(|inner| Tracked {
                 inner,
                 _in_flight: in_flight,

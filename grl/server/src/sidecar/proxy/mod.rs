@@ -4,7 +4,8 @@
 //! Downstream, each connection speaks HTTP/1.1 or HTTP/2 with prior knowledge (h2c, so gRPC
 //! works), or either over TLS ([`listen`]), under a header and an idle timeout ([`conn`]);
 //! upstream, a request goes out in the version it came in (or the one forced by
-//! [`UpstreamProtocol`]) over pooled keep-alive connections. The caller comes from a header
+//! [`UpstreamProtocol`]) over keep-alive connections: an HTTP/1.1 caller's connection keeps
+//! its own ([`upstream`]), HTTP/2 ones share a pool. The caller comes from a header
 //! or the client certificate ([`caller`]); the procedure is the path, normalised
 //! ([`path`]: the path forwarded is the one matched), as the tower layer reads it
 //! ([`grl_client::layer::procedure_of`]) for canonical paths, so one config serves both.
@@ -26,8 +27,10 @@ mod hop;
 pub mod listen;
 pub mod path;
 mod respond;
+pub(crate) mod upstream;
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +52,13 @@ use super::port_metrics::{Name, Refused};
 use caller::{CallerError, CallerFrom};
 pub use listen::{PortOptions, serve};
 use respond::{failure, plain, refused};
+use upstream::{Dedicated, SendError};
+
+/// A request on its way upstream: on the caller's own connection, or through a pool.
+enum Sent<F> {
+    Own(F),
+    Pool(hyper_util::client::legacy::ResponseFuture),
+}
 
 /// The body of every response of the proxy: the upstream's, streamed, or one it made.
 pub type ProxyBody = Either<Incoming, Full<Bytes>>;
@@ -179,11 +189,14 @@ impl Proxy {
     }
 
     /// Decides `req`, then refuses it or forwards it and streams the upstream's answer back.
-    /// `identity` is the caller named by the connection's client certificate, if TLS.
-    pub async fn handle(
+    /// `identity` is the caller named by the connection's client certificate, if TLS;
+    /// `dedicated` the connection's own upstream connection, used when both sides speak
+    /// HTTP/1.1.
+    pub(crate) async fn handle(
         &self,
         req: Request<Incoming>,
         identity: Option<&Result<Arc<str>, CallerError>>,
+        dedicated: &Dedicated,
     ) -> Response<ProxyBody> {
         let grpc = respond::is_grpc(req.headers());
         let version = req.version();
@@ -232,8 +245,13 @@ impl Proxy {
             UpstreamProtocol::Http1 => false,
             UpstreamProtocol::Http2 => true,
         };
+        let own = !h2 && version != Version::HTTP_2;
         let (mut parts, body) = req.into_parts();
         let uri = target.and_then(|t| {
+            if own {
+                // Origin-form on a connection of our own; the pool takes absolute-form.
+                return Some(Uri::from(t));
+            }
             Uri::builder()
                 .scheme(self.scheme.clone())
                 .authority(self.authority.clone())
@@ -245,6 +263,12 @@ impl Proxy {
             return plain(StatusCode::BAD_REQUEST, "bad request path\n");
         };
         parts.uri = uri;
+        if own
+            && !parts.headers.contains_key(header::HOST)
+            && let Ok(host) = HeaderValue::from_str(self.authority.as_str())
+        {
+            parts.headers.insert(header::HOST, host);
+        }
         hop::strip_hop_by_hop(&mut parts.headers);
         if self.caller_from == CallerFrom::PeerCert {
             parts.headers.remove(&self.caller_header);
@@ -255,8 +279,15 @@ impl Proxy {
         } else {
             parts.version = Version::HTTP_11;
         }
-        self.forward(Request::from_parts(parts, body), h2, grpc, version)
-            .await
+        let req = Request::from_parts(parts, body);
+        let sent = if own {
+            Sent::Own(dedicated.send(self.authority.as_str(), req))
+        } else if h2 {
+            Sent::Pool(self.http2.request(req))
+        } else {
+            Sent::Pool(self.http1.request(req))
+        };
+        self.forward(sent, grpc, version).await
     }
 
     /// The caller of `req`: from its header or its connection's certificate.
@@ -298,18 +329,23 @@ impl Proxy {
         refused(grpc, status, code, &e.to_string())
     }
 
-    /// Sends `req` upstream and streams the answer back in the caller's `version`.
-    async fn forward(
-        &self,
-        req: Request<Incoming>,
-        h2: bool,
-        grpc: bool,
-        version: Version,
-    ) -> Response<ProxyBody> {
-        let sent = if h2 {
-            self.http2.request(req)
-        } else {
-            self.http1.request(req)
+    /// Waits for the answer to a request sent upstream and streams it back in the caller's
+    /// `version`.
+    async fn forward<F>(&self, sent: Sent<F>, grpc: bool, version: Version) -> Response<ProxyBody>
+    where
+        F: Future<Output = Result<Response<Incoming>, SendError>>,
+    {
+        let sent = async {
+            match sent {
+                Sent::Own(f) => f.await,
+                Sent::Pool(f) => f.await.map_err(|e| {
+                    if e.is_connect() {
+                        SendError::Connect(std::io::Error::other(respond::error_chain(&e)))
+                    } else {
+                        SendError::Pool(e)
+                    }
+                }),
+            }
         };
         match tokio::time::timeout(self.timeout, sent).await {
             Ok(Ok(res)) => {
@@ -319,7 +355,7 @@ impl Proxy {
                 Response::from_parts(parts, Either::Left(body))
             }
             Ok(Err(e)) => {
-                let kind = if e.is_connect() {
+                let kind = if matches!(e, SendError::Connect(_)) {
                     UpstreamError::Connect
                 } else {
                     UpstreamError::Other
