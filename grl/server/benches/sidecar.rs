@@ -27,7 +27,8 @@
 //!    sidecar also refusing half and all of its requests. Needs `nginx` and `wrk`.
 //!
 //! `cargo bench -p grl --bench sidecar` (release build). Env: RATE, SECONDS, ROUNDS,
-//! CONCURRENCY; `ONLY_RLS=1` runs section 3 alone, `ONLY_NGINX=1` section 4 alone. A value that does not parse, or a zero,
+//! CONCURRENCY; `ONLY_RLS=1` runs section 3 alone, `ONLY_NGINX=1` section 4 alone;
+//! `SIDECAR_BIN=<path>` runs section 4 with another build's `grl` (before and after). A value that does not parse, or a zero,
 //! is refused (exit 2). With `GRL_FIGURES_OUT=<file>` (and all three sections run) the
 //! figures also go to that file as the headline row `sidecar` (see `common/figures_out.rs`).
 
@@ -761,11 +762,12 @@ async fn run() {
 /// their JSON line.
 async fn beside_nginx_section(aggregator: &str, secs: u64, rounds: u64) {
     let aggregator = aggregator.to_string();
-    let figures = tokio::task::spawn_blocking(move || {
-        beside_nginx::run(env!("CARGO_BIN_EXE_grl"), &aggregator, secs, rounds)
-    })
-    .await
-    .unwrap();
+    // SIDECAR_BIN: another build's `grl` (a before-and-after comparison in one run).
+    let grl = std::env::var("SIDECAR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_grl").into());
+    let figures =
+        tokio::task::spawn_blocking(move || beside_nginx::run(&grl, &aggregator, secs, rounds))
+            .await
+            .unwrap();
     if let Some(f) = figures {
         println!("{}", serde_json::json!({ "beside_nginx": f }));
     }
