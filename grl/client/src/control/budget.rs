@@ -107,7 +107,9 @@ impl Budget {
     /// had run at that load would hold it; starting from less than a request drops the
     /// requests that come before the refill (a sparse caller, whose reports are often
     /// empty, starts again each time it gets an allowance back). Over the limit a first
-    /// budget holds no credit: it must not admit more than its allowance.
+    /// budget holds no credit: it must not admit more than its allowance; nor does one
+    /// given in the first intervals of a spell of traffic, when the tiers may not have
+    /// heard every client that began with it (see `Inner::apply_instruction`).
     pub(crate) fn starting_under_limit(phase: f64, load: f64) -> Self {
         let credit = poisson_credit(load);
         Self {

@@ -575,6 +575,12 @@ impl Shape {
         self.long_rate + 2.0 * (self.long_rate / (2.0 * tau)).sqrt()
     }
 
+    /// How long the current spell of traffic has lasted, in seconds (counted up to
+    /// [`LONG_SECS`]; it starts again after a ring without a request).
+    pub(crate) fn spell_secs(&self) -> f64 {
+        self.long_secs
+    }
+
     /// The offered rate the next window is expected to see, requests per second.
     pub(crate) fn expected(&self) -> f64 {
         self.estimate
