@@ -36,11 +36,22 @@ buckets:
     policy: { kind: fixed, rps: 0.001 }
 ";
 
-/// A process killed when dropped.
+/// A process stopped when dropped: with SIGTERM, so that an nginx master stops its
+/// workers (SIGKILL would leave them running, holding the port).
 struct Proc(std::process::Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
