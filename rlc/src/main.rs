@@ -45,7 +45,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() {
-    let cli = parse();
+    let cli: Cli = grl_core::cli::parse();
     register_secrets(&cli.command);
     init_logging(&cli.command);
     let code = match cli.command {
@@ -66,25 +66,6 @@ async fn main() {
         },
     };
     std::process::exit(code);
-}
-
-/// Parses the flags. A value may be a negative number (`--floor -1` is then refused by the
-/// flag's own check, not read as an unknown flag `-1`).
-fn parse() -> Cli {
-    use clap::{CommandFactory as _, FromArgMatches as _};
-    fn negatives(c: clap::Command) -> clap::Command {
-        c.mut_args(|a| {
-            if a.get_action().takes_values() {
-                a.allow_negative_numbers(true)
-            } else {
-                a
-            }
-        })
-        .mut_subcommands(negatives)
-    }
-    let mut cmd = negatives(Cli::command());
-    Cli::from_arg_matches_mut(&mut cmd.get_matches_mut())
-        .unwrap_or_else(|e| e.format(&mut cmd).exit())
 }
 
 /// Registers the passwords in every URL and every token given, so that no output of the

@@ -29,6 +29,10 @@ pub use grl_core::config::{
     ScheduledLimit, Scope, ServiceConfig, Snapshot,
 };
 pub use load::{content_version, from_files, load_dir};
+/// The project's one duration notation (`30s`, `5m`, `2h`, `1d`, `1h30m`), as policy specs
+/// write it; re-exported so that the tiers parse their flags with it without linking the
+/// policies themselves.
+pub use policies::duration;
 
 #[cfg(test)]
 mod tests;

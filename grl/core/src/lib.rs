@@ -7,6 +7,8 @@
 //! only the client never compiles a YAML parser.
 
 pub mod backoff;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod config;
 pub mod link;
 pub mod metric_names;

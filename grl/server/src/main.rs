@@ -44,7 +44,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     // Flags are parsed (and bad ones refused with exit code 2) before anything starts.
-    let cli = parse();
+    let cli: Cli = grl_core::cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -61,25 +61,6 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::from(cmd::validate::exit_code(&e) as u8)
         }
     }
-}
-
-/// Parses the flags. A value may be a negative number (`--rps -1` is then refused by the
-/// flag's own check, not read as an unknown flag `-1`).
-fn parse() -> Cli {
-    use clap::{CommandFactory as _, FromArgMatches as _};
-    fn negatives(c: clap::Command) -> clap::Command {
-        c.mut_args(|a| {
-            if a.get_action().takes_values() {
-                a.allow_negative_numbers(true)
-            } else {
-                a
-            }
-        })
-        .mut_subcommands(negatives)
-    }
-    let mut cmd = negatives(Cli::command());
-    Cli::from_arg_matches_mut(&mut cmd.get_matches_mut())
-        .unwrap_or_else(|e| e.format(&mut cmd).exit())
 }
 
 /// Colours in the logs only on a terminal (a file or a pipe gets plain text), and never

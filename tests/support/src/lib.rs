@@ -12,6 +12,7 @@
 //!   `iptables` drops at a receiver; [`delay_router`]: a user-space delay-and-loss router on
 //!   a tun device between two of their networks (the kernel here has no `netem`).
 //! - [`import_circles`]: counts a crate's import circles (modules importing each other).
+//! - [`unit_test_files`]: the one convention for where unit tests live, checked.
 //! - [`github`]: a stand-in for GitHub's pull-request API over HTTPS with a test CA, checking
 //!   each request against GitHub's published OpenAPI description.
 //!
@@ -50,3 +51,4 @@ pub mod postgres;
 pub mod process;
 pub mod prometheus;
 pub mod traffic;
+pub mod unit_test_files;

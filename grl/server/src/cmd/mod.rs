@@ -25,8 +25,8 @@ pub(crate) async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> 
 
 /// Parses a flag's duration with the project's one parser (`30s`, `5m`, `2h`, `1d`, `1h30m`;
 /// a bare number is refused, so that `300` is never silently read as seconds).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, policies::duration::DurationError> {
-    policies::duration::parse(s)
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, grl_config::duration::DurationError> {
+    grl_config::duration::parse(s)
 }
 
 /// Waits for Ctrl-C or SIGTERM.

@@ -4,10 +4,11 @@
 //! `/metrics` exposition that puts them after the client's (`grl_requests_total` and the
 //! client gauges).
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use grl_client::Client;
+
+use super::exposition::{Family, write_counters, write_one};
 
 /// Requests the proxy could not forward, by `kind` (`connect`, `timeout`, `other`).
 pub const UPSTREAM_ERRORS_TOTAL: &str = "grl_sidecar_upstream_errors_total";
@@ -126,17 +127,19 @@ impl SidecarMetrics {
         let mut out = String::with_capacity(4096);
         client.encode_metrics(&mut out);
         let service = client.config().service.replace(['\\', '"', '\n'], "_");
-        let mut family =
-            |name: &str, help: &str, label: &str, values: &[&str], counts: &[AtomicU64]| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-                for (value, n) in values.iter().zip(counts) {
-                    let n = n.load(Ordering::Relaxed);
-                    let _ = writeln!(
-                        out,
-                        "{name}{{service=\"{service}\",{label}=\"{value}\"}} {n}"
-                    );
-                }
-            };
+        let mut family = |name: &str, help: &str, label: &str, values: &[&str], counts| {
+            write_counters(
+                &mut out,
+                &service,
+                Family {
+                    name,
+                    help,
+                    label,
+                    values,
+                },
+                counts,
+            );
+        };
         family(
             UPSTREAM_ERRORS_TOTAL,
             "Requests the sidecar could not forward to its upstream.",
@@ -180,9 +183,13 @@ impl SidecarMetrics {
             &self.long_names,
         );
         let open = self.rlqs_open.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "# HELP {RLQS_STREAMS_OPEN} Rate limit quota streams open.\n# TYPE {RLQS_STREAMS_OPEN} gauge\n{RLQS_STREAMS_OPEN}{{service=\"{service}\"}} {open}"
+        write_one(
+            &mut out,
+            &service,
+            RLQS_STREAMS_OPEN,
+            "Rate limit quota streams open.",
+            "gauge",
+            open,
         );
         self.port.render(&mut out, &service);
         out

@@ -30,6 +30,7 @@
 //! anything is enforced (`/ready` beside `/metrics`).
 
 pub mod envoy;
+mod exposition;
 pub mod metrics;
 pub mod names;
 pub mod port_metrics;

@@ -2,8 +2,9 @@
 //! open and the ones the sidecar closed by reason, requests refused before any decision,
 //! names cut to the length limit and paths rewritten to their canonical spelling.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use super::exposition::{Family, write_counters, write_one};
 
 /// Connections of the proxy open now.
 pub const CONNECTIONS_OPEN: &str = "grl_sidecar_connections_open";
@@ -94,24 +95,22 @@ impl PortMetrics {
 
     /// Appends the port's families to `out`, each sample labelled with `service`.
     pub fn render(&self, out: &mut String, service: &str) {
-        let _ = writeln!(
-            out,
-            "# HELP {CONNECTIONS_OPEN} Connections of the sidecar's proxy port open now.\n\
-             # TYPE {CONNECTIONS_OPEN} gauge\n\
-             {CONNECTIONS_OPEN}{{service=\"{service}\"}} {}",
-            self.open.load(Ordering::Relaxed).max(0)
-        );
-        let mut family =
-            |name: &str, help: &str, label: &str, values: &[&str], counts: &[AtomicU64]| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-                for (value, n) in values.iter().zip(counts) {
-                    let n = n.load(Ordering::Relaxed);
-                    let _ = writeln!(
-                        out,
-                        "{name}{{service=\"{service}\",{label}=\"{value}\"}} {n}"
-                    );
-                }
-            };
+        let open = self.open.load(Ordering::Relaxed).max(0) as u64;
+        let help = "Connections of the sidecar's proxy port open now.";
+        write_one(out, service, CONNECTIONS_OPEN, help, "gauge", open);
+        let mut family = |name: &str, help: &str, label: &str, values: &[&str], counts| {
+            write_counters(
+                out,
+                service,
+                Family {
+                    name,
+                    help,
+                    label,
+                    values,
+                },
+                counts,
+            );
+        };
         family(
             CONNECTIONS_CLOSED_TOTAL,
             "Connections the sidecar's proxy closed itself.",
@@ -143,12 +142,15 @@ impl PortMetrics {
             &["caller", "procedure"],
             &self.cut,
         );
-        let _ = writeln!(
+        let help = "Requests whose path the sidecar rewrote to its canonical spelling.";
+        let normalised = self.normalised.load(Ordering::Relaxed);
+        write_one(
             out,
-            "# HELP {PATHS_NORMALISED_TOTAL} Requests whose path the sidecar rewrote to its canonical spelling.\n\
-             # TYPE {PATHS_NORMALISED_TOTAL} counter\n\
-             {PATHS_NORMALISED_TOTAL}{{service=\"{service}\"}} {}",
-            self.normalised.load(Ordering::Relaxed)
+            service,
+            PATHS_NORMALISED_TOTAL,
+            help,
+            "counter",
+            normalised,
         );
     }
 }

@@ -46,11 +46,11 @@ mod file;
 mod openmetrics;
 mod prom_client;
 mod prometheus;
-#[cfg(test)]
-mod prometheus_tests;
 mod query_template;
 mod retry;
 mod series;
+#[cfg(test)]
+mod tests;
 
 pub use batched::BatchedPrometheusSource;
 pub use error::SourceError;

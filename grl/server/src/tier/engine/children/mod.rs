@@ -406,5 +406,4 @@ fn counted<L>(c: &Child<L>, now: Instant, stale_after: Duration, hold: Duration)
 }
 
 #[cfg(test)]
-#[path = "children_tests.rs"]
 mod tests;
