@@ -239,9 +239,6 @@ pub(crate) struct Inner {
     pub(crate) fail_open: AtomicBool,
     pub(crate) connected: AtomicBool,
     pub(crate) overflow: AtomicU64,
-    /// Wakes the control task to end its window now: the second request to a pair of a
-    /// bucket idle here (see [`PairEntry::decide`]).
-    pub(crate) wake: tokio::sync::Notify,
 }
 
 /// The in-process rate limiter client. Cheap to clone: every clone shares one state.
@@ -275,7 +272,6 @@ impl Client {
                 fail_open: AtomicBool::new(true),
                 connected: AtomicBool::new(false),
                 overflow: AtomicU64::new(0),
-                wake: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -306,7 +302,7 @@ impl Client {
         let table = &self.inner.table;
         let key = table.key(caller, procedure);
         match table.get(&key, caller, procedure) {
-            Some(e) => e.decide(&self.inner.wake),
+            Some(e) => e.decide(),
             None => self.decide_new(caller, procedure),
         }
     }
@@ -322,7 +318,7 @@ impl Client {
     fn decide_also(&self, caller: &str, procedure: &str) -> Decision {
         match self.also_pair(caller, procedure) {
             Ok(None) => Decision::Allow,
-            Ok(Some(e)) => e.decide(&self.inner.wake),
+            Ok(Some(e)) => e.decide(),
             Err((resolver, id)) => self.decide_overflow(&resolver, id),
         }
     }
@@ -380,7 +376,7 @@ impl Client {
     #[inline(never)]
     fn decide_new(&self, caller: &str, procedure: &str) -> Decision {
         match self.pair(caller, procedure) {
-            Ok(e) => e.decide(&self.inner.wake),
+            Ok(e) => e.decide(),
             Err((resolver, id)) => self.decide_overflow(&resolver, id),
         }
     }
@@ -446,10 +442,7 @@ impl Client {
                 procedure,
                 id,
                 cell.threshold.load(Ordering::Relaxed),
-                table::mode(
-                    cell.shadow.load(Ordering::Relaxed),
-                    cell.watched.load(Ordering::Relaxed),
-                ),
+                cell.shadow.load(Ordering::Relaxed),
             )
         });
         match entry {

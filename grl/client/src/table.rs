@@ -8,17 +8,14 @@
 //! [`PairTable::insert`] refuses a pair past `max_pairs` and the caller counts it as
 //! overflow instead.
 //!
-//! Each entry carries what the hot path reads (drop threshold, its mode: shadow, and whether
-//! its bucket is idle here, see [`PairEntry::decide`]) next to its key,
+//! Each entry carries what the hot path reads (drop threshold, shadow flag) next to its key,
 //! and its decision counters in shards, each on its own cache line: one per owned shard
 //! index (see `local`), written by its owner with a plain store, plus one shared shard,
 //! inside the entry, for threads past the pool. Two threads deciding the same pair never
 //! write the same line.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-
-use tokio::sync::Notify;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -28,25 +25,6 @@ use crate::pair_key::{PairKey, PairKeyer};
 
 /// Counter index of each decision; equal to `Decision as usize`.
 pub(crate) const DECISIONS: usize = 3;
-
-/// A pair's `mode` bit: its bucket is in shadow mode.
-const SHADOW: u8 = 1;
-/// One unit of a pair's `mode` above the shadow bit: how many more requests to the pair of
-/// a bucket idle at this client wake the control task (0: not watched).
-const WATCH_ONE: u8 = 2;
-/// A bucket's `Change::Start` needs two requests in a window after a silence: the pair of
-/// an idle bucket wakes the control task at its second request.
-const WATCH_REQUESTS: u8 = 2;
-
-/// The `mode` of a pair whose bucket is in shadow mode or not, and idle here or not.
-pub(crate) fn mode(shadow: bool, watched: bool) -> u8 {
-    let countdown = if watched {
-        WATCH_REQUESTS * WATCH_ONE
-    } else {
-        0
-    };
-    u8::from(shadow) | countdown
-}
 
 /// One shard of a pair's counts, on its own cache line.
 type Shard = CachePadded<[AtomicU64; DECISIONS]>;
@@ -60,9 +38,8 @@ pub(crate) struct PairEntry {
     split: usize,
     /// `ratio × 2^64`; 0 means never drop. Written by the control plane only.
     pub(crate) threshold: AtomicU64,
-    /// Shadow mode ([`SHADOW`]) and the idle bucket's countdown (in [`WATCH_ONE`]s). Set
-    /// by the control plane ([`PairEntry::set_mode`]); the countdown is taken by `decide`.
-    mode: AtomicU8,
+    /// The pair's bucket is in shadow mode. Written by the control plane only.
+    pub(crate) shadow: AtomicBool,
     /// The bucket cell id (see `buckets`). Written by the control plane only.
     pub(crate) cell: AtomicU32,
     /// Counts already folded into bucket totals. Used under the control lock only.
@@ -81,7 +58,7 @@ impl PairEntry {
         procedure: &str,
         cell: u32,
         threshold: u64,
-        mode: u8,
+        shadow: bool,
     ) -> Self {
         let mut names = String::with_capacity(caller.len() + procedure.len());
         names.push_str(caller);
@@ -91,7 +68,7 @@ impl PairEntry {
             names: names.into_boxed_str(),
             split: caller.len(),
             threshold: AtomicU64::new(threshold),
-            mode: AtomicU8::new(mode),
+            shadow: AtomicBool::new(shadow),
             cell: AtomicU32::new(cell),
             reported: Default::default(),
             owned: (0..local::owned_shards())
@@ -118,28 +95,12 @@ impl PairEntry {
     }
 
     /// Decides one request and counts it: the hot path once the pair is known.
-    ///
-    /// The pair of a bucket idle at this client is watched: its second request wakes the
-    /// control task through `wake`, which ends its window at once. A start from idle is
-    /// then reported a few milliseconds after it begins, not at the end of the window it
-    /// fell in (a flood from idle is admitted until the tiers answer).
     #[inline(always)]
-    pub(crate) fn decide(&self, wake: &Notify) -> Decision {
-        let mode = self.mode.load(Ordering::Relaxed);
-        let d = self.count(mode);
-        if mode >= WATCH_ONE {
-            self.watched(wake);
-        }
-        d
-    }
-
-    /// Draws and counts one decision of a pair in `mode`.
-    #[inline(always)]
-    fn count(&self, mode: u8) -> Decision {
+    pub(crate) fn decide(&self) -> Decision {
         let threshold = self.threshold.load(Ordering::Relaxed);
         let (shard, hit) = local::shard_and_hit(threshold);
         // 0 allow, 1 drop, 2 shadow drop, without a branch on the random draw.
-        let decision = usize::from(hit) << (mode & SHADOW);
+        let decision = usize::from(hit) << usize::from(self.shadow.load(Ordering::Relaxed));
         if let Some(counts) = self.owned.get(shard) {
             // This thread is the shard's only writer (see `local`).
             let counter = &counts[decision];
@@ -150,7 +111,7 @@ impl PairEntry {
         }
     }
 
-    /// [`count`](Self::count) for a thread that owns no shard: it counts into the shared
+    /// [`decide`](Self::decide) for a thread that owns no shard: it counts into the shared
     /// one, or, on its first decision, claims a shard and decides again.
     #[cold]
     #[inline(never)]
@@ -158,49 +119,10 @@ impl PairEntry {
         debug_assert!(shard == local::UNSET || shard == self.owned.len());
         if shard == local::UNSET {
             local::claim();
-            return self.count(self.mode.load(Ordering::Relaxed));
+            return self.decide();
         }
         self.shared[decision].fetch_add(1, Ordering::Relaxed);
         Decision::from_index(decision)
-    }
-
-    /// Takes one request off the countdown of a watched pair, and wakes the control task
-    /// when it reaches zero (after the request was counted, so that the window sees it).
-    #[cold]
-    #[inline(never)]
-    fn watched(&self, wake: &Notify) {
-        let mut mode = self.mode.load(Ordering::Relaxed);
-        while mode >= WATCH_ONE {
-            let next = mode - WATCH_ONE;
-            match self
-                .mode
-                .compare_exchange_weak(mode, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    if next < WATCH_ONE {
-                        wake.notify_one();
-                    }
-                    return;
-                }
-                Err(now) => mode = now,
-            }
-        }
-    }
-
-    /// Sets the pair's mode from its bucket's: shadow or not, and watched while the bucket
-    /// is idle here (a countdown already running is kept, so that a threshold written
-    /// meanwhile does not restart it).
-    pub(crate) fn set_mode(&self, shadow: bool, watched: bool) {
-        let old = self.mode.load(Ordering::Relaxed);
-        let countdown = if !watched {
-            0
-        } else if old >= WATCH_ONE {
-            old & !SHADOW
-        } else {
-            WATCH_REQUESTS * WATCH_ONE
-        };
-        self.mode
-            .store(u8::from(shadow) | countdown, Ordering::Relaxed);
     }
 
     /// The pair's drop ratio now.
@@ -210,7 +132,7 @@ impl PairEntry {
 
     /// Whether the pair is in a shadow bucket.
     pub(crate) fn is_shadow(&self) -> bool {
-        self.mode.load(Ordering::Relaxed) & SHADOW != 0
+        self.shadow.load(Ordering::Relaxed)
     }
 
     /// Counts `n` requests decided elsewhere as `decision` (off the hot path).
@@ -373,7 +295,7 @@ mod tests {
     use super::*;
 
     fn entry(t: &PairTable, c: &str, p: &str) -> PairEntry {
-        PairEntry::new(t.key(c, p), c, p, 0, 0, 0)
+        PairEntry::new(t.key(c, p), c, p, 0, 0, false)
     }
 
     #[test]
@@ -432,9 +354,9 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| {
-                    assert_eq!(e.decide(&Notify::new()), Decision::Drop);
+                    assert_eq!(e.decide(), Decision::Drop);
                     barrier.wait();
-                    (1..100_000).for_each(|_| assert_eq!(e.decide(&Notify::new()), Decision::Drop));
+                    (1..100_000).for_each(|_| assert_eq!(e.decide(), Decision::Drop));
                 });
             }
         });
@@ -450,9 +372,9 @@ mod tests {
         let (a, b) = (a.as_str(), b.as_str());
         for (c, p, other_c, other_p) in [(a, "x", b, "x"), ("x", a, "x", b)] {
             let key = t.key(c, p);
-            let forged = PairEntry::new(key, other_c, other_p, 0, 0, 0);
+            let forged = PairEntry::new(key, other_c, other_p, 0, 0, false);
             assert!(!forged.is(&key, c, p));
-            assert!(PairEntry::new(key, c, p, 0, 0, 0).is(&key, c, p));
+            assert!(PairEntry::new(key, c, p, 0, 0, false).is(&key, c, p));
         }
     }
 
@@ -465,46 +387,9 @@ mod tests {
         // Each new thread's first decision finds no shard, claims one and draws again: the
         // draw made before the claim (same unseeded state in every thread) is not used.
         let firsts: Vec<Decision> = (0..64)
-            .map(|_| std::thread::scope(|s| s.spawn(|| e.decide(&Notify::new())).join().unwrap()))
+            .map(|_| std::thread::scope(|s| s.spawn(|| e.decide()).join().unwrap()))
             .collect();
         assert!(firsts.contains(&Decision::Allow) && firsts.contains(&Decision::Drop));
         assert_eq!(e.totals().iter().sum::<u64>(), 64);
-    }
-
-    #[test]
-    fn a_watched_pair_wakes_the_control_task_at_its_second_request_and_only_then() {
-        let t = PairTable::new(4);
-        let e = PairEntry::new(t.key("c", "p"), "c", "p", 0, 0, mode(false, true));
-        let wake = Notify::new();
-        let woken = || {
-            let w = wake.notified();
-            ready_now(w)
-        };
-        assert_eq!(e.decide(&wake), Decision::Allow);
-        assert!(!woken(), "no wake at the first request");
-        assert_eq!(e.decide(&wake), Decision::Allow);
-        assert!(woken(), "a wake at the second");
-        e.decide(&wake);
-        assert!(!woken(), "one wake per watch");
-        // A threshold written meanwhile keeps a running countdown; unwatching ends it.
-        e.set_mode(true, true);
-        e.decide(&wake);
-        assert!(!woken());
-        e.set_mode(true, true);
-        e.decide(&wake);
-        assert!(woken(), "the countdown went on across set_mode");
-        assert!(e.is_shadow());
-        e.set_mode(false, false);
-        e.decide(&wake);
-        e.decide(&wake);
-        assert!(!woken() && !e.is_shadow());
-    }
-
-    /// Whether a `notified()` future is ready at once (a permit was stored).
-    fn ready_now(f: tokio::sync::futures::Notified<'_>) -> bool {
-        let mut f = std::pin::pin!(f);
-        let waker = std::task::Waker::noop();
-        let mut cx = std::task::Context::from_waker(waker);
-        f.as_mut().poll(&mut cx).is_ready()
     }
 }

@@ -34,9 +34,6 @@ pub(crate) struct BucketCell {
     pub(crate) threshold: AtomicU64,
     /// The bucket is in shadow mode.
     pub(crate) shadow: AtomicBool,
-    /// Nothing was offered to the bucket here for a whole ring of windows (or ever): its
-    /// pairs wake the control task at their second request. Set at each window's end.
-    pub(crate) watched: AtomicBool,
     /// Decisions of requests whose pair did not fit in the table.
     pub(crate) overflow: [AtomicU64; DECISIONS],
     /// Requests decided elsewhere and recorded here ([`crate::Client::record`]), also
@@ -51,7 +48,6 @@ impl BucketCell {
             name: name.to_string(),
             threshold: AtomicU64::new(0),
             shadow: AtomicBool::new(false),
-            watched: AtomicBool::new(true),
             overflow: Default::default(),
             recorded: AtomicU64::new(0),
         }

@@ -383,15 +383,13 @@ pub(crate) fn local_ratio(allowed: f64, offered_now: f64) -> f64 {
     }
 }
 
-/// Copies a pair's cell threshold and mode (shadow, watched while idle) into the pair.
+/// Copies a pair's cell threshold and mode into the pair.
 pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<crate::buckets::BucketCell>]) {
     let cell = &cells[e.cell.load(Ordering::Relaxed) as usize];
     e.threshold
         .store(cell.threshold.load(Ordering::Relaxed), Ordering::Relaxed);
-    e.set_mode(
-        cell.shadow.load(Ordering::Relaxed),
-        cell.watched.load(Ordering::Relaxed),
-    );
+    e.shadow
+        .store(cell.shadow.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -121,19 +121,6 @@ pub(crate) fn window_of(cfg: &crate::ClientConfig) -> Duration {
     )
 }
 
-/// Ends a window now and sends its urgent report, if any; why the stream is lost if the
-/// report could not be queued.
-fn end_window(inner: &Inner, session: Option<&Session>) -> Option<String> {
-    match (inner.window(Instant::now()), session) {
-        (Some(report), Some(s)) => s
-            .reports
-            .try_send(report)
-            .err()
-            .map(|_| "report queue closed or full".to_string()),
-        _ => None,
-    }
-}
-
 /// Runs the control plane of `inner` forever.
 pub(crate) async fn run(inner: Arc<Inner>) {
     let interval = inner.cfg.interval;
@@ -158,12 +145,15 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                     _ => None,
                 }
             }
-            _ = windows.tick() => end_window(&inner, session.as_ref()),
-            () = inner.wake.notified() => {
-                // A bucket idle here has its second request: its start is reported now,
-                // and the next window is a whole one again.
-                windows.reset();
-                end_window(&inner, session.as_ref())
+            _ = windows.tick() => {
+                match (inner.window(Instant::now()), &session) {
+                    (Some(report), Some(s)) => s
+                        .reports
+                        .try_send(report)
+                        .err()
+                        .map(|_| "report queue closed or full".to_string()),
+                    _ => None,
+                }
             }
             msg = next_instruction(&mut session) => match msg {
                 Ok(Some(ins)) => {

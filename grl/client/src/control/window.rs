@@ -61,8 +61,6 @@ impl Inner {
                 .filter(|(age, _)| *age <= b.shape.windows());
             let was_idle = b.shape.offered_in_ring() == 0;
             let change = b.shape.push(offered, admitted, secs);
-            let idle = b.shape.offered_in_ring() == 0;
-            changed |= cell.watched.swap(idle, Ordering::Relaxed) != idle;
             if offered > 0 || change != Change::None {
                 tracing::trace!(client = %self.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), budget = ?b.budget, started = b.started_until.is_some(), "window");
             }
