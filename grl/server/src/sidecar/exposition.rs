@@ -5,23 +5,17 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A counter family labelled by one label: its name, help, the label and its values.
-pub(super) struct Family<'a> {
-    pub name: &'a str,
-    pub help: &'a str,
-    pub label: &'a str,
-    pub values: &'a [&'a str],
-}
-
-/// Appends a counter family, one sample per value of its label (`counts` in the same
-/// order), each also labelled with `service`.
-pub(super) fn write_counters(out: &mut String, service: &str, f: Family<'_>, counts: &[AtomicU64]) {
-    let Family {
-        name,
-        help,
-        label,
-        values,
-    } = f;
+/// Appends the counter family `name` labelled by `label`, one sample per value of it
+/// (`counts` in the same order), each also labelled with `service`.
+pub(super) fn write_counters(
+    out: &mut String,
+    service: &str,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[&str],
+    counts: &[AtomicU64],
+) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
     for (value, n) in values.iter().zip(counts) {
         let n = n.load(Ordering::Relaxed);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use grl_client::Client;
 
-use super::exposition::{Family, write_counters, write_one};
+use super::exposition::{write_counters, write_one};
 
 /// Requests the proxy could not forward, by `kind` (`connect`, `timeout`, `other`).
 pub const UPSTREAM_ERRORS_TOTAL: &str = "grl_sidecar_upstream_errors_total";
@@ -127,55 +127,54 @@ impl SidecarMetrics {
         let mut out = String::with_capacity(4096);
         client.encode_metrics(&mut out);
         let service = client.config().service.replace(['\\', '"', '\n'], "_");
-        let mut family = |name: &str, help: &str, label: &str, values: &[&str], counts| {
-            write_counters(
-                &mut out,
-                &service,
-                Family {
-                    name,
-                    help,
-                    label,
-                    values,
-                },
-                counts,
-            );
-        };
-        family(
+        write_counters(
+            &mut out,
+            &service,
             UPSTREAM_ERRORS_TOTAL,
             "Requests the sidecar could not forward to its upstream.",
             "kind",
             &["connect", "timeout", "other"],
             &self.upstream,
         );
-        family(
+        write_counters(
+            &mut out,
+            &service,
             RLS_REQUESTS_TOTAL,
             "ShouldRateLimit calls answered by the sidecar's rate limit service.",
             "code",
             &["ok", "over_limit", "invalid_argument"],
             &self.rls,
         );
-        family(
+        write_counters(
+            &mut out,
+            &service,
             RLQS_ASSIGNMENTS_TOTAL,
             "Quota assignments the sidecar's rate limit quota service sent.",
             "strategy",
             &["allow_all", "deny_all", "token_bucket"],
             &self.rlqs_assignments,
         );
-        family(
+        write_counters(
+            &mut out,
+            &service,
             RLQS_REPORTS_TOTAL,
             "Usage reports the sidecar's rate limit quota service received.",
             "code",
             &["ok", "invalid_argument"],
             &self.rlqs_reports,
         );
-        family(
+        write_counters(
+            &mut out,
+            &service,
             RLQS_STREAMS_TOTAL,
             "Rate limit quota streams opened, or refused past --rlqs-max-streams.",
             "code",
             &["ok", "resource_exhausted"],
             &self.rlqs_streams,
         );
-        family(
+        write_counters(
+            &mut out,
+            &service,
             LONG_NAMES_TOTAL,
             "Descriptors and bucket ids whose caller or procedure was longer than a config may name.",
             "api",

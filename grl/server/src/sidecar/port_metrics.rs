@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use super::exposition::{Family, write_counters, write_one};
+use super::exposition::{write_counters, write_one};
 
 /// Connections of the proxy open now.
 pub const CONNECTIONS_OPEN: &str = "grl_sidecar_connections_open";
@@ -98,20 +98,9 @@ impl PortMetrics {
         let open = self.open.load(Ordering::Relaxed).max(0) as u64;
         let help = "Connections of the sidecar's proxy port open now.";
         write_one(out, service, CONNECTIONS_OPEN, help, "gauge", open);
-        let mut family = |name: &str, help: &str, label: &str, values: &[&str], counts| {
-            write_counters(
-                out,
-                service,
-                Family {
-                    name,
-                    help,
-                    label,
-                    values,
-                },
-                counts,
-            );
-        };
-        family(
+        write_counters(
+            out,
+            service,
             CONNECTIONS_CLOSED_TOTAL,
             "Connections the sidecar's proxy closed itself.",
             "reason",
@@ -123,7 +112,9 @@ impl PortMetrics {
             ],
             &self.closed,
         );
-        family(
+        write_counters(
+            out,
+            service,
             REQUESTS_REFUSED_TOTAL,
             "Requests the sidecar's proxy refused before deciding them.",
             "reason",
@@ -135,7 +126,9 @@ impl PortMetrics {
             ],
             &self.refused,
         );
-        family(
+        write_counters(
+            out,
+            service,
             NAMES_CUT_TOTAL,
             "Callers and procedures the sidecar cut to the name length limit.",
             "name",
