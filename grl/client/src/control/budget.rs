@@ -109,7 +109,7 @@ impl Budget {
     /// empty, starts again each time it gets an allowance back). Over the limit a first
     /// budget holds no credit: it must not admit more than its allowance; nor does one
     /// given in the first intervals of a spell of traffic, when the tiers may not have
-    /// heard every client that began with it (see `Inner::apply_instruction`).
+    /// heard every client that began with it (see `Inner::apply_ratio`).
     pub(crate) fn starting_under_limit(phase: f64, load: f64) -> Self {
         let credit = poisson_credit(load);
         Self {
