@@ -82,12 +82,14 @@ impl Inner {
             // Under the limit by a sum that holds every client's traffic: one interval for
             // each client's report of its spell to come, one more for the tiers' tick and
             // the trip back. Before that the tiers may have heard only some of the clients
-            // that began together, and their "under the limit" is not to be saved up on.
+            // that began together, and their "under the limit" is not to be saved up on:
+            // the budget holds only what the allowance refilled since the client's last
+            // admitted request, up to one request (no credit).
             let heard = book.shape.spell_secs() >= 2.0 * self.cfg.interval.as_secs_f64();
             book.budget = if ratio <= 0.0 && share > 0.0 && heard {
                 Budget::starting_under_limit(phase, book.shape.credit_rate() / share)
             } else {
-                Budget::starting_at(phase)
+                Budget::resuming(phase, share * book.shape.secs_since_admitted())
             };
             book.unsettled = true;
         }

@@ -101,6 +101,26 @@ impl Budget {
         }
     }
 
+    /// A budget at `phase` (see [`Budget::starting_at`]) refilled by `refilled` requests,
+    /// counted up to one whole request: the budget a client would hold had it kept the
+    /// allowance since the last request it admitted, without saving credit. It is how a
+    /// first budget starts when the client cannot count on the bucket being under its limit
+    /// (see `Inner::apply_ratio`): a caller under its allowance is not dropped at its next
+    /// request for lack of a part of one (starting at its phase alone dropped it whenever
+    /// the allowance came between two requests less than a request's refill apart), and
+    /// clients that start together admit at most one request each beyond their allowance.
+    pub(crate) fn resuming(phase: f64, refilled: f64) -> Self {
+        let refilled = if refilled.is_finite() {
+            refilled.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        Self {
+            tokens: phase.rem_euclid(1.0) + refilled,
+            credit: 0.0,
+        }
+    }
+
     /// A budget at `phase` (see [`Budget::starting_at`]) that also holds the credit random
     /// arrivals at `load` times its allowance need ([`poisson_credit`]): the budget of a
     /// client given its first allowance while the bucket is under its limit. A budget that
@@ -350,6 +370,25 @@ mod tests {
         }
         let b = Budget::starting_at(1.75);
         assert!((b.tokens() - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_resumed_budget_holds_its_refill_up_to_one_request_past_its_phase() {
+        for (refilled, tokens) in [(0.0, 0.3), (0.5, 0.8), (1.0, 1.3), (40.0, 1.3)] {
+            let b = Budget::resuming(0.3, refilled);
+            assert!((b.tokens() - tokens).abs() < 1e-12, "{refilled}: {b:?}");
+        }
+        assert!((Budget::resuming(0.3, f64::INFINITY).tokens() - 1.3).abs() < 1e-12);
+        assert!((Budget::resuming(0.3, -2.0).tokens() - 0.3).abs() < 1e-12);
+        // A caller under its allowance is admitted at its next request: the allowance came
+        // between two requests `gap` apart, `since` after the first.
+        let (allowed, gap) = (2.0, 0.6);
+        for phase in [0.0, 0.5, 0.99] {
+            for since in [0.01, 0.3, 0.59] {
+                let b = Budget::resuming(phase, allowed * since);
+                assert!(b.covers(allowed, gap - since, 1.0), "{phase} {since}");
+            }
+        }
     }
 
     #[test]

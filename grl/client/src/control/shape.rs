@@ -623,6 +623,17 @@ impl Shape {
         self.ring.iter().map(|s| u64::from(s.admitted)).sum()
     }
 
+    /// Seconds of the closed windows since the last one that admitted a request (the
+    /// whole ring if none did).
+    pub(crate) fn secs_since_admitted(&self) -> f64 {
+        self.ring
+            .iter()
+            .rev()
+            .take_while(|s| s.admitted == 0)
+            .map(|s| s.secs)
+            .sum()
+    }
+
     /// How many windows the ring keeps.
     pub(crate) fn windows(&self) -> usize {
         self.cap

@@ -425,13 +425,13 @@ fn a_first_allowance_under_the_limit_drops_none_of_a_sparse_callers_requests() {
     }
     eprintln!("dropped {dropped} of {offered}");
     assert!(offered > 4000, "{offered}");
-    // 6.7 % without the fix, 1.4 % with it: in the seeds where the caller's spell of
-    // traffic began less than two intervals before the allowance (a silence of a whole
-    // ring, 4 s, one time in seven at 0.5 rps) its budget starts empty as at a cold start
-    // (see `Inner::apply_ratio`); in the others the drops are the budget's at a quarter of
-    // its allowance (0.5-0.6 %), spread evenly over the 5 s.
+    // 6.7 % with a first budget of less than a request, 1.4 % with the credit random
+    // arrivals need once the spell has lasted two intervals, 0.85 % (42 of 4,960) now that
+    // a budget given earlier in a spell (see `Inner::apply_ratio`) also holds what the
+    // allowance refilled since the caller's last request, up to one request. What is left
+    // is the budget's at a quarter of its allowance, spread over the 5 s.
     assert!(
-        dropped as f64 <= 0.02 * offered as f64,
+        dropped as f64 <= 0.012 * offered as f64,
         "dropped {dropped} of {offered} in the 5 s after a first allowance"
     );
 }
