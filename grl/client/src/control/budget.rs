@@ -115,10 +115,9 @@ impl Budget {
         } else {
             1.0
         };
-        Self {
-            tokens: phase.rem_euclid(1.0) + refilled,
-            credit: 0.0,
-        }
+        let mut b = Self::starting_at(phase);
+        b.tokens += refilled;
+        b
     }
 
     /// A budget at `phase` (see [`Budget::starting_at`]) that also holds the credit random
