@@ -79,7 +79,7 @@ pub use metrics::{
     CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
 };
 
-use buckets::{BucketCell, Resolver};
+use buckets::{BucketCell, ClassCell, Resolver};
 use control::Control;
 use table::{PairEntry, PairTable};
 
@@ -221,6 +221,9 @@ pub struct ClientStatus {
     pub pairs: usize,
     /// Requests counted as overflow so far.
     pub overflow: u64,
+    /// Requests of a priority class their bucket does not list, so far (counted in the
+    /// bucket's default class).
+    pub unknown_classes: u64,
     /// Heap bytes held by the pair table.
     pub table_bytes: usize,
 }
@@ -239,6 +242,10 @@ pub(crate) struct Inner {
     pub(crate) fail_open: AtomicBool,
     pub(crate) connected: AtomicBool,
     pub(crate) overflow: AtomicU64,
+    /// The current config has a bucket with priority classes.
+    pub(crate) classes_on: AtomicBool,
+    /// Requests of a class their bucket does not list (counted in its default class).
+    pub(crate) unknown_classes: AtomicU64,
 }
 
 /// The in-process rate limiter client. Cheap to clone: every clone shares one state.
@@ -272,6 +279,8 @@ impl Client {
                 fail_open: AtomicBool::new(true),
                 connected: AtomicBool::new(false),
                 overflow: AtomicU64::new(0),
+                classes_on: AtomicBool::new(false),
+                unknown_classes: AtomicU64::new(0),
             }),
         }
     }
@@ -291,6 +300,52 @@ impl Client {
             self.decide_in_addition(caller, procedure, d)
         } else {
             d
+        }
+    }
+
+    /// Decides one request of priority class `class` (e.g. `critical`) of `caller` calling
+    /// `procedure`: as [`decide`](Self::decide), in that class of the request's bucket when
+    /// the bucket has priority classes (when it must shed, its lowest classes go first). A
+    /// class the bucket does not list counts in its default class (`default` if listed,
+    /// else its lowest) and in [`ClientStatus::unknown_classes`]; a bucket without classes
+    /// ignores the class.
+    #[inline]
+    pub fn decide_in_class(&self, caller: &str, procedure: &str, class: &str) -> Decision {
+        if !self.inner.classes_on.load(Ordering::Relaxed) {
+            return self.decide(caller, procedure);
+        }
+        self.decide_classed(caller, procedure, class)
+    }
+
+    /// [`decide_in_class`](Self::decide_in_class) where the config has classes.
+    fn decide_classed(&self, caller: &str, procedure: &str, class: &str) -> Decision {
+        let table = &self.inner.table;
+        let key = table.key(caller, procedure);
+        let pair = match table.get(&key, caller, procedure) {
+            Some(e) => Ok(e),
+            None => self.pair(caller, procedure),
+        };
+        let id = match &pair {
+            Ok(e) => e.cell.load(Ordering::Relaxed),
+            Err((_, id)) => *id,
+        };
+        let resolver = self.inner.resolver.load();
+        let own = match resolver.class_cell(id, class) {
+            ClassCell::Other(cell) => decide_direct(resolver.cell(cell)),
+            found => {
+                if found == ClassCell::Unknown {
+                    self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
+                }
+                match pair {
+                    Ok(e) => e.decide(),
+                    Err((resolver, id)) => self.decide_overflow(&resolver, id),
+                }
+            }
+        };
+        if self.inner.also_on.load(Ordering::Relaxed) {
+            self.decide_in_addition(caller, procedure, own)
+        } else {
+            own
         }
     }
 
@@ -596,4 +651,19 @@ impl Client {
     pub fn expire(&self) {
         self.inner.expire(tokio::time::Instant::now());
     }
+}
+
+/// Decides one request in `cell` directly (not through a pair), counted in its direct
+/// counters.
+fn decide_direct(cell: &BucketCell) -> Decision {
+    let threshold = cell.threshold.load(Ordering::Relaxed);
+    local::claim();
+    let (_, hit) = local::shard_and_hit(threshold);
+    let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
+        (false, _) => Decision::Allow,
+        (true, false) => Decision::Drop,
+        (true, true) => Decision::ShadowDrop,
+    };
+    cell.direct[d as usize].fetch_add(1, Ordering::Relaxed);
+    d
 }

@@ -25,8 +25,8 @@ pub mod yaml;
 pub use dir::read_config_files;
 pub use error::{ConfigError, ConfigErrors};
 pub use grl_core::config::{
-    Bucket, LimitChange, LimitSource, MatchRule, Matcher, Mode, PolicyConfig, ProcedurePattern,
-    ScheduledLimit, Scope, ServiceConfig, Snapshot,
+    Bucket, LimitChange, LimitSource, MatchRule, Matcher, Mode, PolicyConfig, PriorityClass,
+    ProcedurePattern, ScheduledLimit, Scope, ServiceConfig, Snapshot,
 };
 pub use load::{content_version, from_files, load_dir};
 /// The project's one duration notation (`30s`, `5m`, `2h`, `1d`, `1h30m`), as policy specs

@@ -11,9 +11,10 @@ use crate::dir::{is_yaml, read_config_files};
 use crate::raw::{LimitsFile, ServiceFile};
 use crate::yaml::{self, LineIndex};
 use crate::{
-    Bucket, ConfigError, ConfigErrors, LimitSource, MatchRule, PolicyConfig, ProcedurePattern,
-    ScheduledLimit, ServiceConfig, Snapshot,
+    Bucket, ConfigError, ConfigErrors, LimitSource, MatchRule, PolicyConfig, PriorityClass,
+    ProcedurePattern, ScheduledLimit, ServiceConfig, Snapshot,
 };
+use grl_core::config::MAX_PRIORITIES;
 
 /// Reads `services/*.yaml` and `limits/*.yaml` below `root`. The version is `version` if
 /// given, else a hash of the contents.
@@ -151,6 +152,90 @@ fn valid_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
 }
 
+/// A bucket's priority classes from `list` (written at field `list_at`) and its floors
+/// `min_share` (at `share_at`); or every problem, as (field, message).
+fn priority_classes(
+    list: &[String],
+    list_at: &str,
+    min_share: &BTreeMap<String, f64>,
+    share_at: &str,
+) -> Result<Vec<PriorityClass>, Vec<(String, String)>> {
+    let mut problems = Vec::new();
+    if list.len() > MAX_PRIORITIES {
+        problems.push((
+            list_at.to_string(),
+            format!(
+                "{} classes, more than the {MAX_PRIORITIES} allowed",
+                list.len()
+            ),
+        ));
+    }
+    for (j, name) in list.iter().enumerate() {
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !valid {
+            problems.push((
+                format!("{list_at}[{j}]"),
+                format!(
+                    "`{name}` is not a valid class name (letters, digits, - _ ., at most 64 bytes)"
+                ),
+            ));
+        } else if let Some(first) = list[..j].iter().position(|n| n == name) {
+            problems.push((
+                format!("{list_at}[{j}]"),
+                format!("`{name}` is listed twice (first as priorities[{first}])"),
+            ));
+        }
+    }
+    if list.is_empty() && !min_share.is_empty() {
+        problems.push((
+            share_at.to_string(),
+            "floors need priority classes: this bucket has none".into(),
+        ));
+    }
+    for (class, share) in min_share {
+        let at = format!("{share_at}.{class}");
+        if !list.is_empty() && !list.contains(class) {
+            problems.push((
+                at.clone(),
+                format!(
+                    "`{class}` is not one of the bucket's classes ({})",
+                    list.join(", ")
+                ),
+            ));
+        }
+        if !share.is_finite() || !(0.0..=1.0).contains(share) {
+            problems.push((
+                at,
+                format!("{share} is not a share of the limit between 0 and 1"),
+            ));
+        }
+    }
+    let total: f64 = min_share
+        .values()
+        .filter(|v| (0.0..=1.0).contains(*v))
+        .sum();
+    if total > 1.0 + 1e-9 {
+        problems.push((
+            share_at.to_string(),
+            format!("the floors add up to {total} of the limit, more than all of it (1)"),
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(list
+        .iter()
+        .map(|name| PriorityClass {
+            name: name.clone(),
+            min_share: min_share.get(name).copied().unwrap_or(0.0),
+        })
+        .collect())
+}
+
 fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigError>> {
     let raw: ServiceFile = yaml::parse(path, text).map_err(|e| vec![e])?;
     let index = LineIndex::new(text);
@@ -285,6 +370,18 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
         } else {
             (None, LimitSource::None)
         };
+        let (list, list_at) = match (&b.priorities, &raw.priorities) {
+            (Some(own), _) => (own.as_slice(), at("priorities")),
+            (None, Some(service)) => (service.as_slice(), "priorities".to_string()),
+            (None, None) => (&[][..], at("priorities")),
+        };
+        let priorities = match priority_classes(list, &list_at, &b.min_share, &at("min_share")) {
+            Ok(p) => p,
+            Err(problems) => {
+                errors.extend(problems.into_iter().map(|(f, m)| err(f, m)));
+                continue;
+            }
+        };
         buckets.push(Bucket {
             name: b.name,
             rule,
@@ -300,6 +397,7 @@ fn parse_service(path: &str, text: &str) -> Result<ServiceConfig, Vec<ConfigErro
             evidence: serde_json::Map::new(),
             in_addition: b.in_addition,
             scheduled: Vec::new(),
+            priorities,
         });
     }
     if errors.is_empty() {

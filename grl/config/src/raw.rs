@@ -18,6 +18,9 @@ pub struct ServiceFile {
     /// Optional free text for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The priority classes of its buckets, highest first, for buckets that list none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priorities: Option<Vec<String>>,
     /// The buckets of this service.
     #[serde(default)]
     pub buckets: Vec<BucketEntry>,
@@ -45,6 +48,13 @@ pub struct BucketEntry {
     /// takes them (a procedure-wide limit that protects the procedure whoever calls it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub in_addition: bool,
+    /// Its priority classes, highest first: when the bucket must shed, the lowest go
+    /// first. Absent: the service's list, if any; `[]`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priorities: Option<Vec<String>>,
+    /// The share of the limit a class keeps whatever the classes above it offer, by class.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min_share: BTreeMap<String, f64>,
     /// Optional free text for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

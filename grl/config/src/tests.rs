@@ -1012,3 +1012,107 @@ fn in_addition_must_be_a_bool() {
     assert_eq!(e.line, Some(15), "{e}");
     assert!(e.to_string().contains("in_addition"), "{e}");
 }
+
+/// PAYMENTS with `lines` added to the bucket `gateway-pay` (after its policy, line 7).
+fn with_gateway_lines(lines: &str) -> String {
+    PAYMENTS.replace(
+        "    policy: { kind: historical-peak, window: 28d, buffer: 0.25 }\n",
+        &format!("    policy: {{ kind: historical-peak, window: 28d, buffer: 0.25 }}\n{lines}"),
+    )
+}
+
+#[test]
+fn priority_classes_are_read_in_order_with_their_floors_and_a_default() {
+    let text = with_gateway_lines(
+        "    priorities: [critical, default, sheddable]\n    min_share: { sheddable: 0.05 }\n",
+    );
+    let snap = from_files("v", files(&[("services/payments.yaml", &text)])).unwrap();
+    let svc = snap.service("payments").unwrap();
+    let b = svc.bucket("gateway-pay").unwrap();
+    let names: Vec<&str> = b.priorities.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["critical", "default", "sheddable"]);
+    assert_eq!(b.priorities[2].min_share, 0.05);
+    assert_eq!(b.priorities[0].min_share, 0.0);
+    assert_eq!(b.default_class(), Some(1));
+    assert!(svc.bucket("refunds").unwrap().priorities.is_empty());
+    // Without a class named `default`, requests without a class count in the lowest.
+    let text = with_gateway_lines("    priorities: [user, batch]\n");
+    let snap = from_files("v", files(&[("services/payments.yaml", &text)])).unwrap();
+    let b = snap
+        .service("payments")
+        .unwrap()
+        .bucket("gateway-pay")
+        .unwrap();
+    assert_eq!(b.default_class(), Some(1));
+}
+
+#[test]
+fn a_service_gives_its_buckets_a_default_list_of_classes() {
+    let text = PAYMENTS.replace(
+        "service: payments\n",
+        "service: payments\npriorities: [critical, default, sheddable]\n",
+    );
+    let text = text.replace(
+        "    match: { procedure: Refund }\n",
+        "    match: { procedure: Refund }\n    priorities: []\n",
+    );
+    let snap = from_files("v", files(&[("services/payments.yaml", &text)])).unwrap();
+    let svc = snap.service("payments").unwrap();
+    assert_eq!(svc.bucket("gateway-pay").unwrap().priorities.len(), 3);
+    assert_eq!(svc.bucket("partner-acme").unwrap().priorities.len(), 3);
+    assert!(
+        svc.bucket("refunds").unwrap().priorities.is_empty(),
+        "`priorities: []` opts out"
+    );
+}
+
+#[test]
+fn bad_priority_classes_are_refused_with_file_line_and_field() {
+    let file = "services/payments.yaml";
+    let cases = [
+        (
+            "    priorities: [critical, default, critical]\n",
+            "buckets[0].priorities[2]",
+            "listed twice",
+        ),
+        (
+            "    priorities: [critical, \"bad#name\"]\n",
+            "buckets[0].priorities[1]",
+            "not a valid class name",
+        ),
+        (
+            "    priorities: [a, b, c, d, e, f, g, h, i]\n",
+            "buckets[0].priorities",
+            "more than the 8 allowed",
+        ),
+        (
+            "    priorities: [critical, sheddable]\n    min_share: { bulk: 0.1 }\n",
+            "buckets[0].min_share.bulk",
+            "not one of the bucket's classes",
+        ),
+        (
+            "    priorities: [critical, sheddable]\n    min_share: { sheddable: 1.5 }\n",
+            "buckets[0].min_share.sheddable",
+            "between 0 and 1",
+        ),
+        (
+            "    priorities: [critical, sheddable]\n    min_share: { critical: 0.6, sheddable: 0.6 }\n",
+            "buckets[0].min_share",
+            "more than all of it",
+        ),
+        (
+            "    min_share: { sheddable: 0.05 }\n",
+            "buckets[0].min_share",
+            "need priority classes",
+        ),
+    ];
+    for (lines, field, words) in cases {
+        let e = refused(&[(file, &with_gateway_lines(lines))]);
+        let line = if field.contains("min_share") && lines.starts_with("    priorities") {
+            9
+        } else {
+            8
+        };
+        assert_refusal(&e, file, line, field, words);
+    }
+}

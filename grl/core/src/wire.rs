@@ -89,7 +89,31 @@ pub fn bucket_rule(b: &Bucket, is_override: bool, at_unix: i64) -> proto::Bucket
         limit_rps: b.limit_at(at_unix),
         is_override,
         in_addition: b.in_addition,
+        ..Default::default()
     }
+}
+
+/// The wire form of one bucket: one rule, or one per priority class (see
+/// `BucketRule.class_of`), with the limit in force at `at_unix`.
+pub fn bucket_rules(b: &Bucket, is_override: bool, at_unix: i64) -> Vec<proto::BucketRule> {
+    let one = bucket_rule(b, is_override, at_unix);
+    let Some(default) = b.default_class() else {
+        return vec![one];
+    };
+    let count = b.priorities.len() as u32;
+    b.priorities
+        .iter()
+        .enumerate()
+        .map(|(rank, c)| proto::BucketRule {
+            name: crate::config::class_bucket_name(&b.name, &c.name),
+            class_of: b.name.clone(),
+            class_rank: rank as u32,
+            class_count: count,
+            min_share: c.min_share,
+            class_default: rank == default,
+            ..one.clone()
+        })
+        .collect()
 }
 
 /// The wire form of the named services of a snapshot (all when `services` is empty), with
@@ -108,7 +132,7 @@ pub fn service_rules(
             buckets: s
                 .buckets
                 .iter()
-                .map(|b| bucket_rule(b, false, at_unix))
+                .flat_map(|b| bucket_rules(b, false, at_unix))
                 .collect(),
             first_index: None,
         })
@@ -121,4 +145,52 @@ pub fn match_rule(r: &proto::BucketRule) -> MatchRule {
         caller: (!r.caller.is_empty()).then(|| r.caller.clone()),
         procedure: (!r.procedure.is_empty()).then(|| ProcedurePattern::parse(&r.procedure)),
     }
+}
+
+/// A priority class's place in its bucket (see `BucketRule.class_of`): positions `first .. first + count` of the rules (or of
+/// the version's bucket indices) hold the bucket's classes, highest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassSpan {
+    /// The position of the bucket's highest class.
+    pub first: usize,
+    /// This class's rank (0: the highest).
+    pub rank: usize,
+    /// How many classes the bucket has.
+    pub count: usize,
+}
+
+/// The class span of each of a service's rules, `None` for a bucket without classes (or
+/// whose classes are not sent whole and in order: then each is held to the whole limit,
+/// as an older tier would).
+pub fn class_spans(rules: &[proto::BucketRule]) -> Vec<Option<ClassSpan>> {
+    let mut out = vec![None; rules.len()];
+    let mut at = 0;
+    while at < rules.len() {
+        let r = &rules[at];
+        let count = r.class_count as usize;
+        if r.class_of.is_empty() || r.class_rank != 0 || count == 0 {
+            at += 1;
+            continue;
+        }
+        let whole = rules.get(at..at + count).is_some_and(|group| {
+            group.iter().enumerate().all(|(k, c)| {
+                c.class_of == r.class_of
+                    && c.class_rank as usize == k
+                    && c.class_count == r.class_count
+            })
+        });
+        if !whole {
+            at += 1;
+            continue;
+        }
+        for rank in 0..count {
+            out[at + rank] = Some(ClassSpan {
+                first: at,
+                rank,
+                count,
+            });
+        }
+        at += count;
+    }
+    out
 }

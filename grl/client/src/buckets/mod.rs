@@ -15,10 +15,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use grl_core::config::split_class;
 use grl_core::config::{MatchRule, Matcher, Mode};
 use grl_core::metric_names::UNMATCHED_BUCKET;
 use grl_core::proto;
-use grl_core::wire::{InvalidEnum, match_rule, mode_from_wire};
+use grl_core::wire::{ClassSpan, InvalidEnum, class_spans, match_rule, mode_from_wire};
 
 use crate::buckets::refusal::RefusingBucket;
 use crate::table::DECISIONS;
@@ -36,6 +37,9 @@ pub(crate) struct BucketCell {
     pub(crate) shadow: AtomicBool,
     /// Decisions of requests whose pair did not fit in the table.
     pub(crate) overflow: [AtomicU64; DECISIONS],
+    /// Decisions made on this cell directly rather than through a pair: requests of a
+    /// priority class other than their pair's ([`crate::Client::decide_in_class`]).
+    pub(crate) direct: [AtomicU64; DECISIONS],
     /// Requests decided elsewhere and recorded here ([`crate::Client::record`]), also
     /// counted in their pairs: the window estimate of this client's own offered rate leaves
     /// them out, since they arrive in batches.
@@ -49,6 +53,7 @@ impl BucketCell {
             threshold: AtomicU64::new(0),
             shadow: AtomicBool::new(false),
             overflow: Default::default(),
+            direct: Default::default(),
             recorded: AtomicU64::new(0),
         }
     }
@@ -81,6 +86,28 @@ pub(crate) struct Resolver {
     pub(crate) cells: Vec<Arc<BucketCell>>,
     /// What a refusal says, by cell id, for the cells of this config.
     refusals: Vec<Option<Arc<RefusingBucket>>>,
+    /// The priority classes of a bucket with classes, by the cell id its pairs resolve to
+    /// (its default class's).
+    classes: Vec<Option<Arc<Classes>>>,
+}
+
+/// A bucket's priority classes as the hot path finds them.
+pub(crate) struct Classes {
+    /// Class names, highest first.
+    names: Vec<String>,
+    /// Their cell ids.
+    cells: Vec<u32>,
+}
+
+/// Which cell a request of a priority class is decided in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClassCell {
+    /// The pair's own (a bucket without classes, or the default class).
+    Own,
+    /// Another class's cell.
+    Other(u32),
+    /// The bucket does not list the class: the default class's, counted as unknown.
+    Unknown,
 }
 
 impl Resolver {
@@ -92,7 +119,26 @@ impl Resolver {
             in_addition: Vec::new(),
             cells,
             refusals: Vec::new(),
+            classes: Vec::new(),
         }
+    }
+
+    /// Where a request of class `class` whose pair resolves to cell `id` is decided.
+    #[inline]
+    pub(crate) fn class_cell(&self, id: u32, class: &str) -> ClassCell {
+        let Some(Some(c)) = self.classes.get(id as usize) else {
+            return ClassCell::Own;
+        };
+        match c.names.iter().position(|n| n == class) {
+            Some(k) if c.cells[k] == id => ClassCell::Own,
+            Some(k) => ClassCell::Other(c.cells[k]),
+            None => ClassCell::Unknown,
+        }
+    }
+
+    /// Whether any bucket of this config has priority classes.
+    pub(crate) fn has_classes(&self) -> bool {
+        self.classes.iter().any(Option::is_some)
     }
 
     /// The cell id of a pair.
@@ -135,6 +181,10 @@ pub(crate) struct RuleSet {
     rules: Vec<MatchRule>,
     overrides: Vec<bool>,
     in_addition: Vec<bool>,
+    /// Each rule's place among its bucket's priority classes.
+    spans: Vec<Option<ClassSpan>>,
+    /// Which rule of a bucket with classes is its default class.
+    class_default: Vec<bool>,
 }
 
 impl RuleSet {
@@ -151,11 +201,26 @@ impl RuleSet {
             rules: Vec::new(),
             overrides: Vec::new(),
             in_addition: Vec::new(),
+            spans: Vec::new(),
+            class_default: Vec::new(),
         };
-        for b in config
-            .iter()
-            .filter(|s| s.service == service)
-            .flat_map(|s| &s.buckets)
+        for s in config.iter().filter(|s| s.service == service) {
+            set.spans
+                .extend(class_spans(&s.buckets).into_iter().map(|span| {
+                    span.map(|x| ClassSpan {
+                        first: x.first + set.names.len(),
+                        ..x
+                    })
+                }));
+            for b in &s.buckets {
+                set.push(b)?;
+            }
+        }
+        Ok(set)
+    }
+
+    fn push(&mut self, b: &proto::BucketRule) -> Result<(), InvalidEnum> {
+        let set = self;
         {
             set.modes.push(mode_from_wire(b.mode)?);
             set.names.push(b.name.clone());
@@ -163,8 +228,9 @@ impl RuleSet {
             set.rules.push(match_rule(b));
             set.overrides.push(b.is_override);
             set.in_addition.push(b.in_addition);
+            set.class_default.push(b.class_default);
         }
-        Ok(set)
+        Ok(())
     }
 
     /// The resolver of these rules of `service`, given each bucket's cell id.
@@ -182,12 +248,46 @@ impl RuleSet {
                 *slot = RefusingBucket::new(service, name, *limit).map(Arc::new);
             }
         }
+        // A pair of a bucket with classes resolves to its default class; the other
+        // classes are found from there ([`Resolver::class_cell`]).
+        let mut classes = vec![None; cells.len()];
+        let mut resolved = cell_of.clone();
+        for (at, span) in self.spans.iter().enumerate() {
+            let Some(span) = span.filter(|s| s.rank == 0) else {
+                continue;
+            };
+            let group = span.first..span.first + span.count;
+            let default = group
+                .clone()
+                .find(|&k| self.class_default[k])
+                .unwrap_or(group.end - 1);
+            let class = Classes {
+                names: group
+                    .clone()
+                    .map(|k| {
+                        split_class(&self.names[k])
+                            .1
+                            .unwrap_or_default()
+                            .to_string()
+                    })
+                    .collect(),
+                cells: group.clone().map(|k| cell_of[k]).collect(),
+            };
+            if let Some(slot) = classes.get_mut(cell_of[default] as usize) {
+                *slot = Some(Arc::new(class));
+            }
+            for k in group {
+                resolved[k] = cell_of[default];
+            }
+            debug_assert_eq!(at, span.first);
+        }
         Resolver {
             matcher,
-            cell_of,
+            cell_of: resolved,
             in_addition: self.in_addition.clone(),
             cells,
             refusals,
+            classes,
         }
     }
 }
@@ -236,7 +336,7 @@ mod tests {
             mode: proto::Mode::Deny as i32,
             limit_rps: Some(1.0),
             is_override,
-            in_addition: false,
+            ..Default::default()
         }
     }
 

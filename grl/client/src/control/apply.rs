@@ -154,6 +154,8 @@ impl Inner {
             );
         }
         let also_on = resolver.has_in_addition();
+        self.classes_on
+            .store(resolver.has_classes(), Ordering::Relaxed);
         self.resolver.store(Arc::new(resolver));
         self.also_on.store(also_on, Ordering::Relaxed);
         debug!(version = %c.version, buckets = c.active.len(), "config applied");

@@ -42,6 +42,8 @@ pub(crate) struct Book {
     pub(crate) totals: [u64; DECISIONS],
     /// Overflow counts already folded into `totals`.
     overflow_seen: [u64; DECISIONS],
+    /// The cell's direct counts (see `BucketCell::direct`) already added to `totals`.
+    direct_seen: [u64; DECISIONS],
     /// When the current ratio stops being valid.
     pub(crate) expires: Option<Instant>,
     /// The rate this client may admit in this bucket, when the instruction gave one.
@@ -87,6 +89,7 @@ impl Book {
         Self {
             totals: [0; DECISIONS],
             overflow_seen: [0; DECISIONS],
+            direct_seen: [0; DECISIONS],
             expires: None,
             allowed: None,
             window_base: [0; DECISIONS],
@@ -307,6 +310,9 @@ impl Inner {
                 let n = cell.overflow[i].load(Ordering::Relaxed);
                 b.totals[i] += n - b.overflow_seen[i];
                 b.overflow_seen[i] = n;
+                let n = cell.direct[i].load(Ordering::Relaxed);
+                b.totals[i] += n - b.direct_seen[i];
+                b.direct_seen[i] = n;
             }
         }
     }
@@ -368,6 +374,7 @@ impl Inner {
             ratios,
             pairs: self.table.len(),
             overflow: self.overflow.load(Ordering::Relaxed),
+            unknown_classes: self.unknown_classes.load(Ordering::Relaxed),
             table_bytes: self.table.allocated_bytes(),
         }
     }

@@ -543,3 +543,82 @@ fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
         }
     }
 }
+
+/// A client of `payments` whose bucket `b` (caller `gateway`) has the classes
+/// `critical, default, sheddable`, told the drop ratio of each.
+fn classed_client(ratios: [f64; 3]) -> crate::Client {
+    let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
+    let names = ["critical", "default", "sheddable"];
+    let rules = names
+        .iter()
+        .enumerate()
+        .map(|(rank, class)| proto::BucketRule {
+            name: format!("b#{class}"),
+            caller: "gateway".into(),
+            scope: proto::Scope::Global as i32,
+            mode: proto::Mode::Deny as i32,
+            limit_rps: Some(100.0),
+            class_of: "b".into(),
+            class_rank: rank as u32,
+            class_count: 3,
+            class_default: *class == "default",
+            ..Default::default()
+        })
+        .collect();
+    client.apply_instruction(&proto::Instruction {
+        has_config: true,
+        config: vec![proto::ServiceRules {
+            service: "payments".into(),
+            first_index: None,
+            buckets: rules,
+        }],
+        ratios: names
+            .iter()
+            .zip(ratios)
+            .map(|(class, ratio)| proto::DropRatio {
+                service: "payments".into(),
+                bucket: format!("b#{class}"),
+                ratio,
+                valid_for_ms: 3_600_000,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    });
+    client
+}
+
+#[test]
+fn each_class_is_decided_and_counted_in_its_own_part_of_the_bucket() {
+    let client = classed_client([0.0, 0.5, 1.0]);
+    let mut dropped = [0u32; 4];
+    for _ in 0..2000 {
+        for (k, class) in ["critical", "default", "sheddable", ""].iter().enumerate() {
+            let d = if class.is_empty() {
+                client.decide("gateway", "pay.Pay/Card")
+            } else {
+                client.decide_in_class("gateway", "pay.Pay/Card", class)
+            };
+            dropped[k] += u32::from(d == Decision::Drop);
+        }
+    }
+    assert_eq!(dropped[0], 0, "critical is not dropped");
+    assert!((800..1200).contains(&dropped[1]), "default: {dropped:?}");
+    assert_eq!(dropped[2], 2000, "sheddable is all dropped");
+    assert!(
+        (800..1200).contains(&dropped[3]),
+        "no class counts as default: {dropped:?}"
+    );
+    // A class the bucket does not list counts as `default`, and is counted.
+    let before = client.status().unknown_classes;
+    client.decide_in_class("gateway", "pay.Pay/Card", "bulk");
+    assert_eq!(client.status().unknown_classes, before + 1);
+    let totals: BTreeMap<String, u64> = client
+        .bucket_totals()
+        .into_iter()
+        .map(|t| (t.bucket, t.offered))
+        .collect();
+    assert_eq!(totals["b#critical"], 2000, "{totals:?}");
+    assert_eq!(totals["b#default"], 4001, "{totals:?}");
+    assert_eq!(totals["b#sheddable"], 2000, "{totals:?}");
+}

@@ -10,6 +10,7 @@ mod model;
 pub use explain::{Considered, Role};
 pub use matcher::{Matcher, ProcedurePattern};
 pub use model::{
-    Bucket, LimitChange, LimitSource, MatchRule, Mode, PolicyConfig, ScheduledLimit, Scope,
-    ServiceConfig, Snapshot,
+    Bucket, CLASS_SEPARATOR, DEFAULT_PRIORITY, LimitChange, LimitSource, MAX_PRIORITIES, MatchRule,
+    Mode, PolicyConfig, PriorityClass, ScheduledLimit, Scope, ServiceConfig, Snapshot,
+    class_bucket_name, split_class,
 };

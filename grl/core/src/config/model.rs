@@ -137,6 +137,45 @@ pub struct Bucket {
     /// Limits in force only for a while (an event's), by start, never overlapping: inside
     /// one, its limit replaces `limit`.
     pub scheduled: Vec<ScheduledLimit>,
+    /// Its priority classes, highest first (none: one class, as before classes). When
+    /// the bucket must shed, the lowest classes go first (see [`PriorityClass`]).
+    pub priorities: Vec<PriorityClass>,
+}
+
+/// At most this many priority classes per bucket.
+pub const MAX_PRIORITIES: usize = 8;
+
+/// The class that requests without a class, or with one the bucket does not list, count
+/// in when the bucket lists it (else its lowest class).
+pub const DEFAULT_PRIORITY: &str = "default";
+
+/// Between a bucket's name and a class's in the name the tiers and clients use for one
+/// class of a bucket (`checkout#critical`); bucket names cannot hold it.
+pub const CLASS_SEPARATOR: char = '#';
+
+/// One priority class of a bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PriorityClass {
+    /// Its name, unique within the bucket.
+    pub name: String,
+    /// The share of the bucket's limit the class keeps whatever the classes above it
+    /// offer (0 to 1; 0: it may be shed entirely).
+    pub min_share: f64,
+}
+
+/// The name of class `class` of bucket `bucket` on the wire, in reports, metrics and
+/// status: `bucket#class`.
+pub fn class_bucket_name(bucket: &str, class: &str) -> String {
+    format!("{bucket}{CLASS_SEPARATOR}{class}")
+}
+
+/// The bucket and class of a name made by [`class_bucket_name`]; the name and `None` for
+/// a bucket without classes.
+pub fn split_class(name: &str) -> (&str, Option<&str>) {
+    match name.split_once(CLASS_SEPARATOR) {
+        Some((bucket, class)) => (bucket, Some(class)),
+        None => (name, None),
+    }
 }
 
 /// A limit in force from `from` (included) until `until` (excluded), Unix seconds.
@@ -163,6 +202,19 @@ pub struct LimitChange {
 }
 
 impl Bucket {
+    /// The position in [`Bucket::priorities`] of the class that requests without a class
+    /// (or with an unknown one) count in: [`DEFAULT_PRIORITY`] if listed, else the lowest.
+    /// `None` for a bucket without classes.
+    pub fn default_class(&self) -> Option<usize> {
+        let last = self.priorities.len().checked_sub(1)?;
+        Some(
+            self.priorities
+                .iter()
+                .position(|c| c.name == DEFAULT_PRIORITY)
+                .unwrap_or(last),
+        )
+    }
+
     /// The limit in force at `unix`: a scheduled limit's inside its window, else `limit`.
     pub fn limit_at(&self, unix: i64) -> Option<f64> {
         self.scheduled

@@ -121,6 +121,7 @@ mod tests {
             ratios: buckets.iter().map(|b| (b.to_string(), 0.0)).collect(),
             pairs: 0,
             overflow: 0,
+            unknown_classes: 0,
             table_bytes: 0,
         }
     }

@@ -178,7 +178,7 @@ impl Overrides {
                     mode: proto::Mode::Deny as i32,
                     limit_rps: Some(o.rps),
                     is_override: true,
-                    in_addition: false,
+                    ..Default::default()
                 });
         }
         by_service

@@ -157,7 +157,7 @@ impl IndexedSums {
         let ratio = groups
             .iter()
             .filter(|g| global || !g.offered[i].is_nan())
-            .map(|g| ratios::drop_ratio(g.sum(i), dense.limit[i]))
+            .map(|g| ratios::drop_ratio(g.sum(i), dense.limit_in(i, |j| g.sum(j))))
             .reduce(f64::max);
         (self.all.sum(i), ratio)
     }
@@ -189,7 +189,7 @@ impl IndexedSums {
                         continue;
                     }
                     let sum = g.sum(i);
-                    let limit = dense.limit[i];
+                    let limit = dense.limit_in(i, |j| g.sum(j));
                     computed.insert(
                         (service.clone(), b.name.clone(), g.key.clone()),
                         Computed {
@@ -279,7 +279,7 @@ impl IndexedSums {
                     Scope::Global => g.map(|g| g.sum(i)),
                     Scope::Region | Scope::Zone => g.and_then(|g| g.reported(i)),
                 };
-                let limit = dense.limit[i];
+                let limit = g.map_or(dense.limit[i], |g| dense.limit_in(i, |j| g.sum(j)));
                 let ratio = ratios::drop_ratio(sum.unwrap_or(0.0), limit);
                 let allowed = sum.and_then(|sum| ratios::share(limit, own, sum, n, horizon));
                 let key = dense.key[i];
@@ -337,7 +337,8 @@ mod tests {
     use crate::tier::engine::node_config::NodeConfig;
     use crate::tier::engine::rules::Rules;
 
-    /// Three services, each with global, region and zone buckets, one without a limit.
+    /// Three services, each with global, region and zone buckets, one without a limit, and
+    /// two with priority classes (a region's and a global one).
     fn rules() -> Rules {
         let files = ["ads", "pay", "search"].map(|svc| {
             let text = format!(
@@ -345,7 +346,9 @@ mod tests {
                  - {{ name: g, match: {{ caller: a }}, scope: global, mode: deny, policy: {{ kind: fixed, rps: 250 }} }}\n\
                  - {{ name: r, match: {{ caller: b }}, scope: region, mode: deny, policy: {{ kind: fixed, rps: 300 }} }}\n\
                  - {{ name: z, match: {{ caller: c }}, scope: zone, mode: deny, policy: {{ kind: fixed, rps: 80 }} }}\n\
-                 - {{ name: s, match: {{ caller: d }}, scope: zone, mode: shadow, policy: {{ kind: historical-peak }} }}\n"
+                 - {{ name: s, match: {{ caller: d }}, scope: zone, mode: shadow, policy: {{ kind: historical-peak }} }}\n\
+                 - {{ name: p, match: {{ caller: e }}, scope: region, mode: deny, policy: {{ kind: fixed, rps: 150 }}, priorities: [hi, mid, lo], min_share: {{ lo: 0.1 }} }}\n\
+                 - {{ name: q, match: {{ caller: f }}, scope: global, mode: deny, policy: {{ kind: fixed, rps: 400 }}, priorities: [hi, lo] }}\n"
             );
             (format!("services/{svc}.yaml"), text)
         });

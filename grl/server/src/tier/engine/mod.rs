@@ -3,7 +3,8 @@
 //! [`children`], a child's rates summed once per report in [`child_rates`]) and which of their
 //! reports it takes ([`admission`]); the rules of the config in force ([`rules`]); the ratio
 //! arithmetic ([`ratios`]) and the tick worked by bucket index ([`dense_tick`]); which scopes
-//! the tier computes ([`scopes`]); whether it leads ([`leadership`]); what comes from the
+//! the tier computes ([`scopes`]); how a bucket's limit is parted among its priority classes
+//! ([`priorities`]); whether it leads ([`leadership`]); what comes from the
 //! parent (kept in `parent_state`, taken in by `parent`) and how long it holds ([`hold`]);
 //! and the instructions out to the children (`instruct`, made from `instruct_inputs`,
 //! packed by [`packing`]).
@@ -24,6 +25,7 @@ pub mod node_config;
 pub mod packing;
 mod parent;
 mod parent_state;
+pub mod priorities;
 pub mod ratios;
 pub mod rules;
 pub mod scopes;

@@ -35,6 +35,8 @@ use std::collections::BTreeMap;
 
 use crate::tier::FastMap;
 
+use super::priorities;
+
 use grl_config::Scope;
 use grl_core::proto;
 
@@ -208,8 +210,22 @@ pub struct Limited {
     pub bucket: String,
     /// Scope the limit holds over.
     pub scope: Scope,
-    /// The limit in requests per second.
+    /// The limit in requests per second (a class's: its bucket's, parted by
+    /// [`priorities::class_limit`]).
     pub limit: f64,
+    /// The bucket is one priority class of a bucket with classes.
+    pub class: Option<LimitedClass>,
+}
+
+/// One priority class's place among its bucket's classes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitedClass {
+    /// The wire names of the bucket's classes, highest first.
+    pub siblings: std::sync::Arc<[String]>,
+    /// Their floors, shares of the limit.
+    pub floors: std::sync::Arc<[f64]>,
+    /// This class's rank.
+    pub rank: usize,
 }
 
 /// Key of a computed ratio: service, bucket, scope key (see [`scope_key`]).
@@ -257,9 +273,23 @@ pub fn compute<'a>(
             *sums.entry(key).or_default() += r.offered;
         }
     }
-    sums.into_iter()
-        .map(|((service, bucket, scope), offered)| {
-            let limit = wanted[&(service, bucket)].limit;
+    sums.iter()
+        .map(|(&(service, bucket, scope), &offered)| {
+            let l = wanted[&(service, bucket)];
+            let limit = match &l.class {
+                None => l.limit,
+                Some(c) => priorities::class_limit(
+                    l.limit,
+                    c.rank,
+                    c.siblings.len(),
+                    |k| {
+                        sums.get(&(service, c.siblings[k].as_str(), scope))
+                            .copied()
+                            .unwrap_or(0.0)
+                    },
+                    |k| c.floors[k],
+                ),
+            };
             let ratio = drop_ratio(offered, limit);
             (
                 (service.to_string(), bucket.to_string(), scope.to_string()),
@@ -385,6 +415,7 @@ mod tests {
 
     fn lim(b: &str, scope: Scope, limit: f64) -> Limited {
         Limited {
+            class: None,
             service: "pay".into(),
             bucket: b.into(),
             scope,
@@ -416,6 +447,49 @@ mod tests {
         let c = out[&("pay".into(), "g".into(), String::new())];
         assert_eq!(c.offered, 300.0);
         assert!((c.ratio - 1.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_bucket_with_classes_sheds_its_lowest_classes_first_in_each_scope() {
+        let names: std::sync::Arc<[String]> = ["p#critical", "p#default", "p#sheddable"]
+            .map(String::from)
+            .into();
+        let limited: Vec<Limited> = (0..3)
+            .map(|rank| Limited {
+                class: Some(LimitedClass {
+                    siblings: names.clone(),
+                    floors: [0.0, 0.0, 0.05].into(),
+                    rank,
+                }),
+                ..lim(&names[rank], Scope::Region, 100.0)
+            })
+            .collect();
+        let mut t = Totals::new();
+        // eu at 2x the limit, 30/40/30; us under it.
+        for (b, eu, us) in [
+            ("p#critical", 60.0, 10.0),
+            ("p#default", 80.0, 20.0),
+            ("p#sheddable", 60.0, 30.0),
+        ] {
+            t.insert(key(b, "eu", "a"), rate(eu));
+            t.insert(key(b, "us", "c"), rate(us));
+        }
+        let out = compute(&limited, rows_of(&t), &[Scope::Region]);
+        let get = |b: &str, k: &str| out[&("pay".to_string(), b.to_string(), k.to_string())];
+        assert_eq!(get("p#critical", "eu").ratio, 0.0);
+        assert!((get("p#default", "eu").limit - 35.0).abs() < 1e-9);
+        assert!(
+            (get("p#sheddable", "eu").limit - 5.0).abs() < 1e-9,
+            "its floor"
+        );
+        let admitted: f64 = names
+            .iter()
+            .map(|b| get(b, "eu").offered * (1.0 - get(b, "eu").ratio))
+            .sum();
+        assert!((admitted - 100.0).abs() < 1e-9, "{admitted}");
+        for b in names.iter() {
+            assert_eq!(get(b, "us").ratio, 0.0, "{b} under the limit in us");
+        }
     }
 
     #[test]

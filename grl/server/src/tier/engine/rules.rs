@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use crate::tier::FastMap;
 
-use super::ratios::Limited;
+use super::priorities::{self, ClassSpan};
 use super::ratios::SentRatio;
+use super::ratios::{Limited, LimitedClass};
 use grl_config::{Scope, Snapshot};
 use grl_core::proto;
 use grl_core::wire;
@@ -38,8 +39,13 @@ pub struct Dense {
     /// The bucket's scope, `None` when it has no limit (nothing to compute) or an unknown
     /// scope.
     pub limited_scope: Vec<Option<Scope>>,
-    /// Its limit (meaningful where `limited_scope` is set).
+    /// Its limit (meaningful where `limited_scope` is set); a class's is its bucket's.
     pub limit: Vec<f64>,
+    /// Where the bucket is one priority class of a bucket with classes: its place among
+    /// them, by index ([`ClassSpan::first`] is an index of the version).
+    pub class: Vec<Option<ClassSpan>>,
+    /// Each class's floor, a share of its bucket's limit (0 for a bucket without classes).
+    pub floor: Vec<f64>,
     /// [`SentRatio::key_of`] its service and name.
     pub key: Vec<u64>,
     /// The first index of each service, in index order (which is [`Rules::services`]
@@ -184,12 +190,31 @@ impl Rules {
         self.services
             .iter()
             .flat_map(|(svc, buckets)| {
-                buckets.iter().filter_map(move |b| {
+                let spans = priorities::spans(buckets);
+                // Each bucket with classes, by its first position: its classes' names and
+                // floors (kept once, shared by its classes).
+                let mut groups: FastMap<usize, LimitedClass> = FastMap::default();
+                for span in spans.iter().flatten().filter(|s| s.rank == 0) {
+                    let group = &buckets[span.first..span.first + span.count];
+                    groups.insert(
+                        span.first,
+                        LimitedClass {
+                            siblings: group.iter().map(|b| b.name.clone()).collect(),
+                            floors: group.iter().map(|b| b.min_share).collect(),
+                            rank: 0,
+                        },
+                    );
+                }
+                buckets.iter().zip(spans).filter_map(move |(b, span)| {
                     Some(Limited {
                         service: svc.clone(),
                         bucket: b.name.clone(),
                         scope: wire::scope_from_wire(b.scope).ok()?,
                         limit: b.limit_rps?,
+                        class: span.map(|s| LimitedClass {
+                            rank: s.rank,
+                            ..groups[&s.first].clone()
+                        }),
                     })
                 })
             })
@@ -245,7 +270,12 @@ impl Dense {
                 return None;
             }
             d.service_first.push(*first);
-            for b in buckets {
+            for (b, span) in buckets.iter().zip(priorities::spans(buckets)) {
+                d.class.push(span.map(|s| ClassSpan {
+                    first: s.first + *first as usize,
+                    ..s
+                }));
+                d.floor.push(b.min_share);
                 let scope = wire::scope_from_wire(b.scope).ok();
                 d.limited_scope
                     .push(scope.filter(|_| b.limit_rps.is_some()));
@@ -259,6 +289,21 @@ impl Dense {
     /// Number of buckets.
     pub fn len(&self) -> usize {
         self.key.len()
+    }
+
+    /// The limit of bucket `i` in a group whose offered sum in bucket `j` is `sum(j)`: its
+    /// own, or for a priority class its part of its bucket's ([`priorities::class_limit`]).
+    pub fn limit_in(&self, i: usize, sum: impl Fn(usize) -> f64) -> f64 {
+        match self.class[i] {
+            None => self.limit[i],
+            Some(c) => priorities::class_limit(
+                self.limit[i],
+                c.rank,
+                c.count,
+                |k| sum(c.first + k),
+                |k| self.floor[c.first + k],
+            ),
+        }
     }
 
     /// Whether there are none.
