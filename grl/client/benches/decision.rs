@@ -81,6 +81,62 @@ fn client() -> Client {
     client
 }
 
+/// A client whose bucket `gw0` has the classes `critical, default, sheddable`, each at
+/// drop ratio 0.1 (issue 42: a decision in a class other than the default costs at most
+/// 1.3x one in a bucket without classes).
+fn classed_client() -> Client {
+    let client = Client::new(ClientConfig::new("payments", "http://127.0.0.1:1"));
+    let classes = ["critical", "default", "sheddable"];
+    client.apply_instruction(&proto::Instruction {
+        config_version: "v1".into(),
+        has_config: true,
+        config: vec![proto::ServiceRules {
+            service: "payments".into(),
+            first_index: None,
+            buckets: classes
+                .iter()
+                .enumerate()
+                .map(|(rank, c)| proto::BucketRule {
+                    name: format!("gw0#{c}"),
+                    caller: "gw0".into(),
+                    scope: proto::Scope::Global as i32,
+                    mode: proto::Mode::Deny as i32,
+                    limit_rps: Some(100.0),
+                    class_of: "gw0".into(),
+                    class_rank: rank as u32,
+                    class_count: 3,
+                    class_default: *c == "default",
+                    ..Default::default()
+                })
+                .collect(),
+        }],
+        ratios: classes
+            .map(|c| proto::DropRatio {
+                service: "payments".into(),
+                bucket: format!("gw0#{c}"),
+                ratio: 0.1,
+                valid_for_ms: 3_600_000,
+                allowed: None,
+            })
+            .into(),
+        valid_for_ms: 3_600_000,
+        ..Default::default()
+    });
+    client.decide_in_class("gw0", PROCEDURE, "critical");
+    client
+}
+
+/// `n` decisions of caller `gw0` in class `critical` (not its bucket's default class).
+fn class_loop(client: &Client, n: u64) {
+    for _ in 0..n {
+        black_box(client.decide_in_class(
+            black_box("gw0"),
+            black_box(PROCEDURE),
+            black_box("critical"),
+        ));
+    }
+}
+
 /// Runs `f(thread, iters)` on `threads` threads, thread `t` pinned to core `t`, after a
 /// barrier; returns the slowest thread's time divided by `threads`. Pinning keeps the
 /// scheduler from moving a thread between cores mid-measurement, which on this kind of
@@ -304,13 +360,14 @@ fn paired_rounds(rounds: usize) {
     const CHECKS: u64 = DECISIONS / 4;
     const ROUND_TRIPS: u32 = 300;
     let client = client();
+    let classed = classed_client();
     let (limiter, keys) = governor();
     let server = RedisServer::start();
     let mut window = server.as_ref().map(RedisWindow::connect);
     let per = |d: Duration, n: u64| d.as_secs_f64() * 1e9 / n as f64;
     let check = |t: usize, n: u64| governor_loop(&limiter, &keys, t, n);
     // Seconds per operation of each case, one entry per round.
-    let mut ns: [Vec<f64>; 8] = Default::default();
+    let mut ns: [Vec<f64>; 9] = Default::default();
     for _ in 0..rounds {
         let g1 = on_threads(1, DECISIONS, |_, n| grl_loop(&client, 0, n));
         ns[0].push(per(g1, DECISIONS));
@@ -320,6 +377,8 @@ fn paired_rounds(rounds: usize) {
         ns[2].push(per(g2d, DECISIONS));
         let e1 = on_threads(1, DECISIONS, |_, n| explained_loop(&client, 0, n));
         ns[7].push(per(e1, DECISIONS));
+        let c1 = on_threads(1, DECISIONS, |_, n| class_loop(&classed, n));
+        ns[8].push(per(c1, DECISIONS));
         ns[3].push(per(on_threads(1, CHECKS, |_, n| check(0, n)), CHECKS));
         ns[4].push(per(on_threads(2, CHECKS, check), CHECKS));
         if let Some(window) = window.as_mut() {
@@ -339,6 +398,7 @@ fn paired_rounds(rounds: usize) {
         "redis INCR+EXPIRE, cpus may idle",
         "redis INCR+EXPIRE, cpus kept awake",
         "grl decide_explained, 1 thread",
+        "grl decide_in_class, 1 thread",
     ];
     println!("\npaired rounds: {rounds} rounds, ns per operation (all threads together)");
     println!("  {:<42} {:>12} {:>12}", "case", "median", "best");
@@ -362,6 +422,7 @@ fn paired_rounds(rounds: usize) {
         ("grl decide_explained time / decide time, 1 thread", 7, 0),
         ("redis round trip (cpus may idle) / grl decide", 5, 0),
         ("redis round trip (cpus kept awake) / grl decide", 6, 0),
+        ("grl decide_in_class time / decide time, 1 thread", 8, 0),
     ];
     println!(
         "  {:<58} {:>14} {:>14}",

@@ -319,6 +319,22 @@ impl Client {
 
     /// [`decide_in_class`](Self::decide_in_class) where the config has classes.
     fn decide_classed(&self, caller: &str, procedure: &str, class: &str) -> Decision {
+        let own = self.decide_own_in_class(caller, procedure, class).0;
+        if self.inner.also_on.load(Ordering::Relaxed) {
+            self.decide_in_addition(caller, procedure, own)
+        } else {
+            own
+        }
+    }
+
+    /// The decision of the request's own bucket in class `class`, and the cell of the
+    /// class that decided it when that is not the pair's own.
+    pub(crate) fn decide_own_in_class(
+        &self,
+        caller: &str,
+        procedure: &str,
+        class: &str,
+    ) -> (Decision, Option<u32>) {
         let table = &self.inner.table;
         let key = table.key(caller, procedure);
         let pair = match table.get(&key, caller, procedure) {
@@ -330,22 +346,18 @@ impl Client {
             Err((_, id)) => *id,
         };
         let resolver = self.inner.resolver.load();
-        let own = match resolver.class_cell(id, class) {
-            ClassCell::Other(cell) => decide_direct(resolver.cell(cell)),
+        match resolver.class_cell(id, class) {
+            ClassCell::Other(cell) => (decide_direct(resolver.cell(cell)), Some(cell)),
             found => {
                 if found == ClassCell::Unknown {
                     self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
                 }
-                match pair {
+                let d = match pair {
                     Ok(e) => e.decide(),
                     Err((resolver, id)) => self.decide_overflow(&resolver, id),
-                }
+                };
+                (d, None)
             }
-        };
-        if self.inner.also_on.load(Ordering::Relaxed) {
-            self.decide_in_addition(caller, procedure, own)
-        } else {
-            own
         }
     }
 
@@ -423,6 +435,41 @@ impl Client {
                 self.inner.overflow.fetch_add(n, Ordering::Relaxed);
             }
         }
+        d
+    }
+
+    /// The cell of class `class` of the bucket a pair falls in, when that is not the
+    /// pair's own cell (a bucket with classes, a class other than its default); counts an
+    /// unknown class.
+    pub(crate) fn class_cell_of(&self, caller: &str, procedure: &str, class: &str) -> Option<u32> {
+        let id = match self.pair(caller, procedure) {
+            Ok(e) => e.cell.load(Ordering::Relaxed),
+            Err((_, id)) => id,
+        };
+        match self.inner.resolver.load().class_cell(id, class) {
+            ClassCell::Other(cell) => Some(cell),
+            ClassCell::Own => None,
+            ClassCell::Unknown => {
+                self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// Decides a batch of `n` requests in cell `cell` directly (not through a pair), as
+    /// [`decide_n`](Self::decide_n) decides a pair's, counted in the cell's direct counters.
+    pub(crate) fn decide_batch_direct(&self, cell: u32, n: u64) -> Decision {
+        let resolver = self.inner.resolver.load();
+        let c = resolver.cell(cell);
+        let refused = self
+            .inner
+            .batch_refused(cell, c.ratio(), n, tokio::time::Instant::now());
+        let d = match (refused, c.shadow.load(Ordering::Relaxed)) {
+            (false, _) => Decision::Allow,
+            (true, false) => Decision::Drop,
+            (true, true) => Decision::ShadowDrop,
+        };
+        c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
         d
     }
 

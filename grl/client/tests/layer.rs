@@ -186,3 +186,94 @@ async fn http_requests_get_429_with_retry_after_in_the_limited_bucket_only() {
     assert_eq!(http_get(addr, "/a", Some("gw")).await.0, 200);
     assert_eq!(http_get(addr, "/b", None).await.0, 429);
 }
+
+/// A client of `web` whose bucket `p` (caller `gw`) has the classes `critical, default,
+/// sheddable`; `sheddable` is told ratio 1, the others 0.
+fn classed_client() -> Client {
+    let client = Client::new(ClientConfig::new("web", "http://127.0.0.1:1"));
+    let classes = ["critical", "default", "sheddable"];
+    client.apply_instruction(&Instruction {
+        config_version: "v1".into(),
+        has_config: true,
+        config: vec![proto::ServiceRules {
+            service: "web".into(),
+            first_index: None,
+            buckets: classes
+                .iter()
+                .enumerate()
+                .map(|(rank, c)| proto::BucketRule {
+                    class_of: "p".into(),
+                    class_rank: rank as u32,
+                    class_count: 3,
+                    class_default: *c == "default",
+                    ..bucket(&format!("p#{c}"), "gw", "")
+                })
+                .collect(),
+        }],
+        ..Default::default()
+    });
+    let names: Vec<String> = classes.iter().map(|c| format!("p#{c}")).collect();
+    set_ratios(&client, "web", &names, Some("p#sheddable"));
+    client
+}
+
+#[tokio::test]
+async fn the_priority_class_comes_from_an_extension_or_the_grl_priority_header() {
+    let client = classed_client();
+    let app = axum::Router::new()
+        .route("/a", axum::routing::get(|| async { "a" }))
+        .route("/prefetch", axum::routing::get(|| async { "p" }))
+        .layer(GrlLayer::new(client.clone()).caller_header("x-caller"))
+        // An outer layer that knows what a request is sets its class; it runs first.
+        .layer(axum::middleware::map_request(
+            |mut req: axum::extract::Request| async move {
+                if req.uri().path() == "/prefetch" {
+                    req.extensions_mut()
+                        .insert(grl_client::layer::Priority("sheddable".into()));
+                }
+                req
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let get = |path: &'static str, class: Option<&'static str>| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let class = class.map_or(String::new(), |c| format!("grl-priority: {c}\r\n"));
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nx-caller: gw\r\n{class}Connection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        (out[9..12].parse::<u16>().unwrap(), out)
+    };
+    assert_eq!(get("/a", None).await.0, 200, "no class: the default class");
+    assert_eq!(get("/a", Some("critical")).await.0, 200);
+    let (status, head) = get("/a", Some("sheddable")).await;
+    assert_eq!(status, 429, "{head}");
+    assert!(
+        head.contains("\r\ngrl-bucket: web/p#sheddable\r\n"),
+        "{head}"
+    );
+    assert_eq!(
+        get("/a", Some("bulk")).await.0,
+        200,
+        "unknown: the default class"
+    );
+    assert_eq!(
+        get("/prefetch", Some("critical")).await.0,
+        429,
+        "the extension comes first"
+    );
+    let totals: std::collections::BTreeMap<String, (u64, u64)> = client
+        .bucket_totals()
+        .into_iter()
+        .map(|t| (t.bucket, (t.offered, t.dropped)))
+        .collect();
+    assert_eq!(totals["p#sheddable"], (2, 2), "{totals:?}");
+    assert_eq!(totals["p#default"], (2, 0), "{totals:?}");
+    assert_eq!(totals["p#critical"], (1, 0), "{totals:?}");
+    assert_eq!(client.status().unknown_classes, 1);
+}

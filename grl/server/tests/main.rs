@@ -10,7 +10,8 @@
 //! ([`failover`]; an etcd outage: [`election`]) or a Kubernetes Lease ([`kube_lease`],
 //! against a stand-in API server: [`kube_api`]), enforcement that follows the load up
 //! and down ([`follow`]) and holds for real traffic shapes ([`shapes`]) and across issue
-//! 38's matrix of instances, shapes, loads and transitions ([`precision`]), the config
+//! 38's matrix of instances, shapes, loads and transitions ([`precision`]), priority
+//! classes inside a bucket ([`priorities`]), the config
 //! and message size bounds at their figures ([`size_bounds`]), what an operator sees
 //! (`grl status`/`top`/`explain`, the `/status` page in a browser: [`operator`]) and
 //! limits scheduled for a window ([`scheduled_limits`]), and the wire versions of the
@@ -33,6 +34,7 @@ mod kube_lease;
 mod messages;
 mod operator;
 mod precision;
+mod priorities;
 mod raw_http;
 mod raw_stream;
 mod rlqs;

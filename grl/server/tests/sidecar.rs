@@ -71,9 +71,14 @@ pub(crate) struct ControlPlane {
 impl ControlPlane {
     /// Starts both tiers.
     pub(crate) async fn start() -> Self {
+        Self::start_with(SERVICE_YAML).await
+    }
+
+    /// Starts both tiers following `services/payments.yaml` = `service_yaml`.
+    pub(crate) async fn start_with(service_yaml: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("services")).unwrap();
-        std::fs::write(dir.path().join("services/payments.yaml"), SERVICE_YAML).unwrap();
+        std::fs::write(dir.path().join("services/payments.yaml"), service_yaml).unwrap();
         let interval = Duration::from_millis(200);
         let (ctl, _) =
             support::controller_on(support::listener().await, dir.path(), interval).await;

@@ -142,6 +142,32 @@ impl crate::Client {
         self.explain(caller, procedure, own, also)
     }
 
+    /// [`decide_explained`](Self::decide_explained) for a request of priority class
+    /// `class` (see [`decide_in_class`](Self::decide_in_class)); `""` is no class.
+    pub fn decide_explained_in_class(
+        &self,
+        caller: &str,
+        procedure: &str,
+        class: &str,
+    ) -> Explained {
+        if class.is_empty() || !self.inner.classes_on.load(Ordering::Relaxed) {
+            return self.decide_explained(caller, procedure);
+        }
+        let (own, cell) = self.decide_own_in_class(caller, procedure, class);
+        let also = if self.inner.also_on.load(Ordering::Relaxed) {
+            self.decide_also(caller, procedure)
+        } else {
+            Decision::Allow
+        };
+        match cell {
+            Some(id) if own == Decision::Drop => Explained {
+                decision: Decision::Drop,
+                refused_by: self.inner.resolver.load().refusal(id).cloned(),
+            },
+            _ => self.explain(caller, procedure, own, also),
+        }
+    }
+
     /// The decision of a request its own bucket decided `own` and the bucket in addition
     /// `also`, with the bucket that refused it.
     #[inline]
@@ -175,6 +201,42 @@ impl crate::Client {
             .and_then(|e| resolver.refusal(e.cell.load(Ordering::Relaxed)))
             .or_else(|| resolver.refusal(resolve(&resolver, caller, procedure)))
             .cloned()
+    }
+
+    /// [`decide_n_explained`](Self::decide_n_explained) for requests of priority class
+    /// `class` (see [`decide_in_class`](Self::decide_in_class)); `""` is no class.
+    pub fn decide_n_explained_in_class(
+        &self,
+        caller: &str,
+        procedure: &str,
+        class: &str,
+        n: u64,
+    ) -> Explained {
+        if class.is_empty() || !self.inner.classes_on.load(Ordering::Relaxed) {
+            return self.decide_n_explained(caller, procedure, n);
+        }
+        if n == 1 {
+            return self.decide_explained_in_class(caller, procedure, class);
+        }
+        let Some(cell) = self.class_cell_of(caller, procedure, class) else {
+            return self.decide_n_explained(caller, procedure, n);
+        };
+        if n == 0 {
+            return self.decide_n_explained(caller, procedure, 0);
+        }
+        let own = self.decide_batch_direct(cell, n);
+        let also = if self.inner.also_on.load(Ordering::Relaxed) {
+            self.decide_batch(self.also_pair(caller, procedure), n)
+        } else {
+            Decision::Allow
+        };
+        match own {
+            Decision::Drop => Explained {
+                decision: Decision::Drop,
+                refused_by: self.inner.resolver.load().refusal(cell).cloned(),
+            },
+            _ => self.explain(caller, procedure, own, also),
+        }
     }
 
     /// [`decide_n`](Self::decide_n), telling which bucket refused a dropped batch (see

@@ -15,17 +15,24 @@ pub struct GrlService<S> {
     inner: S,
     client: Client,
     caller_header: HeaderName,
+    priority_header: HeaderName,
     retry_after: HeaderValue,
 }
 
 impl<S> GrlService<S> {
-    pub(crate) fn new(inner: S, client: Client, caller_header: HeaderName) -> Self {
+    pub(crate) fn new(
+        inner: S,
+        client: Client,
+        caller_header: HeaderName,
+        priority_header: HeaderName,
+    ) -> Self {
         // A ratio changes at the next interval at the earliest: suggest waiting that long.
         let secs = client.config().interval.as_secs_f64().ceil().max(1.0) as u64;
         Self {
             inner,
             client,
             caller_header,
+            priority_header,
             retry_after: HeaderValue::from(secs),
         }
     }
@@ -85,7 +92,17 @@ where
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         let procedure = super::procedure_of(req.uri().path());
-        let explained = self.client.decide_explained(caller, procedure);
+        let class = match req.extensions().get::<super::Priority>() {
+            Some(p) => p.0.as_ref(),
+            None => req
+                .headers()
+                .get(&self.priority_header)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        };
+        let explained = self
+            .client
+            .decide_explained_in_class(caller, procedure, class);
         match explained.decision {
             Decision::Allow | Decision::ShadowDrop => ResponseFuture::inner(self.inner.call(req)),
             Decision::Drop => {

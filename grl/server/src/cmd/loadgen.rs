@@ -37,13 +37,15 @@ pub(crate) struct Args {
     /// Number of clients.
     #[arg(long, default_value_t = 4, value_parser = super::validate::clients)]
     clients: usize,
-    /// CSV `second,caller,procedure,rps[,shape[,clients]]`: total rps over the clients from
+    /// CSV `second,caller,procedure,rps[,shape[,clients[,class]]]`: total rps over the clients from
     /// that second on; `shape` is `even` (default: evenly spaced, every client in step),
     /// `spread` (evenly spaced, the clients' phases spread over the spacing), `poisson`
     /// (random arrivals), or `burst:MS` (each client sends a period of MS milliseconds'
     /// requests at once at its start, every client at the same instant); `clients` is `I`
     /// or `I-J` (0-based, inclusive: only those clients offer the row; default all). Rows
-    /// of one pair with different `clients` run side by side.
+    /// of one pair with different `clients` run side by side; `class` is the requests'
+    /// priority class (decided with `decide_in_class`; rows of one pair with different
+    /// classes run side by side).
     #[arg(long)]
     profile: PathBuf,
     /// How long to run, in seconds.
@@ -139,10 +141,12 @@ struct Step {
     rps: f64,
     shape: Shape,
     clients: Subset,
+    class: String,
 }
 
-/// What offers traffic side by side: a pair, offered by a subset of the clients.
-type Lane = ((String, String), Subset);
+/// What offers traffic side by side: a pair, offered by a subset of the clients, in a
+/// priority class ("": none).
+type Lane = ((String, String), Subset, String);
 
 fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
     let mut out = Vec::new();
@@ -152,9 +156,9 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
             continue;
         }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        if !(4..=6).contains(&f.len()) {
+        if !(4..=7).contains(&f.len()) {
             bail!(
-                "profile line {}: want second,caller,procedure,rps[,shape[,clients]]",
+                "profile line {}: want second,caller,procedure,rps[,shape[,clients[,class]]]",
                 i + 1
             );
         }
@@ -179,6 +183,7 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
             rps,
             shape,
             clients,
+            class: f.get(6).copied().unwrap_or("").to_string(),
         });
     }
     out.sort_by_key(|s| s.second);
@@ -189,7 +194,10 @@ fn parse_profile(text: &str) -> anyhow::Result<Vec<Step>> {
 fn rates_at(profile: &[Step], t: u64) -> BTreeMap<Lane, (f64, Shape)> {
     let mut m = BTreeMap::new();
     for s in profile.iter().take_while(|s| s.second <= t) {
-        m.insert((s.pair.clone(), s.clients), (s.rps, s.shape));
+        m.insert(
+            (s.pair.clone(), s.clients, s.class.clone()),
+            (s.rps, s.shape),
+        );
     }
     m
 }
@@ -381,6 +389,7 @@ fn render_all(clients: &[Client]) -> String {
 struct Offering {
     caller: String,
     procedure: String,
+    class: String,
     first: usize,
     rps: f64,
     shape: Shape,
@@ -421,6 +430,7 @@ fn generate(
                     let r = lanes.entry(lane.clone()).or_insert_with(|| Offering {
                         caller: lane.0.0.clone(),
                         procedure: lane.0.1.clone(),
+                        class: lane.2.clone(),
                         first,
                         rps,
                         shape,
@@ -448,7 +458,11 @@ fn generate(
                 let cs = &clients[r.first..r.first + r.carry.len()];
                 for (c, acc) in cs.iter().zip(&mut r.carry) {
                     for _ in 0..due_in_tick(r.shape, per_tick, tick, acc, &mut rng) {
-                        let d = c.decide(&r.caller, &r.procedure);
+                        let d = if r.class.is_empty() {
+                            c.decide(&r.caller, &r.procedure)
+                        } else {
+                            c.decide_in_class(&r.caller, &r.procedure, &r.class)
+                        };
                         r.answers[0] += 1;
                         r.answers[1 + d as usize] += 1;
                     }
@@ -518,7 +532,7 @@ mod tests {
             "second,caller,procedure,rps\n0,gw,Pay/A,100\n5,gw,Pay/A,1500\n2,x,Y,7\n",
         )
         .unwrap();
-        let all = |c: &str, p: &str| ((c.to_string(), p.to_string()), None);
+        let all = |c: &str, p: &str| ((c.to_string(), p.to_string()), None, String::new());
         assert_eq!(rates_at(&p, 0)[&all("gw", "Pay/A")].0, 100.0);
         assert_eq!(rates_at(&p, 4).len(), 2);
         assert_eq!(rates_at(&p, 9)[&all("gw", "Pay/A")].0, 1500.0);
@@ -531,8 +545,12 @@ mod tests {
         assert_eq!(p[1].clients, Some((1, 9)));
         let pair = ("gw".to_string(), "A".to_string());
         let at = rates_at(&p, 6);
-        assert_eq!(at[&(pair.clone(), Some((0, 0)))].0, 5.0);
-        assert_eq!(at[&(pair, Some((1, 9)))].0, 9.0);
+        assert_eq!(at[&(pair.clone(), Some((0, 0)), String::new())].0, 5.0);
+        assert_eq!(at[&(pair.clone(), Some((1, 9)), String::new())].0, 9.0);
+        let p = parse_profile("0,gw,A,3,even,,critical\n0,gw,A,4,poisson,,sheddable\n").unwrap();
+        let at = rates_at(&p, 0);
+        assert_eq!(at[&(pair.clone(), None, "critical".to_string())].0, 3.0);
+        assert_eq!(at[&(pair, None, "sheddable".to_string())].1, Shape::Poisson);
         for bad in [
             "0,gw,A,1,even,x\n",
             "0,gw,A,1,even,3-1\n",

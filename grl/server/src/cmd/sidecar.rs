@@ -49,6 +49,11 @@ pub(crate) struct Args {
     /// removed before forwarding).
     #[arg(long, value_enum, default_value_t = CallerFrom::Header)]
     caller_from: CallerFrom,
+    /// The request header naming its priority class within its bucket (absent: the
+    /// bucket's default class). With `--caller-from peer-cert` it is still read from the
+    /// request: the caller's own claim about how much its request matters.
+    #[arg(long, default_value = grl_client::layer::DEFAULT_PRIORITY_HEADER)]
+    priority_header: String,
     /// Certificate chain (PEM) served on `--listen`: the proxy then speaks TLS only
     /// (HTTP/1.1 and HTTP/2 by ALPN). Re-read when it changes.
     #[arg(long, value_name = "FILE", requires = "proxy_tls_key")]
@@ -158,6 +163,7 @@ pub(crate) async fn run(a: Args) -> anyhow::Result<()> {
             upstream: a.upstream,
             caller_header: a.caller_header,
             caller_from: a.caller_from,
+            priority_header: a.priority_header,
             timeout: Duration::from_millis(a.upstream_timeout_ms),
             protocol: a.upstream_protocol,
             port: PortOptions {

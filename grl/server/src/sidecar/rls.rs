@@ -7,7 +7,8 @@
 //! `caller_key` (Envoy's `source_cluster` by default), the procedure the value keyed
 //! `procedure_key` (`path` by default), normalised like the proxy's and the tower layer's
 //! ([`grl_client::layer::procedure_of`]: `/pkg.Svc/Method?q` → `pkg.Svc/Method`); a missing
-//! entry is `""`.
+//! entry is `""`. An entry keyed [`PRIORITY_KEY`] names the request's priority class within
+//! its bucket (see `Client::decide_in_class`).
 //!
 //! A descriptor with N hits (its own `hits_addend`, else the request's, else 1) is N
 //! decisions of its pair: N requests' worth of offered load reach the control plane and the
@@ -38,6 +39,9 @@ use super::envoy::{
 };
 use super::metrics::{Api, RlsAnswer, SidecarMetrics};
 use super::names;
+
+/// The descriptor entry naming a request's priority class (as the proxy's header does).
+pub const PRIORITY_KEY: &str = grl_client::layer::DEFAULT_PRIORITY_HEADER;
 
 /// The most hits one call may carry over all its descriptors (bounds the work of one call
 /// to about 10 ms).
@@ -77,17 +81,20 @@ impl Rls {
             .max_encoding_message_size(1024 * 1024)
     }
 
-    /// The (caller, procedure) a descriptor names.
-    fn pair<'a>(&self, d: &'a RateLimitDescriptor) -> (&'a str, &'a str) {
-        let (mut caller, mut procedure) = ("", "");
+    /// The (caller, procedure, priority class) a descriptor names; the class is the entry
+    /// [`PRIORITY_KEY`] (`""`: none).
+    fn pair<'a>(&self, d: &'a RateLimitDescriptor) -> (&'a str, &'a str, &'a str) {
+        let (mut caller, mut procedure, mut class) = ("", "", "");
         for e in &d.entries {
             if e.key == self.caller_key {
                 caller = &e.value;
             } else if e.key == self.procedure_key {
                 procedure = grl_client::layer::procedure_of(&e.value);
+            } else if e.key == PRIORITY_KEY {
+                class = &e.value;
             }
         }
-        (caller, procedure)
+        (caller, procedure, class)
     }
 
     /// Answers one request: validates it whole, then decides every descriptor.
@@ -131,12 +138,14 @@ impl Rls {
             .descriptors
             .iter()
             .map(|d| {
-                let (caller, procedure) = self.pair(d);
+                let (caller, procedure, class) = self.pair(d);
                 if names::is_long(caller, procedure) {
                     self.metrics.long_name(Api::Rls);
                 }
                 let (caller, procedure) = (names::caller(caller), names::procedure(procedure));
-                let decided = self.client.decide_n_explained(caller, &procedure, hits(d));
+                let decided =
+                    self.client
+                        .decide_n_explained_in_class(caller, &procedure, class, hits(d));
                 let code = if decided.decision == Decision::Drop {
                     over = true;
                     refused_by = refused_by.take().or(decided.refused_by);
@@ -230,8 +239,8 @@ mod tests {
             ("other", "x"),
             ("path", "/pay.Pay/Card?x=1"),
         ]);
-        assert_eq!(r.pair(&d), ("gateway", "pay.Pay/Card"));
-        assert_eq!(r.pair(&descriptor(&[("other", "x")])), ("", ""));
+        assert_eq!(r.pair(&d), ("gateway", "pay.Pay/Card", ""));
+        assert_eq!(r.pair(&descriptor(&[("other", "x")])), ("", "", ""));
     }
 
     #[test]
@@ -363,6 +372,76 @@ mod tests {
         assert_eq!(res.overall_code, Code::Ok as i32);
         assert!(res.response_headers_to_add.is_empty());
         assert!(res.statuses.iter().all(|s| s.current_limit.is_none()));
+    }
+
+    #[test]
+    fn a_descriptor_entry_names_the_priority_class() {
+        let r = rls();
+        let classes = ["critical", "default", "sheddable"];
+        r.client.apply_instruction(&grl_core::proto::Instruction {
+            config_version: "v1".into(),
+            has_config: true,
+            config: vec![grl_core::proto::ServiceRules {
+                service: "payments".into(),
+                buckets: classes
+                    .iter()
+                    .enumerate()
+                    .map(|(rank, c)| grl_core::proto::BucketRule {
+                        name: format!("b#{c}"),
+                        caller: "gw".into(),
+                        scope: grl_core::proto::Scope::Global as i32,
+                        mode: grl_core::proto::Mode::Deny as i32,
+                        limit_rps: Some(20.0),
+                        class_of: "b".into(),
+                        class_rank: rank as u32,
+                        class_count: 3,
+                        class_default: *c == "default",
+                        ..Default::default()
+                    })
+                    .collect(),
+                first_index: None,
+            }],
+            ratios: vec![grl_core::proto::DropRatio {
+                service: "payments".into(),
+                bucket: "b#sheddable".into(),
+                ratio: 1.0,
+                valid_for_ms: 600_000,
+                allowed: None,
+            }],
+            ..Default::default()
+        });
+        let req = |class: &str, hits: u32| RateLimitRequest {
+            domain: "payments".into(),
+            descriptors: vec![descriptor(&[
+                ("source_cluster", "gw"),
+                (PRIORITY_KEY, class),
+            ])],
+            hits_addend: hits,
+        };
+        for hits in [1, 5] {
+            let res = r.decide(&req("sheddable", hits)).unwrap();
+            assert_eq!(res.overall_code, Code::OverLimit as i32, "{hits} hits");
+            assert_eq!(
+                res.response_headers_to_add[0].value, "payments/b#sheddable",
+                "{hits} hits"
+            );
+            for class in ["critical", "default", "", "bulk"] {
+                let res = r.decide(&req(class, hits)).unwrap();
+                assert_eq!(res.overall_code, Code::Ok as i32, "{class:?}, {hits} hits");
+            }
+        }
+        let offered: std::collections::BTreeMap<String, u64> = r
+            .client
+            .bucket_totals()
+            .into_iter()
+            .map(|b| (b.bucket, b.offered))
+            .collect();
+        assert_eq!(offered["b#sheddable"], 6, "{offered:?}");
+        assert_eq!(offered["b#critical"], 6, "{offered:?}");
+        assert_eq!(
+            offered["b#default"], 18,
+            "no class or an unknown one: {offered:?}"
+        );
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub enum ProxyError {
     /// The caller header is not a valid header name.
     #[error("--caller-header {0:?} is not a valid header name")]
     CallerHeader(String),
+    /// The priority header is not a valid header name.
+    #[error("--priority-header {0:?} is not a valid header name")]
+    PriorityHeader(String),
     /// Callers from client certificates without TLS requiring them.
     #[error("--caller-from peer-cert needs TLS with a client CA on the proxy's port")]
     PeerCertWithoutMutualTls,
@@ -102,6 +105,8 @@ pub struct ProxyOptions {
     pub caller_header: String,
     /// Where the caller comes from.
     pub caller_from: CallerFrom,
+    /// The header naming a request's priority class.
+    pub priority_header: String,
     /// Longest wait for the upstream's response head (connect included).
     pub timeout: Duration,
     /// Which HTTP version requests go upstream in.
@@ -116,6 +121,7 @@ pub struct Proxy {
     client: Client,
     caller_header: HeaderName,
     caller_from: CallerFrom,
+    priority_header: HeaderName,
     scheme: Scheme,
     authority: Authority,
     upstream: String,
@@ -151,6 +157,8 @@ impl Proxy {
         }
         let caller_header = HeaderName::try_from(opts.caller_header.as_str())
             .map_err(|_| ProxyError::CallerHeader(opts.caller_header.clone()))?;
+        let priority_header = HeaderName::try_from(opts.priority_header.as_str())
+            .map_err(|_| ProxyError::PriorityHeader(opts.priority_header.clone()))?;
         if opts.caller_from == CallerFrom::PeerCert
             && !opts.port.tls.as_ref().is_some_and(|t| t.mutual())
         {
@@ -175,6 +183,7 @@ impl Proxy {
             client,
             caller_header,
             caller_from: opts.caller_from,
+            priority_header,
             scheme: Scheme::HTTP,
             authority,
             upstream: opts.upstream.clone(),
@@ -225,7 +234,14 @@ impl Proxy {
         if let Cow::Owned(_) = procedure {
             self.metrics.port.cut(Name::Procedure);
         }
-        let decided = self.client.decide_explained(caller, &procedure);
+        let class = req
+            .headers()
+            .get(&self.priority_header)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let decided = self
+            .client
+            .decide_explained_in_class(caller, &procedure, class);
         if decided.decision == Decision::Drop {
             return respond::dropped(grpc, &self.retry_after, decided.refused_by.as_deref());
         }
