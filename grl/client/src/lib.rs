@@ -347,7 +347,16 @@ impl Client {
         };
         let resolver = self.inner.resolver.load();
         match resolver.class_cell(id, class) {
-            ClassCell::Other(cell) => (decide_direct(resolver.cell(cell)), Some(cell)),
+            ClassCell::Other(cell) => {
+                let c = resolver.cell(cell);
+                let d = decide_direct(c);
+                if let Ok(e) = pair {
+                    e.add(d, 1);
+                    c.paired_into.store(id, Ordering::Relaxed);
+                    c.paired[d as usize].fetch_add(1, Ordering::Release);
+                }
+                (d, Some(cell))
+            }
             found => {
                 if found == ClassCell::Unknown {
                     self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);

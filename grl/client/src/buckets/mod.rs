@@ -13,7 +13,7 @@ pub(crate) mod refusal;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use grl_core::config::split_class;
 use grl_core::config::{MatchRule, Matcher, Mode};
@@ -40,6 +40,12 @@ pub(crate) struct BucketCell {
     /// Decisions made on this cell directly rather than through a pair: requests of a
     /// priority class other than their pair's ([`crate::Client::decide_in_class`]).
     pub(crate) direct: [AtomicU64; DECISIONS],
+    /// Of the direct decisions, those also counted in a pair (so that the pair's
+    /// `grl_requests_total` rows hold every class of its bucket) whose cell is
+    /// `paired_into`: the control task takes them back out of that cell's book.
+    pub(crate) paired: [AtomicU64; DECISIONS],
+    /// The cell whose pairs also counted this cell's paired decisions (the default class).
+    pub(crate) paired_into: AtomicU32,
     /// Requests decided elsewhere and recorded here ([`crate::Client::record`]), also
     /// counted in their pairs: the window estimate of this client's own offered rate leaves
     /// them out, since they arrive in batches.
@@ -54,6 +60,8 @@ impl BucketCell {
             shadow: AtomicBool::new(false),
             overflow: Default::default(),
             direct: Default::default(),
+            paired: Default::default(),
+            paired_into: AtomicU32::new(UNMATCHED),
             recorded: AtomicU64::new(0),
         }
     }

@@ -44,6 +44,8 @@ pub(crate) struct Book {
     overflow_seen: [u64; DECISIONS],
     /// The cell's direct counts (see `BucketCell::direct`) already added to `totals`.
     direct_seen: [u64; DECISIONS],
+    /// The cell's paired counts (see `BucketCell::paired`) already taken back.
+    paired_seen: [u64; DECISIONS],
     /// When the current ratio stops being valid.
     pub(crate) expires: Option<Instant>,
     /// The rate this client may admit in this bucket, when the instruction gave one.
@@ -90,6 +92,7 @@ impl Book {
             totals: [0; DECISIONS],
             overflow_seen: [0; DECISIONS],
             direct_seen: [0; DECISIONS],
+            paired_seen: [0; DECISIONS],
             expires: None,
             allowed: None,
             window_base: [0; DECISIONS],
@@ -294,6 +297,17 @@ impl Inner {
 
     /// Folds every pair's and cell's new counts into the cells' totals.
     pub(crate) fn collect(&self, c: &mut Control) {
+        let classes = self.classes_on.load(Ordering::Relaxed);
+        let paired: Vec<(usize, [u64; DECISIONS])> = c
+            .registry
+            .cells
+            .iter()
+            .filter(|_| classes)
+            .map(|cell| {
+                let counts = cell.paired.each_ref().map(|n| n.load(Ordering::Acquire));
+                (cell.paired_into.load(Ordering::Relaxed) as usize, counts)
+            })
+            .collect();
         for e in self.pairs() {
             let now = e.totals();
             let id = e.cell.load(Ordering::Relaxed) as usize;
@@ -313,6 +327,19 @@ impl Inner {
                 let n = cell.direct[i].load(Ordering::Relaxed);
                 b.totals[i] += n - b.direct_seen[i];
                 b.direct_seen[i] = n;
+            }
+        }
+        // A class's decisions that its pair counted too went into the default class's
+        // book with the pair's counts: take them back out. The paired counts were read
+        // before the pairs (and are raised after them), so no more is taken out than
+        // was folded in.
+        for (id, (into, paired)) in paired.into_iter().enumerate() {
+            for (i, n) in paired.into_iter().enumerate() {
+                let delta = n - books[id].paired_seen[i];
+                books[id].paired_seen[i] = n;
+                if let Some(b) = books.get_mut(into).filter(|_| into != id) {
+                    b.totals[i] = b.totals[i].saturating_sub(delta);
+                }
             }
         }
     }

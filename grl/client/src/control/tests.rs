@@ -621,4 +621,14 @@ fn each_class_is_decided_and_counted_in_its_own_part_of_the_bucket() {
     assert_eq!(totals["b#critical"], 2000, "{totals:?}");
     assert_eq!(totals["b#default"], 4001, "{totals:?}");
     assert_eq!(totals["b#sheddable"], 2000, "{totals:?}");
+    // The pair's `grl_requests_total` rows count every class of the bucket (what the
+    // configurator sums per caller and procedure), under the default class's label.
+    let mut text = String::new();
+    client.encode_metrics(&mut text);
+    let offered: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("grl_requests_total{") && l.contains("caller=\"gateway\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert_eq!(offered, 8001, "{text}");
 }
