@@ -34,6 +34,10 @@
 //! `REGION_CHILDREN=regions` simulates the level above instead: a global controller (no
 //! region of its own) fed by `REGION_ZONES` region controllers, every bucket global.
 //!
+//! `REGION_CLASSED=0.1` gives a tenth of the buckets (never the surging one) the priority
+//! classes `critical, default, sheddable`, each bucket's demand offered 30 / 40 / 30 % in
+//! them: each such bucket is then three rows on the wire and three ratios in the tick.
+//!
 //! What is simulated, plainly: the zones are streams in this process, not aggregators,
 //! and no request is sent. A zone's "admitted" is the controller's allowance arithmetic
 //! applied to the zone's demand, `min(demand, allowance)`; the surge figures are that
@@ -97,10 +101,23 @@ struct Plan {
     /// The children are regions under a global controller (`REGION_CHILDREN=regions`), not
     /// zones under a region's.
     regions: bool,
+    /// Every this many buckets, one has the priority classes `critical, default,
+    /// sheddable` and offers 30 / 40 / 30 % of its demand in them (`REGION_CLASSED`, a
+    /// share of the buckets; 0: none).
+    classed_every: usize,
 }
 
+/// The share of a classed bucket's demand in each of its classes.
+const CLASS_MIX: [f64; 3] = [0.3, 0.4, 0.3];
+
 impl Plan {
-    fn new(zones: usize, buckets: usize, services: usize, rps: f64, regions: bool) -> Self {
+    fn new(
+        zones: usize,
+        buckets: usize,
+        services: usize,
+        rps: f64,
+        (regions, classed_every): (bool, usize),
+    ) -> Self {
         let names: Vec<String> = (0..services)
             .map(|s| format!("team{:03}-service-{s:04}", s % 97))
             .collect();
@@ -128,7 +145,15 @@ impl Plan {
             zone_share: raw.iter().map(|r| r / total).collect(),
             clients_per_row: INSTANCES_PER_ZONE.div_ceil(services) as u32,
             regions,
+            classed_every,
         }
+    }
+
+    /// Whether bucket `b` of service `s` has priority classes (never the surging one).
+    fn classed(&self, s: usize, b: usize) -> bool {
+        self.classed_every > 0
+            && (s, b) != (0, 0)
+            && (s * 1_000 + b) % self.classed_every == self.classed_every - 1
     }
 
     /// Mixed scopes under a region's controller (4 global, 4 region, 2 zone in 10); every
@@ -176,8 +201,13 @@ impl Plan {
                     (_, _, "zone") => 2.0 * d * top_zone * 1.05,
                     _ => 2.0 * d,
                 };
+                let classes = if self.classed(s, b) {
+                    ", priorities: [critical, default, sheddable]"
+                } else {
+                    ""
+                };
                 text.push_str(&format!(
-                    "  - {{ name: caller-{b:02}-to-{name}, match: {{ caller: caller-service-{b:04} }}, scope: {scope}, mode: deny, policy: {{ kind: fixed, rps: {} }} }}\n",
+                    "  - {{ name: caller-{b:02}-to-{name}, match: {{ caller: caller-service-{b:04} }}, scope: {scope}, mode: deny, policy: {{ kind: fixed, rps: {} }}{classes} }}\n",
                     limit.ceil()
                 ));
             }
@@ -202,10 +232,21 @@ impl Indexed {
         let mut surge = u32::MAX;
         for (service, list) in rules.services() {
             let s = plan.by_name[service];
-            for j in 0..list.len() {
+            // A bucket with classes is a rule per class: its demand is shared over them.
+            let mut b = 0;
+            for (j, rule) in list.iter().enumerate() {
+                let starts = rule.class_of.is_empty() || rule.class_rank == 0;
+                if j > 0 && starts {
+                    b += 1;
+                }
+                let share = if rule.class_of.is_empty() {
+                    1.0
+                } else {
+                    CLASS_MIX[(rule.class_rank as usize).min(2)]
+                };
                 let i = rules.index_of(service, j).unwrap();
-                base[i as usize] = plan.demand[s][j] * plan.zone_share[zone];
-                if s == 0 && j == 0 {
+                base[i as usize] = plan.demand[s][b] * share * plan.zone_share[zone];
+                if s == 0 && b == 0 {
                     surge = i;
                 }
             }
@@ -537,6 +578,17 @@ fn main() {
     let seconds: u64 = env("REGION_SECONDS", 10);
     let rps: f64 = env("REGION_RPS", 80e6);
     let children = std::env::var("REGION_CHILDREN").unwrap_or_else(|_| "zones".into());
+    let classed: f64 = env("REGION_CLASSED", 0.0);
+    if !(0.0..=1.0).contains(&classed) {
+        figures_out::refuse(&format!(
+            "REGION_CLASSED={classed}: a share of the buckets, from 0 to 1"
+        ));
+    }
+    let classed_every = if classed > 0.0 {
+        (1.0 / classed).round().max(1.0) as usize
+    } else {
+        0
+    };
     if zones == 0 || buckets == 0 {
         figures_out::refuse("REGION_ZONES and REGION_BUCKETS must be at least 1");
     }
@@ -567,7 +619,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(run(zones, buckets, services, seconds, (rps, regions)));
+    rt.block_on(run(
+        zones,
+        buckets,
+        services,
+        seconds,
+        (rps, regions, classed_every),
+    ));
 }
 
 async fn run(
@@ -575,9 +633,15 @@ async fn run(
     buckets: usize,
     services: usize,
     seconds: u64,
-    (rps, regions): (f64, bool),
+    (rps, regions, classed_every): (f64, bool, usize),
 ) {
-    let plan = Arc::new(Plan::new(zones, buckets, services, rps, regions));
+    let plan = Arc::new(Plan::new(
+        zones,
+        buckets,
+        services,
+        rps,
+        (regions, classed_every),
+    ));
     let dir = tempfile::tempdir().unwrap();
     plan.write_config(dir.path());
     let (port, mport) = (free_port(), free_port());
@@ -779,6 +843,9 @@ async fn run(
             "zones": zones,
             "children": if regions { "regions" } else { "zones" },
             "buckets": plan.demand.iter().map(Vec::len).sum::<usize>(),
+            "classed_buckets": (0..plan.demand.len())
+                .map(|s| (0..plan.demand[s].len()).filter(|&b| plan.classed(s, b)).count())
+                .sum::<usize>(),
             "services": services,
             "region_rps": rps,
             "seconds": seconds,
