@@ -473,11 +473,7 @@ impl Client {
         let refused = self
             .inner
             .batch_refused(cell, c.ratio(), n, tokio::time::Instant::now());
-        let d = match (refused, c.shadow.load(Ordering::Relaxed)) {
-            (false, _) => Decision::Allow,
-            (true, false) => Decision::Drop,
-            (true, true) => Decision::ShadowDrop,
-        };
+        let d = c.decision(refused);
         c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
         d
     }
@@ -497,14 +493,7 @@ impl Client {
     #[inline(never)]
     fn decide_overflow(&self, resolver: &Resolver, id: u32) -> Decision {
         let cell = resolver.cell(id);
-        let threshold = cell.threshold.load(Ordering::Relaxed);
-        local::claim();
-        let (_, hit) = local::shard_and_hit(threshold);
-        let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
-            (false, _) => Decision::Allow,
-            (true, false) => Decision::Drop,
-            (true, true) => Decision::ShadowDrop,
-        };
+        let d = cell.draw();
         cell.overflow[d as usize].fetch_add(1, Ordering::Relaxed);
         self.inner.overflow.fetch_add(1, Ordering::Relaxed);
         d
@@ -712,14 +701,7 @@ impl Client {
 /// Decides one request in `cell` directly (not through a pair), counted in its direct
 /// counters.
 fn decide_direct(cell: &BucketCell) -> Decision {
-    let threshold = cell.threshold.load(Ordering::Relaxed);
-    local::claim();
-    let (_, hit) = local::shard_and_hit(threshold);
-    let d = match (hit, cell.shadow.load(Ordering::Relaxed)) {
-        (false, _) => Decision::Allow,
-        (true, false) => Decision::Drop,
-        (true, true) => Decision::ShadowDrop,
-    };
+    let d = cell.draw();
     cell.direct[d as usize].fetch_add(1, Ordering::Relaxed);
     d
 }

@@ -16,6 +16,10 @@ use test_support::ports::free_port;
 /// A second of one bucket as a loadgen saw it: offered, allowed, dropped, shadow-dropped.
 pub(crate) type Counts = [f64; 4];
 
+/// The pseudo-bucket of a loadgen's lines under which [`Region::loadgen`] keeps when each
+/// period ended (`unix_ms`) and how late the loadgen was then (`late_ms`).
+pub(crate) const WALL: &str = "__wall__";
+
 /// A controller and one aggregator per zone, all at a 1 s interval, on free ports.
 pub(crate) struct Region {
     pub(crate) dir: tempfile::TempDir,
@@ -158,6 +162,11 @@ impl Region {
             for line in BufReader::new(out).lines() {
                 let l: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
                 let f = |k: &str| l[k].as_f64().unwrap();
+                // When each period ended on the wall clock, and how late the loadgen was.
+                seconds.insert(
+                    (l["t"].as_u64().unwrap(), WALL.to_string()),
+                    [f("unix_ms"), f("late_ms"), 0.0, 0.0],
+                );
                 seconds.insert(
                     (
                         l["t"].as_u64().unwrap(),

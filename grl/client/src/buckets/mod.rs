@@ -21,7 +21,9 @@ use grl_core::metric_names::UNMATCHED_BUCKET;
 use grl_core::proto;
 use grl_core::wire::{ClassSpan, InvalidEnum, class_spans, match_rule, mode_from_wire};
 
+use crate::Decision;
 use crate::buckets::refusal::RefusingBucket;
+use crate::local;
 use crate::table::DECISIONS;
 
 /// The cell id of "no bucket".
@@ -63,6 +65,22 @@ impl BucketCell {
             paired: Default::default(),
             paired_into: AtomicU32::new(UNMATCHED),
             recorded: AtomicU64::new(0),
+        }
+    }
+
+    /// A decision drawn against the cell's threshold, in its mode (not counted).
+    pub(crate) fn draw(&self) -> Decision {
+        local::claim();
+        let (_, hit) = local::shard_and_hit(self.threshold.load(Ordering::Relaxed));
+        self.decision(hit)
+    }
+
+    /// The decision for a request the cell refuses (`refused`) or not, in its mode.
+    pub(crate) fn decision(&self, refused: bool) -> Decision {
+        match (refused, self.shadow.load(Ordering::Relaxed)) {
+            (false, _) => Decision::Allow,
+            (true, false) => Decision::Drop,
+            (true, true) => Decision::ShadowDrop,
         }
     }
 
@@ -260,10 +278,7 @@ impl RuleSet {
         // classes are found from there ([`Resolver::class_cell`]).
         let mut classes = vec![None; cells.len()];
         let mut resolved = cell_of.clone();
-        for (at, span) in self.spans.iter().enumerate() {
-            let Some(span) = span.filter(|s| s.rank == 0) else {
-                continue;
-            };
+        for span in self.spans.iter().flatten().filter(|s| s.rank == 0) {
             let group = span.first..span.first + span.count;
             let default = group
                 .clone()
@@ -287,7 +302,6 @@ impl RuleSet {
             for k in group {
                 resolved[k] = cell_of[default];
             }
-            debug_assert_eq!(at, span.first);
         }
         Resolver {
             matcher,
