@@ -448,15 +448,20 @@ impl Client {
     }
 
     /// The cell of class `class` of the bucket a pair falls in, when that is not the
-    /// pair's own cell (a bucket with classes, a class other than its default); counts an
-    /// unknown class.
-    pub(crate) fn class_cell_of(&self, caller: &str, procedure: &str, class: &str) -> Option<u32> {
-        let id = match self.pair(caller, procedure) {
-            Ok(e) => e.cell.load(Ordering::Relaxed),
-            Err((_, id)) => id,
+    /// pair's own cell (a bucket with classes, a class other than its default), with the
+    /// pair's entry (`None` past `max_pairs`); counts an unknown class.
+    pub(crate) fn class_cell_of(
+        &self,
+        caller: &str,
+        procedure: &str,
+        class: &str,
+    ) -> Option<(u32, Option<&PairEntry>)> {
+        let (id, pair) = match self.pair(caller, procedure) {
+            Ok(e) => (e.cell.load(Ordering::Relaxed), Some(e)),
+            Err((_, id)) => (id, None),
         };
         match self.inner.resolver.load().class_cell(id, class) {
-            ClassCell::Other(cell) => Some(cell),
+            ClassCell::Other(cell) => Some((cell, pair)),
             ClassCell::Own => None,
             ClassCell::Unknown => {
                 self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
@@ -465,9 +470,14 @@ impl Client {
         }
     }
 
-    /// Decides a batch of `n` requests in cell `cell` directly (not through a pair), as
-    /// [`decide_n`](Self::decide_n) decides a pair's, counted in the cell's direct counters.
-    pub(crate) fn decide_batch_direct(&self, cell: u32, n: u64) -> Decision {
+    /// Decides a batch of `n` requests in cell `cell` directly, as
+    /// [`decide_n`](Self::decide_n) decides a pair's, counted in the cell's direct counters
+    /// and, as a class's single requests are, in the pair's rows (`pair`).
+    pub(crate) fn decide_batch_direct(
+        &self,
+        (cell, pair): (u32, Option<&PairEntry>),
+        n: u64,
+    ) -> Decision {
         let resolver = self.inner.resolver.load();
         let c = resolver.cell(cell);
         let refused = self
@@ -475,6 +485,12 @@ impl Client {
             .batch_refused(cell, c.ratio(), n, tokio::time::Instant::now());
         let d = c.decision(refused);
         c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
+        if let Some(e) = pair {
+            e.add(d, n);
+            c.paired_into
+                .store(e.cell.load(Ordering::Relaxed), Ordering::Relaxed);
+            c.paired[d as usize].fetch_add(n, Ordering::Release);
+        }
         d
     }
 

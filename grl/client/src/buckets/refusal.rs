@@ -218,13 +218,13 @@ impl crate::Client {
         if n == 1 {
             return self.decide_explained_in_class(caller, procedure, class);
         }
-        let Some(cell) = self.class_cell_of(caller, procedure, class) else {
-            return self.decide_n_explained(caller, procedure, n);
-        };
         if n == 0 {
             return self.decide_n_explained(caller, procedure, 0);
         }
-        let own = self.decide_batch_direct(cell, n);
+        let Some((cell, pair)) = self.class_cell_of(caller, procedure, class) else {
+            return self.decide_n_explained(caller, procedure, n);
+        };
+        let own = self.decide_batch_direct((cell, pair), n);
         let also = if self.inner.also_on.load(Ordering::Relaxed) {
             self.decide_batch(self.also_pair(caller, procedure), n)
         } else {

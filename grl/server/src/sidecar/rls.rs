@@ -442,6 +442,15 @@ mod tests {
             offered["b#default"], 18,
             "no class or an unknown one: {offered:?}"
         );
+        // The pair's `grl_requests_total` rows count every class, batches too.
+        let mut text = String::new();
+        r.client.encode_metrics(&mut text);
+        let rows: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("grl_requests_total{") && l.contains("caller=\"gw\""))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum();
+        assert_eq!(rows, 30, "{text}");
     }
 
     #[test]
