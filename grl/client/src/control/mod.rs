@@ -44,8 +44,11 @@ pub(crate) struct Book {
     overflow_seen: [u64; DECISIONS],
     /// The cell's direct counts (see `BucketCell::direct`) already added to `totals`.
     direct_seen: [u64; DECISIONS],
-    /// The cell's paired counts (see `BucketCell::paired`) already taken back.
+    /// The cell's paired counts (see `BucketCell::paired`) already seen.
     paired_seen: [u64; DECISIONS],
+    /// Counts of other classes' decisions folded into this book with their pairs, still to
+    /// be taken back out (see `Inner::collect`).
+    owed: [u64; DECISIONS],
     /// When the current ratio stops being valid.
     pub(crate) expires: Option<Instant>,
     /// The rate this client may admit in this bucket, when the instruction gave one.
@@ -93,6 +96,7 @@ impl Book {
             overflow_seen: [0; DECISIONS],
             direct_seen: [0; DECISIONS],
             paired_seen: [0; DECISIONS],
+            owed: [0; DECISIONS],
             expires: None,
             allowed: None,
             window_base: [0; DECISIONS],
@@ -308,12 +312,17 @@ impl Inner {
                 (cell.paired_into.load(Ordering::Relaxed) as usize, counts)
             })
             .collect();
+        // What the pairs add to each book this round, where classes may take some back.
+        let mut added = vec![[0u64; DECISIONS]; if classes { c.books.len() } else { 0 }];
         for e in self.pairs() {
             let now = e.totals();
             let id = e.cell.load(Ordering::Relaxed) as usize;
             for (i, n) in now.iter().enumerate() {
                 let before = e.reported[i].swap(*n, Ordering::Relaxed);
                 c.books[id].totals[i] += n - before;
+                if let Some(a) = added.get_mut(id) {
+                    a[i] += n - before;
+                }
             }
         }
         let Control {
@@ -330,16 +339,25 @@ impl Inner {
             }
         }
         // A class's decisions that its pair counted too went into the default class's
-        // book with the pair's counts: take them back out. The paired counts were read
-        // before the pairs (and are raised after them), so no more is taken out than
-        // was folded in.
+        // book with the pair's counts: take them back out, never more than the pairs
+        // added this round (a book's totals never fall: each window counts their rise),
+        // the rest owed to the next rounds.
         for (id, (into, paired)) in paired.into_iter().enumerate() {
             for (i, n) in paired.into_iter().enumerate() {
                 let delta = n - books[id].paired_seen[i];
                 books[id].paired_seen[i] = n;
-                if let Some(b) = books.get_mut(into).filter(|_| into != id) {
-                    b.totals[i] = b.totals[i].saturating_sub(delta);
+                if into != id
+                    && let Some(b) = books.get_mut(into)
+                {
+                    b.owed[i] += delta;
                 }
+            }
+        }
+        for (b, added) in books.iter_mut().zip(&added) {
+            for ((total, owed), added) in b.totals.iter_mut().zip(&mut b.owed).zip(added) {
+                let take = (*owed).min(*added);
+                *total -= take;
+                *owed -= take;
             }
         }
     }
