@@ -335,32 +335,18 @@ impl Client {
         procedure: &str,
         class: &str,
     ) -> (Decision, Option<u32>) {
-        let table = &self.inner.table;
-        let key = table.key(caller, procedure);
-        let pair = match table.get(&key, caller, procedure) {
-            Some(e) => Ok(e),
-            None => self.pair(caller, procedure),
-        };
-        let id = match &pair {
-            Ok(e) => e.cell.load(Ordering::Relaxed),
-            Err((_, id)) => *id,
-        };
-        let resolver = self.inner.resolver.load();
-        match resolver.class_cell(id, class) {
+        let (pair, found) = self.pair_and_class(caller, procedure, class);
+        match found {
             ClassCell::Other(cell) => {
+                let resolver = self.inner.resolver.load();
                 let c = resolver.cell(cell);
                 let d = decide_direct(c);
                 if let Ok(e) = pair {
-                    e.add(d, 1);
-                    c.paired_into.store(id, Ordering::Relaxed);
-                    c.paired[d as usize].fetch_add(1, Ordering::Release);
+                    count_in_pair(c, e, d, 1);
                 }
                 (d, Some(cell))
             }
-            found => {
-                if found == ClassCell::Unknown {
-                    self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
-                }
+            _ => {
                 let d = match pair {
                     Ok(e) => e.decide(),
                     Err((resolver, id)) => self.decide_overflow(&resolver, id),
@@ -368,6 +354,26 @@ impl Client {
                 (d, None)
             }
         }
+    }
+
+    /// A request's pair (the resolver and cell id past `max_pairs`) and where class
+    /// `class` of its bucket is decided; counts an unknown class.
+    fn pair_and_class(
+        &self,
+        caller: &str,
+        procedure: &str,
+        class: &str,
+    ) -> (Result<&PairEntry, (Arc<Resolver>, u32)>, ClassCell) {
+        let pair = self.pair(caller, procedure);
+        let id = match &pair {
+            Ok(e) => e.cell.load(Ordering::Relaxed),
+            Err((_, id)) => *id,
+        };
+        let found = self.inner.resolver.load().class_cell(id, class);
+        if found == ClassCell::Unknown {
+            self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
+        }
+        (pair, found)
     }
 
     /// The decision of the request's own bucket: its pair's threshold, or (a pair not yet
@@ -456,17 +462,9 @@ impl Client {
         procedure: &str,
         class: &str,
     ) -> Option<(u32, Option<&PairEntry>)> {
-        let (id, pair) = match self.pair(caller, procedure) {
-            Ok(e) => (e.cell.load(Ordering::Relaxed), Some(e)),
-            Err((_, id)) => (id, None),
-        };
-        match self.inner.resolver.load().class_cell(id, class) {
-            ClassCell::Other(cell) => Some((cell, pair)),
-            ClassCell::Own => None,
-            ClassCell::Unknown => {
-                self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+        match self.pair_and_class(caller, procedure, class) {
+            (pair, ClassCell::Other(cell)) => Some((cell, pair.ok())),
+            _ => None,
         }
     }
 
@@ -486,10 +484,7 @@ impl Client {
         let d = c.decision(refused);
         c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
         if let Some(e) = pair {
-            e.add(d, n);
-            c.paired_into
-                .store(e.cell.load(Ordering::Relaxed), Ordering::Relaxed);
-            c.paired[d as usize].fetch_add(n, Ordering::Release);
+            count_in_pair(c, e, d, n);
         }
         d
     }
@@ -712,6 +707,16 @@ impl Client {
     pub fn expire(&self) {
         self.inner.expire(tokio::time::Instant::now());
     }
+}
+
+/// Counts `n` decisions `d` of class cell `c` in their pair `e` too (its
+/// `grl_requests_total` rows hold every class), marked to be taken back out of the book of
+/// the pair's cell (see `BucketCell::paired`).
+fn count_in_pair(c: &BucketCell, e: &PairEntry, d: Decision, n: u64) {
+    e.add(d, n);
+    c.paired_into
+        .store(e.cell.load(Ordering::Relaxed), Ordering::Relaxed);
+    c.paired[d as usize].fetch_add(n, Ordering::Release);
 }
 
 /// Decides one request in `cell` directly (not through a pair), counted in its direct
