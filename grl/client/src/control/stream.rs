@@ -7,16 +7,28 @@
 //! clock), and, while disconnected, the
 //! next reconnection attempt (exponential backoff from a tenth of the interval up to an
 //! interval, 2 s at most, with ±50 % jitter so that a zone's clients do not reconnect in
-//! lockstep). The stream has HTTP/2 keepalive (see `grl_core::link`).
+//! lockstep), the dials under way and the stream being opened. The stream has HTTP/2
+//! keepalive (see `grl_core::link`).
+//!
+//! Connecting never stops the loop: a dial that hangs (its SYN dropped by a cut link) would
+//! otherwise hold ratios past their expiry and the windows unmeasured for its whole
+//! timeout. Dials overlap: a new one starts at every attempt while earlier ones still wait
+//! (TCP resends a lost SYN only after 1 s, then 2 s), so after a cut heals a SYN goes out
+//! within one attempt's wait, not after the timeout of a dial begun before the heal. The
+//! first dial through wins; the stream is then opened on it alone (one hello, one stream
+//! per client, as the aggregator requires).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
+use tonic::transport::Channel;
 #[cfg(not(feature = "tls"))]
 use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
@@ -58,7 +70,12 @@ fn reconnect_backoff(interval: Duration) -> Backoff {
     Backoff::new(base, cap).expect("base is clamped to (0, cap]")
 }
 
-async fn connect(inner: &Inner) -> Result<Session, ClientError> {
+/// At most this many dials wait at once: with a dial's timeout of two intervals and an
+/// attempt about once an interval, two or three are under way while a link is cut.
+const MAX_DIALS: usize = 3;
+
+/// A TCP (and TLS) connection to the aggregator, not yet a stream.
+async fn dial(inner: &Inner) -> Result<Channel, ClientError> {
     let t = LinkTimeouts::for_interval(inner.cfg.interval);
     #[cfg(feature = "tls")]
     let endpoint = grl_core::tls::endpoint(&inner.cfg.aggregator, inner.cfg.tls.as_ref())?;
@@ -78,8 +95,12 @@ async fn connect(inner: &Inner) -> Result<Session, ClientError> {
         .keep_alive_timeout(t.keepalive_timeout)
         .keep_alive_while_idle(true)
         .tcp_nodelay(true);
-    let timeout = t.connect_timeout;
-    let channel = endpoint.connect().await?;
+    Ok(endpoint.connect().await?)
+}
+
+/// The stream over `channel`: the hello sent, the aggregator's answer received.
+async fn open(inner: &Inner, channel: Channel) -> Result<Session, ClientError> {
+    let timeout = LinkTimeouts::for_interval(inner.cfg.interval).connect_timeout;
     let (reports, rx) = mpsc::channel(16);
     // The hello tells the aggregator which service's config to send (by name: nothing is
     // known of this peer's wire version yet).
@@ -104,6 +125,15 @@ async fn next_instruction(
         None => std::future::pending().await,
     }
 }
+
+async fn opened(opening: &mut Option<Opening<'_>>) -> Result<Session, ClientError> {
+    match opening {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+type Opening<'a> = BoxFuture<'a, Result<Session, ClientError>>;
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -135,6 +165,8 @@ pub(crate) async fn run(inner: Arc<Inner>) {
     windows.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut session: Option<Session> = None;
     let mut reconnect_at = Some(Instant::now());
+    let mut dials = FuturesUnordered::new();
+    let mut opening: Option<Opening<'_>> = None;
     loop {
         let expiry = inner.next_deadline();
         let lost: Option<String> = tokio::select! {
@@ -168,23 +200,37 @@ pub(crate) async fn run(inner: Arc<Inner>) {
                 None
             }
             _ = sleep_until(reconnect_at) => {
-                match connect(&inner).await {
+                if opening.is_none() && dials.len() < MAX_DIALS {
+                    dials.push(Box::pin(dial(&inner)));
+                }
+                let wait = retry_in(&inner, &backoff, attempt);
+                attempt = attempt.saturating_add(1);
+                reconnect_at = Some(Instant::now() + wait);
+                None
+            }
+            Some(dialed) = dials.next(), if !dials.is_empty() => {
+                match dialed {
+                    Ok(channel) => {
+                        dials.clear();
+                        opening = Some(Box::pin(open(&inner, channel)));
+                    }
+                    Err(e) => debug!(aggregator = %inner.cfg.aggregator, error = %e, "connect failed"),
+                }
+                None
+            }
+            done = opened(&mut opening) => {
+                opening = None;
+                match done {
                     Ok(s) => {
                         info!(aggregator = %inner.cfg.aggregator, "connected");
                         session = Some(s);
                         reconnect_at = None;
                         attempt = 0;
                         inner.connected.store(true, Ordering::Relaxed);
-                        None
                     }
-                    Err(e) => {
-                        let wait = retry_in(&inner, &backoff, attempt);
-                        attempt = attempt.saturating_add(1);
-                        debug!(aggregator = %inner.cfg.aggregator, error = %e, retry_in = ?wait, "connect failed");
-                        reconnect_at = Some(Instant::now() + wait);
-                        None
-                    }
+                    Err(e) => debug!(aggregator = %inner.cfg.aggregator, error = %e, "stream not opened"),
                 }
+                None
             }
         };
         if let Some(why) = lost {

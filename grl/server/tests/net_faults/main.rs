@@ -199,14 +199,16 @@ fn clients_cut_from_their_aggregator_for_30_s_enforce_again_soon_after_the_heal(
     at_second(start, heal);
     r.aggs[0].accept_from(r.lgs[0].addr).unwrap();
     r.lgs[0].accept_from(r.aggs[0].addr).unwrap();
-    let g = admitted(&lg.join());
+    let zones = lg.join();
+    let g = admitted(&zones);
     let after = outside(&g, heal + 3, end, 0.10);
     let back = r.lg_connected_after(0, start + heal * 1000);
     println!(
         "measured: zone a's clients cut 30 s: during {:.3}x; its clients connected again \
-         {back:.2?} s after the heal; from the heal: {}",
+         {back:.2?} s after the heal; from the heal: {}; by zone: {}",
         mean(&g, cut + 6, heal) / LIMIT,
-        show(&g, heal, end)
+        show(&g, heal, end),
+        region::show_zones(&zones, heal, heal + 5)
     );
     assert_eq!(back.len(), 4, "not every client came back: {back:?}");
     assert!(

@@ -337,6 +337,22 @@ pub(crate) fn show(by_second: &BTreeMap<u64, f64>, from: u64, to: u64) -> String
         .join(" ")
 }
 
+/// Each zone's admitted rate by second over `from..=to`, for a test's output.
+pub(crate) fn show_zones(zones: &[BTreeMap<u64, [f64; 2]>], from: u64, to: u64) -> String {
+    zones
+        .iter()
+        .zip(ZONES)
+        .map(|(z, name)| {
+            let s: Vec<String> = z
+                .range(from..=to)
+                .map(|(t, [_, a])| format!("{t}:{a:.0}"))
+                .collect();
+            format!("{name} [{}]", s.join(" "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// `line` without its terminal colour codes.
 fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());

@@ -331,7 +331,12 @@ impl Node {
             }
             self.instruct_children(&mut s, Round::Child(&r.reporter_id), now);
         }
-        if r.urgent {
+        // A child connecting with traffic (one whose link to this tier healed, or that moved
+        // here) brings a rate the sums lack, news as much as a rate jump is: the tiers hear it now,
+        // not up to a tick later at each tier. A learning tier hears every child first.
+        let arrives_loaded =
+            new && !Self::learning(&s, now) && r.rates.iter().any(|row| row.offered > 0.0);
+        if r.urgent || arrives_loaded {
             debug!(child = %r.reporter_id, "urgent report");
             self.wake.notify_one();
             if self.cfg.has_parent {
@@ -544,6 +549,66 @@ pub(super) mod tests {
         assert!(
             matches!(rx.try_recv(), Ok(Ok(_))),
             "no instruction after one interval"
+        );
+    }
+
+    /// Whether `n` was woken (a permit is stored when nobody waits).
+    async fn woken(n: &tokio::sync::Notify) -> bool {
+        tokio::time::timeout(Duration::from_millis(10), n.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_child_connecting_with_traffic_wakes_the_tick_and_the_parent_at_once() {
+        let yaml = "service: pay\nbuckets:\n  - { name: gw, match: { caller: gw }, scope: global, mode: deny, policy: { kind: fixed, rps: 600 } }\n";
+        let snap =
+            grl_config::from_files("v1", [("services/pay.yaml".into(), yaml.into())]).unwrap();
+        let agg = Node::new(NodeConfig {
+            level: proto::Level::Zone,
+            id: "agg".into(),
+            zone: "a".into(),
+            region: "eu".into(),
+            interval: Duration::from_secs(1),
+            scopes: vec![Scope::Zone],
+            has_parent: true,
+            validity_intervals: 5,
+        });
+        let t0 = Instant::now();
+        agg.set_rules(Rules::from_snapshot(&snap, &[], 0, 0), t0);
+        let client = |id: &str, offered: f64| proto::Report {
+            reporter_id: id.into(),
+            level: proto::Level::Client as i32,
+            zone: "a".into(),
+            region: "eu".into(),
+            services: vec!["pay".into()],
+            config_version: "v1".into(),
+            interval_ms: 1000,
+            seq: 1,
+            rates: vec![proto::BucketRate {
+                service: "pay".into(),
+                bucket: "gw".into(),
+                offered,
+                clients: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (link, _down) = mpsc::channel(16);
+        agg.on_report(1, link.clone(), &client("idle", 0.0), None, t0)
+            .unwrap();
+        assert!(!woken(&agg.wake).await, "an idle child woke the tick");
+        agg.on_report(2, link.clone(), &client("loaded", 100.0), None, t0)
+            .unwrap();
+        assert!(woken(&agg.wake).await, "the tick slept on a loaded child");
+        assert!(woken(&agg.wake_parent).await, "the parent was not told");
+        let mut again = client("loaded", 100.0);
+        again.seq = 2;
+        agg.on_report(2, link, &again, None, t0 + Duration::from_secs(1))
+            .unwrap();
+        assert!(
+            !woken(&agg.wake).await,
+            "a known child's report woke the tick"
         );
     }
 
