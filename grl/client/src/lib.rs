@@ -75,17 +75,19 @@ use grl_core::proto;
 pub use buckets::refusal::{Explained, GRL_BUCKET, RATELIMIT_POLICY, RefusingBucket};
 pub use error::ClientError;
 pub use metrics::{
-    CLIENT_CONFIG_INFO, CLIENT_CONNECTED, CLIENT_DROP_RATIO, CLIENT_FAIL_OPEN,
-    CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS,
+    CLIENT_CLASS_REQUESTS_TOTAL, CLIENT_CONFIG_INFO, CLIENT_CONNECTED, CLIENT_DROP_RATIO,
+    CLIENT_FAIL_OPEN, CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS, CLIENT_UNKNOWN_CLASSES_TOTAL,
 };
 
 use buckets::{BucketCell, ClassCell, Resolver};
 use control::Control;
-use table::{PairEntry, PairTable};
+use table::{DECISIONS, PairEntry, PairTable};
 
 /// A pair's entry in one table: none when no bucket applies, or the resolver and cell id
 /// when the table is full.
 type PairLookup<'a> = Result<Option<&'a PairEntry>, (Arc<Resolver>, u32)>;
+/// A pair's entry, or past `max_pairs` the resolver and the pair's cell id.
+type PairFound<'a> = Result<&'a PairEntry, (Arc<Resolver>, u32)>;
 
 /// What to do with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -307,8 +309,8 @@ impl Client {
     /// `procedure`: as [`decide`](Self::decide), in that class of the request's bucket when
     /// the bucket has priority classes (when it must shed, its lowest classes go first). A
     /// class the bucket does not list counts in its default class (`default` if listed,
-    /// else its lowest) and in [`ClientStatus::unknown_classes`]; a bucket without classes
-    /// ignores the class.
+    /// else its lowest) and in [`ClientStatus::unknown_classes`]; `""` (no class) counts
+    /// in the default class without counting as unknown; a bucket without classes ignores the class.
     #[inline]
     pub fn decide_in_class(&self, caller: &str, procedure: &str, class: &str) -> Decision {
         if !self.inner.classes_on.load(Ordering::Relaxed) {
@@ -335,10 +337,9 @@ impl Client {
         procedure: &str,
         class: &str,
     ) -> (Decision, Option<u32>) {
-        let (pair, found) = self.pair_and_class(caller, procedure, class);
+        let (pair, found, resolver) = self.pair_and_class(caller, procedure, class);
         match found {
             ClassCell::Other(cell) => {
-                let resolver = self.inner.resolver.load();
                 let c = resolver.cell(cell);
                 let d = decide_direct(c);
                 if let Ok(e) = pair {
@@ -356,24 +357,26 @@ impl Client {
         }
     }
 
-    /// A request's pair (the resolver and cell id past `max_pairs`) and where class
-    /// `class` of its bucket is decided; counts an unknown class.
+    /// A request's pair (the resolver and cell id past `max_pairs`), where class `class`
+    /// of its bucket is decided, and the resolver that says so (one load on the hot path);
+    /// counts an unknown class.
     fn pair_and_class(
         &self,
         caller: &str,
         procedure: &str,
         class: &str,
-    ) -> (Result<&PairEntry, (Arc<Resolver>, u32)>, ClassCell) {
+    ) -> (PairFound<'_>, ClassCell, arc_swap::Guard<Arc<Resolver>>) {
         let pair = self.pair(caller, procedure);
         let id = match &pair {
             Ok(e) => e.cell.load(Ordering::Relaxed),
             Err((_, id)) => *id,
         };
-        let found = self.inner.resolver.load().class_cell(id, class);
-        if found == ClassCell::Unknown {
+        let resolver = self.inner.resolver.load();
+        let found = resolver.class_cell(id, class);
+        if found == ClassCell::Unknown && !class.is_empty() {
             self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
         }
-        (pair, found)
+        (pair, found, resolver)
     }
 
     /// The decision of the request's own bucket: its pair's threshold, or (a pair not yet
@@ -463,7 +466,7 @@ impl Client {
         class: &str,
     ) -> Option<(u32, Option<&PairEntry>)> {
         match self.pair_and_class(caller, procedure, class) {
-            (pair, ClassCell::Other(cell)) => Some((cell, pair.ok())),
+            (pair, ClassCell::Other(cell), _) => Some((cell, pair.ok())),
             _ => None,
         }
     }
@@ -600,6 +603,61 @@ impl Client {
         }
     }
 
+    /// [`record`](Self::record) of usage in priority class `class` (see
+    /// [`decide_in_class`](Self::decide_in_class)): counted in that class of the pair's
+    /// bucket, and in the pair's rows. A bucket without classes ignores the class.
+    pub fn record_in_class(
+        &self,
+        caller: &str,
+        procedure: &str,
+        class: &str,
+        allowed: u64,
+        denied: u64,
+        elapsed: Duration,
+    ) {
+        if !self.inner.classes_on.load(Ordering::Relaxed) {
+            return self.record(caller, procedure, allowed, denied, elapsed);
+        }
+        if allowed.saturating_add(denied) == 0 {
+            return;
+        }
+        match self.pair_and_class(caller, procedure, class) {
+            (pair, ClassCell::Other(cell), _) => {
+                self.record_in_class_cell(cell, pair.ok(), allowed, denied, elapsed);
+            }
+            (pair, ..) => self.record_in(pair.map(Some), allowed, denied, elapsed),
+        }
+        if self.inner.also_on.load(Ordering::Relaxed) {
+            self.record_in(self.also_pair(caller, procedure), allowed, denied, elapsed);
+        }
+    }
+
+    /// [`record`](Self::record) in the class cell `id`, and in the pair's rows when the
+    /// pair is held (as [`decide_in_class`](Self::decide_in_class) counts).
+    fn record_in_class_cell(
+        &self,
+        id: u32,
+        pair: Option<&PairEntry>,
+        allowed: u64,
+        denied: u64,
+        elapsed: Duration,
+    ) {
+        let count = |cell: &BucketCell, shadow: Option<f64>| {
+            for (i, n) in recorded_counts(allowed, denied, shadow)
+                .into_iter()
+                .enumerate()
+            {
+                cell.direct[i].fetch_add(n, Ordering::Relaxed);
+                if let Some(e) = pair {
+                    count_in_pair(cell, e, Decision::from_index(i), n);
+                }
+            }
+        };
+        let total = allowed.saturating_add(denied);
+        self.inner
+            .record_counts(id, total, elapsed, tokio::time::Instant::now(), count);
+    }
+
     /// [`record`](Self::record) in one bucket.
     fn record_in(&self, pair: PairLookup<'_>, allowed: u64, denied: u64, elapsed: Duration) {
         let total = allowed.saturating_add(denied);
@@ -609,9 +667,7 @@ impl Client {
             Err((_, id)) => (None, id),
         };
         let count = |cell: &BucketCell, shadow: Option<f64>| {
-            let virtual_drops =
-                shadow.map_or(0, |r| ((allowed as f64 * r).round() as u64).min(allowed));
-            let counts = [allowed - virtual_drops, denied, virtual_drops];
+            let counts = recorded_counts(allowed, denied, shadow);
             match pair {
                 Some(e) => {
                     for (i, n) in counts.into_iter().enumerate() {
@@ -633,8 +689,16 @@ impl Client {
     /// The name of the bucket `caller` calling `procedure` falls in under the current
     /// config; `None` when it matches none. Not the hot path.
     pub fn bucket(&self, caller: &str, procedure: &str) -> Option<String> {
+        self.bucket_in_class(caller, procedure, "")
+    }
+
+    /// The name of the bucket, or of its class (`bucket#class`) when the bucket has
+    /// priority classes, that decides `caller` calling `procedure` in class `class` (see
+    /// [`decide_in_class`](Self::decide_in_class)); `None` when no bucket matches. Not the
+    /// hot path.
+    pub fn bucket_in_class(&self, caller: &str, procedure: &str, class: &str) -> Option<String> {
         let resolver = self.inner.resolver.load();
-        let id = resolver.resolve(caller, procedure);
+        let id = class_id(&resolver, resolver.resolve(caller, procedure), class);
         (id != buckets::UNMATCHED).then(|| resolver.cells[id as usize].name.clone())
     }
 
@@ -654,8 +718,15 @@ impl Client {
     /// itself, the part in proportion to the recorded rate), or the drop ratio when the
     /// tiers sent no rate. The caller splits it over its own sub-buckets.
     pub fn admission(&self, caller: &str, procedure: &str) -> Admission {
+        self.admission_in_class(caller, procedure, "")
+    }
+
+    /// [`admission`](Self::admission) for usage of priority class `class` (see
+    /// [`decide_in_class`](Self::decide_in_class)): that class's allowance when the bucket
+    /// has classes.
+    pub fn admission_in_class(&self, caller: &str, procedure: &str, class: &str) -> Admission {
         let resolver = self.inner.resolver.load();
-        let id = resolver.resolve(caller, procedure);
+        let id = class_id(&resolver, resolver.resolve(caller, procedure), class);
         if id == buckets::UNMATCHED
             || resolver.cells[id as usize].shadow.load(Ordering::Relaxed)
             || self.inner.fail_open.load(Ordering::Relaxed)
@@ -717,6 +788,25 @@ fn count_in_pair(c: &BucketCell, e: &PairEntry, d: Decision, n: u64) {
     c.paired_into
         .store(e.cell.load(Ordering::Relaxed), Ordering::Relaxed);
     c.paired[d as usize].fetch_add(n, Ordering::Release);
+}
+
+/// The cell that decides class `class` of the bucket in cell `id`: its class's, or `id`
+/// itself (no classes, the pair's own class, an unknown class or none).
+fn class_id(resolver: &Resolver, id: u32, class: &str) -> u32 {
+    if id == buckets::UNMATCHED {
+        return id;
+    }
+    match resolver.class_cell(id, class) {
+        ClassCell::Other(cell) => cell,
+        _ => id,
+    }
+}
+
+/// Recorded usage as counts by decision: in shadow mode at ratio `r`, that share of the
+/// allowed requests counts as virtually dropped.
+fn recorded_counts(allowed: u64, denied: u64, shadow: Option<f64>) -> [u64; DECISIONS] {
+    let virtual_drops = shadow.map_or(0, |r| ((allowed as f64 * r).round() as u64).min(allowed));
+    [allowed - virtual_drops, denied, virtual_drops]
 }
 
 /// Decides one request in `cell` directly (not through a pair), counted in its direct

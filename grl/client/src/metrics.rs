@@ -2,7 +2,8 @@
 //!
 //! `grl_requests_total{service, caller, procedure, bucket, decision}` for every pair held
 //! (all three decisions, so each series exists from the first request), plus per-bucket
-//! overflow rows with `caller = procedure = "__overflow__"`, then the client's health gauges.
+//! overflow rows with `caller = procedure = "__overflow__"`, the counts of each priority
+//! class of the buckets that have classes, then the client's health gauges.
 //! Written by hand: the counters already live in the pair table, so a registry would only
 //! copy them.
 
@@ -29,6 +30,12 @@ pub const CLIENT_CONFIG_INFO: &str = "grl_client_config_info";
 pub const CLIENT_OVERFLOW_TOTAL: &str = "grl_client_overflow_total";
 /// Gauge: distinct (caller, procedure) pairs held.
 pub const CLIENT_PAIRS: &str = "grl_client_pairs";
+/// Counter `{service, bucket, class, decision}`: requests of each priority class of the
+/// buckets that have classes (the pair rows count every class of their bucket).
+pub const CLIENT_CLASS_REQUESTS_TOTAL: &str = "grl_client_class_requests_total";
+/// Counter: requests that named a priority class their bucket does not list (counted in
+/// its default class).
+pub const CLIENT_UNKNOWN_CLASSES_TOTAL: &str = "grl_client_unknown_classes_total";
 
 const DECISION_LABELS: [&str; 3] = [DECISION_ALLOWED, DECISION_DROPPED, DECISION_SHADOW_DROPPED];
 
@@ -115,6 +122,52 @@ pub(crate) fn encode(inner: &Inner, out: &mut String) {
         }
     }
     let status = inner.status();
+    let classed: Vec<_> = inner
+        .bucket_totals()
+        .into_iter()
+        .filter_map(|t| {
+            let (bucket, class) = grl_core::config::split_class(&t.bucket);
+            Some((bucket.to_string(), class?.to_string(), t))
+        })
+        .collect();
+    if !classed.is_empty() {
+        header(
+            out,
+            CLIENT_CLASS_REQUESTS_TOTAL,
+            "counter",
+            "Requests of each priority class of a bucket with classes, by decision.",
+        );
+    }
+    for (bucket, class, t) in &classed {
+        for (decision, n) in DECISION_LABELS
+            .iter()
+            .zip([t.allowed, t.dropped, t.shadow_dropped])
+        {
+            out.push_str(CLIENT_CLASS_REQUESTS_TOTAL);
+            for (name, value) in [
+                ("{service=\"", service),
+                ("\",bucket=\"", bucket.as_str()),
+                ("\",class=\"", class.as_str()),
+                ("\",decision=\"", decision),
+            ] {
+                out.push_str(name);
+                label(out, value);
+            }
+            let _ = writeln!(out, "\"}} {n}");
+        }
+    }
+    header(
+        out,
+        CLIENT_UNKNOWN_CLASSES_TOTAL,
+        "counter",
+        "Requests naming a priority class their bucket does not list (counted in its default class).",
+    );
+    service_gauge(
+        out,
+        CLIENT_UNKNOWN_CLASSES_TOTAL,
+        service,
+        status.unknown_classes,
+    );
     header(
         out,
         CLIENT_FAIL_OPEN,

@@ -206,6 +206,75 @@ async fn two_envoy_streams_split_one_share() {
     );
 }
 
+/// A bucket with priority classes through the quota filter: the entry keyed `grl-priority`
+/// of Envoy's bucket id picks the class. While a sheddable Envoy bucket floods a 20 rps
+/// bucket, it is assigned what the critical one leaves (20 - 5), and the critical one at
+/// 5 rps loses at most 0.5 % (issue 42's bound); the pair's rows count both classes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grl_priority_entry_of_a_bucket_id_picks_the_class() {
+    let cp = ControlPlane::start_with(
+        "service: payments\nbuckets:\n  - name: tiered\n    match: { caller: tiered }\n    scope: global\n    mode: deny\n    policy: { kind: fixed, rps: 20 }\n    priorities: [critical, default, sheddable]\n",
+    )
+    .await;
+    let up = Upstream::start().await;
+    let sc = Sidecar::start(&up.url(), &cp.aggregator(), &[]);
+    let classed = |class: &str, rps: u32| {
+        format!(
+            r#"{{"id": {{"source_cluster": "tiered", "path": "/{PROCEDURE}", "grl-priority": "{class}"}}, "rps": {rps}}}"#
+        )
+    };
+    let (s, ok) = data_plane(args(
+        &sc.rls,
+        &[
+            "--bucket",
+            &classed("critical", 5),
+            "--bucket",
+            &classed("sheddable", 100),
+            "--until-bucket",
+            "1",
+            "--then",
+            "5",
+            "--deadline",
+            "60",
+        ],
+    ))
+    .await;
+    eprintln!("data plane: {s}");
+    assert!(ok && s["status"] == "OK", "{s}");
+    assert!(
+        s["until_met"] == true,
+        "the sheddable bucket never got a token bucket: {s}"
+    );
+    let b = &s["buckets"];
+    let shed = rate(&b[1]);
+    assert!(
+        (13.5..=16.5).contains(&shed),
+        "sheddable held {shed} rps where the critical class leaves 15 (within 10 %): {s}"
+    );
+    let (kept, lost) = (n(&b[0], "allowed"), n(&b[0], "denied"));
+    assert!(kept >= 25, "{s}");
+    assert!(
+        lost as f64 <= 0.005 * (kept + lost) as f64,
+        "critical at 5 rps lost {lost} of {}: {s}",
+        kept + lost
+    );
+    let reported: u64 = (0..2)
+        .map(|i| n(&b[i], "allowed") + n(&b[i], "denied"))
+        .sum();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = sc.scrape().await;
+        if offered(&m, "tiered") == reported {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pair's rows never added up to both classes' usage ({reported}): {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_domain_or_an_empty_bucket_ends_the_stream_and_records_nothing() {
     let cp = ControlPlane::start().await;

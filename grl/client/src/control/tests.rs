@@ -436,6 +436,74 @@ fn a_first_allowance_under_the_limit_drops_none_of_a_sparse_callers_requests() {
     );
 }
 
+/// A spell whose first window holds one request is a start too: an allowance given under
+/// the limit from that window's count is not applied until the spell's rate is known (an
+/// interval). `rlc demo` dropped requests of callers at half their limit when the first
+/// allowance came between a lone request's window and the next.
+#[test]
+fn a_spell_begun_by_a_lone_request_admits_freely_under_the_limit_until_its_rate_is_known() {
+    let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
+    client.apply_instruction(&proto::Instruction {
+        has_config: true,
+        config: vec![proto::ServiceRules {
+            service: "payments".into(),
+            first_index: None,
+            buckets: vec![proto::BucketRule {
+                name: "b".into(),
+                caller: "gateway".into(),
+                scope: proto::Scope::Global as i32,
+                mode: proto::Mode::Deny as i32,
+                limit_rps: Some(600.0),
+                ..Default::default()
+            }],
+        }],
+        ratios: vec![proto::DropRatio {
+            service: "payments".into(),
+            bucket: "b".into(),
+            valid_for_ms: 3_600_000,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let mut now = Instant::now();
+    let window = |n: u64, now: &mut Instant| {
+        for _ in 0..n {
+            client.decide("gateway", "pay.Pay/Card");
+        }
+        *now += Duration::from_millis(50);
+        client.inner.window(*now);
+    };
+    for _ in 0..40 {
+        window(0, &mut now);
+    }
+    // 50 rps begins: its first window holds one request, and the tiers' first allowance
+    // (under the limit) is shared from it.
+    window(1, &mut now);
+    let before = totals_of(&client);
+    client.inner.apply_instruction(
+        &proto::Instruction {
+            ratios: vec![proto::DropRatio {
+                service: "payments".into(),
+                bucket: "b".into(),
+                allowed: Some(5.0),
+                valid_for_ms: 3_600_000,
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        now + Duration::from_millis(10),
+    );
+    for _ in 0..15 {
+        window(3, &mut now);
+    }
+    let after = totals_of(&client);
+    assert_eq!(
+        after.dropped - before.dropped,
+        0,
+        "dropped under the limit before the spell's rate was known"
+    );
+}
+
 /// The share of the first second after a surge (15 times `allowed` for 20 s) ends that a
 /// client admits of the `after` rps of Poisson traffic left, over 40 seeds.
 fn first_second_after_a_surge(allowed: f64, after: f64) -> f64 {
@@ -631,4 +699,57 @@ fn each_class_is_decided_and_counted_in_its_own_part_of_the_bucket() {
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
         .sum();
     assert_eq!(offered, 8001, "{text}");
+}
+
+#[test]
+fn usage_recorded_in_a_class_counts_in_that_class_and_in_the_pair() {
+    let client = classed_client([0.0, 0.5, 1.0]);
+    let second = Duration::from_secs(1);
+    client.record_in_class("gateway", "pay.Pay/Card", "critical", 30, 0, second);
+    client.record_in_class("gateway", "pay.Pay/Card", "sheddable", 0, 70, second);
+    client.record_in_class("gateway", "pay.Pay/Card", "", 10, 10, second);
+    let totals: BTreeMap<String, u64> = client
+        .bucket_totals()
+        .into_iter()
+        .map(|t| (t.bucket, t.offered))
+        .collect();
+    assert_eq!(totals["b#critical"], 30, "{totals:?}");
+    assert_eq!(totals["b#sheddable"], 70, "{totals:?}");
+    assert_eq!(totals["b#default"], 20, "{totals:?}");
+    let mut text = String::new();
+    client.encode_metrics(&mut text);
+    let offered: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("grl_requests_total{") && l.contains("caller=\"gateway\""))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    assert_eq!(offered, 120, "{text}");
+    // Each class in its own rows too.
+    for row in [
+        r#"grl_client_class_requests_total{service="payments",bucket="b",class="critical",decision="allowed"} 30"#,
+        r#"grl_client_class_requests_total{service="payments",bucket="b",class="sheddable",decision="dropped"} 70"#,
+        r#"grl_client_class_requests_total{service="payments",bucket="b",class="default",decision="dropped"} 10"#,
+    ] {
+        assert!(text.lines().any(|l| l == row), "no {row} in\n{text}");
+    }
+    client.record_in_class("gateway", "pay.Pay/Card", "bulk", 1, 0, second);
+    let mut text = String::new();
+    client.encode_metrics(&mut text);
+    assert!(
+        text.lines()
+            .any(|l| l == r#"grl_client_unknown_classes_total{service="payments"} 1"#),
+        "{text}"
+    );
+    assert_eq!(
+        client
+            .bucket_in_class("gateway", "pay.Pay/Card", "sheddable")
+            .as_deref(),
+        Some("b#sheddable")
+    );
+    assert_eq!(
+        client
+            .bucket_in_class("gateway", "pay.Pay/Card", "bulk")
+            .as_deref(),
+        Some("b#default")
+    );
 }

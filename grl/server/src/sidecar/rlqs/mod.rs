@@ -6,7 +6,9 @@
 //! One stream per Envoy. The first report names the domain, which must be the sidecar's
 //! `--service`. A report's `BucketId` maps to a (caller, procedure) pair as the rate limit
 //! service's descriptors do: the value keyed `caller_key` is the caller, the value keyed
-//! `procedure_key` the procedure (normalised like the proxy's). Each usage (allowed +
+//! `procedure_key` the procedure (normalised like the proxy's), the value keyed `grl-priority`
+//! (`PRIORITY_KEY`) its priority class, if any: the class of a bucket that has classes is
+//! reported, measured and assigned as its own bucket. Each usage (allowed +
 //! denied) is recorded into the client ([`Client::record`]) as offered load: the tiers see
 //! Envoy's traffic like any other client's. The first report of a bucket subscribes to it:
 //! the answer to every report carries an assignment for each of its buckets, and between
@@ -54,6 +56,7 @@ use super::envoy::quota::{
 };
 use super::metrics::{Api, SidecarMetrics};
 use super::names;
+use super::rls::PRIORITY_KEY;
 use crate::net::log_limit::RefusalLog;
 
 mod share;
@@ -125,6 +128,8 @@ struct Subscription {
     id: BucketId,
     caller: String,
     procedure: String,
+    /// The priority class the bucket id names (`""`: none).
+    class: String,
     /// The GRL bucket the pair falls in, refreshed at each report.
     bucket: Option<String>,
     /// When Envoy last reported the bucket, on this sidecar's clock.
@@ -208,8 +213,9 @@ impl Rlqs {
             .max_encoding_message_size(4 * 1024 * 1024)
     }
 
-    /// The (caller, procedure) a bucket id names, bounded ([`names`]).
-    fn pair(&self, id: &BucketId) -> (String, String) {
+    /// The (caller, procedure) a bucket id names, bounded ([`names`]), and its priority
+    /// class (the value keyed [`PRIORITY_KEY`], `""` when none).
+    fn pair(&self, id: &BucketId) -> (String, String, String) {
         let caller = id.bucket.get(&*self.caller_key).map_or("", String::as_str);
         let procedure = id
             .bucket
@@ -218,9 +224,11 @@ impl Rlqs {
         if names::is_long(caller, procedure) {
             self.metrics.long_name(Api::Rlqs);
         }
+        let class = id.bucket.get(PRIORITY_KEY).map_or("", String::as_str);
         (
             names::caller(caller).to_string(),
             names::procedure(procedure).into_owned(),
+            names::caller(class).to_string(),
         )
     }
 
@@ -337,11 +345,12 @@ impl Rlqs {
         for (u, key) in r.bucket_quota_usages.iter().zip(keys) {
             let Some(id) = &u.bucket_id else { continue };
             let sub = subs.entry(key.clone()).or_insert_with(|| {
-                let (caller, procedure) = self.pair(id);
+                let (caller, procedure, class) = self.pair(id);
                 Subscription {
                     id: id.clone(),
                     caller,
                     procedure,
+                    class,
                     bucket: None,
                     reported_at: None,
                     measuring: (now, 0),
@@ -360,11 +369,14 @@ impl Rlqs {
                 }
             }
             sub.reported_at = Some(now);
-            sub.bucket = self.client.bucket(&sub.caller, &sub.procedure);
+            sub.bucket = self
+                .client
+                .bucket_in_class(&sub.caller, &sub.procedure, &sub.class);
             let elapsed = since.unwrap_or_else(|| self.client.config().interval);
-            self.client.record(
+            self.client.record_in_class(
                 &sub.caller,
                 &sub.procedure,
+                &sub.class,
                 u.num_requests_allowed,
                 u.num_requests_denied,
                 elapsed,
@@ -415,7 +427,9 @@ impl Rlqs {
         let mut share = vec![Share::All; list.len()];
         for (members, offered) in groups.values() {
             let first = &list[members[0]].1;
-            let admission = self.client.admission(&first.caller, &first.procedure);
+            let admission =
+                self.client
+                    .admission_in_class(&first.caller, &first.procedure, &first.class);
             for (&i, s) in members.iter().zip(shares(admission, offered)) {
                 share[i] = s;
             }
