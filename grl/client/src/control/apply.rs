@@ -64,7 +64,15 @@ impl Inner {
         let book = &mut c.books[id as usize];
         book.expires = Some(expires);
         let had = book.allowed.is_some();
-        let starting = book.started_until.is_some_and(|t| now < t);
+        // A bucket's first allowance at this client, before the tiers can have heard an
+        // interval of its traffic, was shared from its first window or two: under the
+        // limit it waits, as during a start. A spell whose first window held a lone
+        // request is no start (see `Shape`), and `rlc demo`, on a loaded machine, dropped
+        // requests of callers at half their limit on such a first allowance.
+        let unheard = !had
+            && book.shape.offered_in_ring() > 0
+            && book.shape.spell_secs() < self.cfg.interval.as_secs_f64();
+        let starting = book.started_until.is_some_and(|t| now < t) || unheard;
         let allowed = allowed
             .filter(|a| a.is_finite() && *a >= 0.0)
             .filter(|_| !(starting && ratio <= 0.0));

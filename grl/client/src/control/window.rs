@@ -65,14 +65,6 @@ impl Inner {
                 tracing::trace!(client = %self.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), budget = ?b.budget, started = b.started_until.is_some(), "window");
             }
             match change {
-                // A spell whose first window holds a lone request is no rate worth an
-                // urgent report yet (a sparse caller's every request would be one), but
-                // it is a start all the same: the tiers' first allowance is shared from
-                // that window's count, well under the spell's rate (`rlc demo` dropped
-                // requests of a caller at half its limit this way).
-                Change::None if was_idle && offered > 0 => {
-                    b.started_until = Some(now + interval);
-                }
                 Change::None => {}
                 Change::Start => {
                     urgent = true;
