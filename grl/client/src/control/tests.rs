@@ -681,24 +681,36 @@ fn each_class_is_decided_and_counted_in_its_own_part_of_the_bucket() {
     let before = client.status().unknown_classes;
     client.decide_in_class("gateway", "pay.Pay/Card", "bulk");
     assert_eq!(client.status().unknown_classes, before + 1);
-    let totals: BTreeMap<String, u64> = client
-        .bucket_totals()
-        .into_iter()
-        .map(|t| (t.bucket, t.offered))
-        .collect();
+    let totals = offered_by_bucket(&client);
     assert_eq!(totals["b#critical"], 2000, "{totals:?}");
     assert_eq!(totals["b#default"], 4001, "{totals:?}");
     assert_eq!(totals["b#sheddable"], 2000, "{totals:?}");
     // The pair's `grl_requests_total` rows count every class of the bucket (what the
     // configurator sums per caller and procedure), under the default class's label.
+    let (offered, text) = gateway_rows_offered(&client);
+    assert_eq!(offered, 8001, "{text}");
+}
+
+/// Requests offered by bucket (a class as `bucket#class`).
+fn offered_by_bucket(client: &crate::Client) -> BTreeMap<String, u64> {
+    client
+        .bucket_totals()
+        .into_iter()
+        .map(|t| (t.bucket, t.offered))
+        .collect()
+}
+
+/// Every decision of caller `gateway` in its pair's `grl_requests_total` rows, and the
+/// exposition they were read from.
+fn gateway_rows_offered(client: &crate::Client) -> (u64, String) {
     let mut text = String::new();
     client.encode_metrics(&mut text);
-    let offered: u64 = text
+    let offered = text
         .lines()
         .filter(|l| l.starts_with("grl_requests_total{") && l.contains("caller=\"gateway\""))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
         .sum();
-    assert_eq!(offered, 8001, "{text}");
+    (offered, text)
 }
 
 #[test]
@@ -708,21 +720,11 @@ fn usage_recorded_in_a_class_counts_in_that_class_and_in_the_pair() {
     client.record_in_class("gateway", "pay.Pay/Card", "critical", 30, 0, second);
     client.record_in_class("gateway", "pay.Pay/Card", "sheddable", 0, 70, second);
     client.record_in_class("gateway", "pay.Pay/Card", "", 10, 10, second);
-    let totals: BTreeMap<String, u64> = client
-        .bucket_totals()
-        .into_iter()
-        .map(|t| (t.bucket, t.offered))
-        .collect();
+    let totals = offered_by_bucket(&client);
     assert_eq!(totals["b#critical"], 30, "{totals:?}");
     assert_eq!(totals["b#sheddable"], 70, "{totals:?}");
     assert_eq!(totals["b#default"], 20, "{totals:?}");
-    let mut text = String::new();
-    client.encode_metrics(&mut text);
-    let offered: u64 = text
-        .lines()
-        .filter(|l| l.starts_with("grl_requests_total{") && l.contains("caller=\"gateway\""))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum();
+    let (offered, text) = gateway_rows_offered(&client);
     assert_eq!(offered, 120, "{text}");
     // Each class in its own rows too.
     for row in [

@@ -37,7 +37,7 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio::time::Instant;
 
-    use crate::tier::engine::node::tests::controller;
+    use crate::tier::engine::node::tests::{controller, pay_gw_rules as rules};
     use crate::tier::engine::node::{Link, Node, Sums};
     use crate::tier::engine::node_config::NodeConfig;
     use crate::tier::engine::packing;
@@ -46,14 +46,6 @@ mod tests {
     use grl_core::proto;
 
     const SECOND: Duration = Duration::from_secs(1);
-
-    /// A global deny bucket `gw` of 600 rps.
-    fn rules() -> Rules {
-        let yaml = "service: pay\nbuckets:\n  - { name: gw, match: { caller: gw }, scope: global, mode: deny, policy: { kind: fixed, rps: 600 } }\n";
-        let snap =
-            grl_config::from_files("v1", [("services/pay.yaml".into(), yaml.into())]).unwrap();
-        Rules::from_snapshot(&snap, &[], 0, 0)
-    }
 
     /// Zone `zone`'s aggregator report (sequence `seq`) offering `offered` in `gw`.
     fn zone_report(zone: &str, offered: f64, seq: u64) -> proto::Report {

@@ -522,6 +522,28 @@ pub(super) mod tests {
         })
     }
 
+    /// A zone aggregator (zone `a` of region `eu`) under a parent.
+    pub(crate) fn aggregator() -> Node {
+        Node::new(NodeConfig {
+            level: proto::Level::Zone,
+            id: "agg".into(),
+            zone: "a".into(),
+            region: "eu".into(),
+            interval: Duration::from_secs(1),
+            scopes: vec![Scope::Zone],
+            has_parent: true,
+            validity_intervals: 5,
+        })
+    }
+
+    /// Service `pay` with one global deny bucket `gw` of 600 rps (caller `gw`).
+    pub(crate) fn pay_gw_rules() -> Rules {
+        let yaml = "service: pay\nbuckets:\n  - { name: gw, match: { caller: gw }, scope: global, mode: deny, policy: { kind: fixed, rps: 600 } }\n";
+        let snap =
+            grl_config::from_files("v1", [("services/pay.yaml".into(), yaml.into())]).unwrap();
+        Rules::from_snapshot(&snap, &[], 0, 0)
+    }
+
     /// A zone aggregator's report to `controller()`, with no rows.
     pub(crate) fn report() -> proto::Report {
         proto::Report {
@@ -561,21 +583,9 @@ pub(super) mod tests {
 
     #[tokio::test]
     async fn a_child_connecting_with_traffic_wakes_the_tick_and_the_parent_at_once() {
-        let yaml = "service: pay\nbuckets:\n  - { name: gw, match: { caller: gw }, scope: global, mode: deny, policy: { kind: fixed, rps: 600 } }\n";
-        let snap =
-            grl_config::from_files("v1", [("services/pay.yaml".into(), yaml.into())]).unwrap();
-        let agg = Node::new(NodeConfig {
-            level: proto::Level::Zone,
-            id: "agg".into(),
-            zone: "a".into(),
-            region: "eu".into(),
-            interval: Duration::from_secs(1),
-            scopes: vec![Scope::Zone],
-            has_parent: true,
-            validity_intervals: 5,
-        });
+        let agg = aggregator();
         let t0 = Instant::now();
-        agg.set_rules(Rules::from_snapshot(&snap, &[], 0, 0), t0);
+        agg.set_rules(pay_gw_rules(), t0);
         let client = |id: &str, offered: f64| proto::Report {
             reporter_id: id.into(),
             level: proto::Level::Client as i32,

@@ -81,24 +81,8 @@ impl Node {
 mod tests {
     use super::*;
     use crate::tier::engine::node::Sums;
-    use crate::tier::engine::node::tests::controller;
-    use crate::tier::engine::node_config::NodeConfig;
-    use grl_config::Scope;
+    use crate::tier::engine::node::tests::{aggregator, controller};
     use tokio::sync::mpsc;
-
-    /// A zone aggregator under `controller()`'s kind of parent.
-    fn aggregator() -> Node {
-        Node::new(NodeConfig {
-            level: proto::Level::Zone,
-            id: "agg".into(),
-            zone: "a".into(),
-            region: "eu".into(),
-            interval: Duration::from_secs(1),
-            scopes: vec![Scope::Zone],
-            has_parent: true,
-            validity_intervals: 5,
-        })
-    }
 
     #[tokio::test]
     async fn zone_sums_go_up_packed_and_ratios_come_down_packed_between_version_2_tiers() {
