@@ -71,6 +71,9 @@ def main():
             # spend beyond its refill (what it held then plus a full bucket per rebuild).
             "rebuilt_after": 0,
             "headroom_after": None,
+            # Once --until-bucket is met: the refill rates assigned since, as
+            # [seconds after, rate] (the rate in force then first).
+            "rates_after": [],
             "last": None,
             "ttl_ms": None,
             "allowed": 0,
@@ -127,6 +130,8 @@ def main():
                         s["assigned"] = e
                         s["strategies"][kind] = s["strategies"].get(kind, 0) + 1
                         s["last"] = {"kind": kind, "rate": rate, "max_tokens": cap}
+                        if until_met is not None:
+                            s["rates_after"].append([time.monotonic() - until_met, rate])
                         s["ttl_ms"] = qa.assignment_time_to_live.ToMilliseconds()
         except grpc.RpcError as e:
             with lock:
@@ -200,6 +205,7 @@ def main():
                 until_met = now
                 for st in state:
                     st["headroom_after"] = st["tokens"]
+                    st["rates_after"].append([0.0, st["last"] and st["last"]["rate"]])
         for r in out:
             outgoing.put(r)
         elapsed = now - start
@@ -228,7 +234,7 @@ def main():
                 k: s[k]
                 for k in (
                     "strategies", "ignored", "rebuilt", "last", "ttl_ms", "allowed", "denied",
-                    "allowed_after", "rebuilt_after", "headroom_after",
+                    "allowed_after", "rebuilt_after", "headroom_after", "rates_after",
                 )
             }
             for s in state
