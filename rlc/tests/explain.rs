@@ -34,7 +34,21 @@ buckets:
     scope: global
     mode: shadow
     policy: { kind: historical-peak, window: 28d, buffer: 0.25 }
+  - name: checkout
+    match: { caller: web, procedure: \"Checkout/*\" }
+    scope: global
+    mode: deny
+    policy: { kind: historical-peak, window: 7d, buffer: 0.25 }
+    priorities: [critical, default, sheddable]
+    min_share: { sheddable: 0.05 }
 ";
+
+/// checkout's classes: their names, floors and shares of its traffic at every moment.
+const CLASSES: [(&str, f64, f64); 3] = [
+    ("critical", 0.0, 0.3),
+    ("default", 0.0, 0.4),
+    ("sheddable", 0.05, 0.3),
+];
 
 /// Of refunds' offered load, the share shadow mode would have dropped: 1 in 101.
 const VIRTUAL_DROPS: f64 = 1.0 / 101.0;
@@ -46,11 +60,14 @@ struct Known {
     spike_at: i64,
     /// When refunds went into shadow (its `shadow_since`).
     shadow_since: i64,
+    /// checkout's rate during its spike (out of its 7-day window: its limit is under it).
+    checkout_spike_rps: f64,
 }
 
 /// 28 days of gateway-pay (the elb series, median 1000 rps) with a ten-minute spike at three
 /// times its largest rate nine days before the end; refunds at a median of 50 rps allowed,
-/// and 1 % of that shadow-dropped.
+/// and 1 % of that shadow-dropped; checkout at a median of 100 rps with the same spike, its
+/// classes' counters in the shares of [`CLASSES`].
 fn history() -> (String, Known) {
     let end = traffic::backfill_end();
     let elb = traffic::repeat_to_span(
@@ -87,10 +104,38 @@ fn history() -> (String, Known) {
     w.add_counter_series(name, &labels("web", "Refund/Full", "allowed"), &refunds, 60);
     let shadow = labels("web", "Refund/Full", "shadow_dropped");
     w.add_counter_series(name, &shadow, &dropped, 60);
+    let mut checkout = traffic::scale_and_shift(&elb, 100.0, end);
+    let checkout_spike_rps = (3.0 * checkout.iter().map(|p| p.1).fold(0.0, f64::max)).round();
+    for p in &mut checkout {
+        if (spike_at..spike_at + 600).contains(&p.0) {
+            p.1 = checkout_spike_rps;
+        }
+    }
+    w.add_counter_series(
+        name,
+        &labels("web", "Checkout/Buy", "allowed"),
+        &checkout,
+        60,
+    );
+    for (class, _, share) in CLASSES {
+        let part: Vec<_> = checkout.iter().map(|&(t, v)| (t, v * share)).collect();
+        w.add_counter_series(
+            "grl_client_class_requests_total",
+            &[
+                ("service", "payments"),
+                ("bucket", "checkout"),
+                ("class", class),
+                ("decision", "allowed"),
+            ],
+            &part,
+            60,
+        );
+    }
     let known = Known {
         spike_rps,
         spike_at,
         shadow_since: end - 10 * 86_400,
+        checkout_spike_rps,
     };
     (w.finish(), known)
 }
@@ -290,6 +335,66 @@ async fn explain_states_the_peak_the_policy_the_guard_and_the_last_runs() -> Res
     Ok(())
 }
 
+/// checkout's limit comes from its last 7 days; the spike nine days ago is three times its
+/// peak. At that limit the spike would keep the critical class, shed the default class in
+/// part and the sheddable class down to its 5 % floor: `rlc explain` shows each class's
+/// share dropped at the peak, as the tiers would part the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_how_each_priority_class_would_fare_at_the_limit() -> Result<()> {
+    let s = setup().await?;
+    let e = s.explain_json("checkout")?;
+    let limit = e["limit"].as_f64().context("a limit")?;
+    let c = &e["classes"];
+    assert_eq!(c["limit"].as_f64(), Some(limit), "{c}");
+    let spike = s.known.checkout_spike_rps;
+    assert!(
+        limit < 0.8 * spike,
+        "the 7-day limit {limit} is under the spike {spike}"
+    );
+    let at = c["peak_at"].as_i64().context("the classes' peak")?;
+    assert!(
+        (s.known.spike_at..=s.known.spike_at + 900).contains(&at),
+        "peak at {at}, the spike started at {}: {c}",
+        s.known.spike_at
+    );
+    // What each class keeps at the spike: floors first, then the highest classes.
+    let floors: f64 = CLASSES.iter().map(|k| (k.1 * limit).min(k.2 * spike)).sum();
+    let mut left = limit - floors;
+    let classes = c["classes"].as_array().context("classes")?;
+    assert_eq!(classes.len(), CLASSES.len(), "{c}");
+    for ((name, floor, share), got) in CLASSES.iter().zip(classes) {
+        let offered = share * spike;
+        let kept_floor = (floor * limit).min(offered);
+        let kept = kept_floor + (offered - kept_floor).min(left.max(0.0));
+        left -= kept - kept_floor;
+        let want = 1.0 - kept / offered;
+        assert_eq!(got["class"], *name, "{c}");
+        let rps = got["rps_at_peak"].as_f64().context("rps")?;
+        assert!(near(rps, offered, 0.01), "{name}: {rps} vs {offered}: {c}");
+        let dropped = got["dropped_at_peak"].as_f64().context("dropped")?;
+        assert!(
+            (dropped - want).abs() <= 0.01,
+            "{name} dropped {dropped} at the spike, want {want:.3}: {c}"
+        );
+    }
+    let dropped = |k: usize| classes[k]["dropped_at_peak"].as_f64().unwrap_or(-1.0);
+    assert!(
+        dropped(0) < 0.01 && dropped(1) > 0.1 && dropped(2) > 0.9,
+        "critical kept, default cut, sheddable down to its floor: {c}"
+    );
+
+    let out = s.rlc(&["explain", "payments", "checkout"])?;
+    ensure!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    eprintln!("rlc explain payments checkout:\n{shown}");
+    assert!(shown.contains("  Classes        at "), "{shown}");
+    assert!(
+        shown.contains("sheddable (keeps 5%): ") && shown.contains("critical: "),
+        "{shown}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_changed_row_of_the_pull_request_links_to_its_explanation() -> Result<()> {
     let s = setup().await?;
@@ -364,6 +469,16 @@ async fn each_changed_row_of_the_pull_request_links_to_its_explanation() -> Resu
         )),
         "{d}"
     );
+    assert!(
+        changed.iter().any(|p| p.bucket == "checkout"),
+        "checkout is new: {d}"
+    );
+    assert!(
+        d.contains("- **Classes**:\n  - at ")
+            && d.contains("  - sheddable (keeps 5%): ")
+            && d.contains("  - critical: "),
+        "checkout's classes at its limit in the pull request: {d}"
+    );
     assert_eq!(
         d.matches("<details>").count(),
         changed.len(),
@@ -409,7 +524,7 @@ fn an_unknown_service_or_bucket_is_refused_naming_what_exists() -> Result<()> {
     let err = text(&out.stderr);
     assert!(
         err.contains("no bucket `gateway-pai` in service `payments`")
-            && err.contains("its buckets: gateway-pay, partner-acme, refunds"),
+            && err.contains("its buckets: checkout, gateway-pay, partner-acme, refunds"),
         "{err}"
     );
     assert!(

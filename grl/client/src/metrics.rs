@@ -32,7 +32,7 @@ pub const CLIENT_OVERFLOW_TOTAL: &str = "grl_client_overflow_total";
 pub const CLIENT_PAIRS: &str = "grl_client_pairs";
 /// Counter `{service, bucket, class, decision}`: requests of each priority class of the
 /// buckets that have classes (the pair rows count every class of their bucket).
-pub const CLIENT_CLASS_REQUESTS_TOTAL: &str = "grl_client_class_requests_total";
+pub const CLIENT_CLASS_REQUESTS_TOTAL: &str = grl_core::metric_names::CLASS_REQUESTS_TOTAL;
 /// Counter: requests that named a priority class their bucket does not list (counted in
 /// its default class).
 pub const CLIENT_UNKNOWN_CLASSES_TOTAL: &str = "grl_client_unknown_classes_total";

@@ -11,6 +11,14 @@ pub const REQUESTS_TOTAL: &str = "grl_requests_total";
 /// The labels of [`REQUESTS_TOTAL`], in order.
 pub const LABELS: [&str; 5] = ["service", "caller", "procedure", "bucket", "decision"];
 
+/// Counter of offered requests of each priority class of the buckets that have classes:
+/// `grl_client_class_requests_total{service, bucket, class, decision}` (a request counts in
+/// the class it was decided in; [`REQUESTS_TOTAL`] counts it too).
+pub const CLASS_REQUESTS_TOTAL: &str = "grl_client_class_requests_total";
+
+/// The label of [`CLASS_REQUESTS_TOTAL`] that names the class.
+pub const LABEL_CLASS: &str = "class";
+
 /// `decision` label: the request was let through.
 pub const DECISION_ALLOWED: &str = "allowed";
 /// `decision` label: the request was refused (deny mode).

@@ -9,6 +9,7 @@ use policies::{BacktestConfig, BacktestReport, Context, Series, backtest, from_s
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::decide::class_fate::ClassFates;
 use crate::decide::guards::{self, GuardSettings, Guarded, Outcome, fmt_rps};
 use crate::input::capacity::utc;
 pub use crate::input::is_computed;
@@ -49,6 +50,9 @@ pub struct BucketPlan {
     pub high_proposal: Option<String>,
     /// Limits in force only for a while (events), written beside the limit.
     pub schedule: Schedule,
+    /// How the bucket's priority classes would fare at its limit, or why that is not
+    /// known (`None`: no classes, or no limit).
+    pub classes: Option<Result<ClassFates, String>>,
 }
 
 /// A proposal above this multiple of its window's observed peak is flagged for the reviewer.
@@ -466,6 +470,7 @@ fn unscored(
         lifecycle: None,
         high_proposal: None,
         schedule: Schedule::default(),
+        classes: None,
     }
 }
 

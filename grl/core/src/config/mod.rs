@@ -3,10 +3,12 @@
 //! ([`Matcher::explain`]). `grl-config` builds it from
 //! YAML; the tiers build the client's view of it from the wire.
 
+mod class_share;
 mod explain;
 mod matcher;
 mod model;
 
+pub use class_share::class_limit;
 pub use explain::{Considered, Role};
 pub use matcher::{Matcher, ProcedurePattern};
 pub use model::{

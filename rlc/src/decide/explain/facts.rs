@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{AutoPart, Explanation, utc};
+use super::{AutoPart, ClassesPart, Explanation, utc};
 use crate::decide::guards::fmt_rps;
 use crate::run_log::BucketRun;
 
@@ -160,6 +160,9 @@ impl Explanation {
                 lines: vec![line],
             });
         }
+        if let Some(c) = &self.classes {
+            facts.push(classes_fact(c));
+        }
         if let Some(h) = &self.history {
             let mut lines: Vec<String> = h.runs.iter().map(run_line).collect();
             let from = h
@@ -231,6 +234,44 @@ impl Explanation {
             (_, Some(p), _) => format!("{limit} ({}; previous {})", self.outcome, fmt_rps(p)),
             _ => format!("{limit} ({})", self.outcome),
         }
+    }
+}
+
+/// Each class at the limit: what it offered at the bucket's peak and the share dropped
+/// there, then the share of its requests dropped over the window.
+fn classes_fact(c: &ClassesPart) -> Fact {
+    let lines = match (&c.fates, &c.note) {
+        (Some(f), _) => {
+            let at = f.peak_at.map_or_else(|| "no data".to_string(), utc);
+            let mut lines = vec![format!(
+                "at {} rps over {} → {}; the bucket peaked at {} rps at {at}",
+                fmt_rps(f.limit),
+                utc(f.start),
+                utc(f.end),
+                fmt_rps(f.peak_rps)
+            )];
+            lines.extend(f.classes.iter().map(|k| {
+                let floor = if k.min_share > 0.0 {
+                    format!(" (keeps {:.0}%)", k.min_share * 100.0)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{}{floor}: {} rps at the peak, {:.1}% dropped there; {:.2}% of its requests over the window ({} steps)",
+                    k.class,
+                    fmt_rps(k.rps_at_peak),
+                    k.dropped_at_peak * 100.0,
+                    k.dropped * 100.0,
+                    k.steps_dropping
+                )
+            }));
+            lines
+        }
+        (None, note) => vec![note.clone().unwrap_or_else(|| "not known".into())],
+    };
+    Fact {
+        label: "Classes",
+        lines,
     }
 }
 

@@ -21,6 +21,7 @@ use serde_json::Value;
 
 pub use markdown::anchor;
 
+use crate::decide::class_fate::ClassFates;
 use crate::decide::plan::BucketPlan;
 use crate::run_log::BucketRun;
 
@@ -87,6 +88,8 @@ pub struct Explanation {
     pub drops: Option<DropsPart>,
     /// The limits in force only for a while (events), and what the run did to them.
     pub scheduled: crate::decide::plan::Schedule,
+    /// How each priority class would fare at the limit (buckets with classes and a limit).
+    pub classes: Option<ClassesPart>,
     /// The bucket after each of the last runs, newest first (`rlc explain` only).
     pub history: Option<HistoryPart>,
 }
@@ -199,6 +202,17 @@ pub struct DropsPart {
     pub reason: String,
 }
 
+/// How a bucket's priority classes would fare at its limit: the figures, or why they are
+/// not known.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassesPart {
+    /// Each class's fate over the window (`None`: not known, see `note`).
+    #[serde(flatten)]
+    pub fates: Option<ClassFates>,
+    /// Why the figures are not known, if they are not.
+    pub note: Option<String>,
+}
+
 /// The bucket's value after each of the last runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HistoryPart {
@@ -291,6 +305,16 @@ impl Explanation {
             outcome: plan.guarded.outcome.as_str().to_string(),
             drops,
             scheduled: plan.schedule.clone(),
+            classes: plan.classes.as_ref().map(|c| match c {
+                Ok(f) => ClassesPart {
+                    fates: Some(f.clone()),
+                    note: None,
+                },
+                Err(why) => ClassesPart {
+                    fates: None,
+                    note: Some(why.clone()),
+                },
+            }),
             history: None,
         }
     }
@@ -321,6 +345,7 @@ impl Explanation {
             outcome: "fixed".into(),
             drops: None,
             scheduled: crate::decide::plan::Schedule::default(),
+            classes: None,
             history: None,
         }
     }

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use super::progress::Progress;
 use super::sync::{FetchStats, ServiceWants, Syncer, Want};
 use super::{RunError, RunSettings};
+use crate::decide::class_fate;
 use crate::decide::guards::GuardSettings;
 use crate::decide::lifecycle::{self, LifecycleSettings};
 use crate::decide::plan::{self, BucketPlan};
@@ -240,7 +241,8 @@ impl<'a> Planner<'a> {
                 (svc, inputs, calendar)
             })
             .collect();
-        let fresh = self.plan_services(todo).await?;
+        let mut fresh = self.plan_services(todo).await?;
+        self.class_fates(&snapshot, &mut fresh).await;
         for (name, plans) in fresh {
             services.insert(name, plans);
         }
@@ -373,6 +375,53 @@ impl<'a> Planner<'a> {
             out.push((name, plans));
         }
         Ok(out)
+    }
+}
+
+impl Planner<'_> {
+    /// How each priority class of the planned buckets that have classes and a limit would
+    /// fare at that limit, over the bucket's window (at least [`DEFAULT_WINDOW_SECS`]). The
+    /// classes' history is read from the source now, not cached: it is shown, not planned
+    /// from, so a source that fails here is said in the plan and fails nothing.
+    async fn class_fates(&self, snapshot: &Snapshot, services: &mut [(String, ServicePlans)]) {
+        let source = self.syncer.source;
+        let now = self.now;
+        let mut asks = Vec::new();
+        for (si, (name, planned)) in services.iter().enumerate() {
+            let Some(svc) = snapshot.service(name) else {
+                continue;
+            };
+            for (pi, p) in planned.plans.iter().enumerate() {
+                let (Some(bucket), Some(limit)) = (svc.bucket(&p.bucket), p.guarded.limit) else {
+                    continue;
+                };
+                if bucket.priorities.is_empty() || !limit.is_finite() {
+                    continue;
+                }
+                let start = now
+                    - plan::window_secs(bucket)
+                        .unwrap_or(DEFAULT_WINDOW_SECS)
+                        .max(DEFAULT_WINDOW_SECS);
+                asks.push((si, pi, name.clone(), bucket.clone(), limit, start));
+            }
+        }
+        let mut running = stream::iter(asks)
+            .map(|(si, pi, svc, bucket, limit, start)| async move {
+                let found = source.fetch_classes(&svc, &bucket.name, start, now).await;
+                let fates = match found {
+                    Ok(Some(series)) => Ok(class_fate::class_fates(&bucket, limit, &series, start, now)),
+                    Ok(None) => Err(format!("{} keeps no history of priority classes", source.describe())),
+                    Err(e) => {
+                        warn!(service = %svc, bucket = %bucket.name, error = %e, "priority classes' history not read");
+                        Err(e.to_string())
+                    }
+                };
+                (si, pi, fates)
+            })
+            .buffer_unordered(self.concurrency);
+        while let Some((si, pi, fates)) = running.next().await {
+            services[si].1.plans[pi].classes = Some(fates);
+        }
     }
 }
 

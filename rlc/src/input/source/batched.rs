@@ -23,9 +23,9 @@
 
 use super::prom_client::RangeQuerier;
 use super::{
-    BucketQuery, FetchFuture, FetchManyFuture, InstantFuture, LABEL_CALLER, LABEL_DECISION,
-    LABEL_PROCEDURE, LABEL_SERVICE, Measure, MetricsSource, PromSettings, REQUESTS_TOTAL,
-    RangeSeries, SourceError, escape_label_value,
+    BucketQuery, FetchClassesFuture, FetchFuture, FetchManyFuture, InstantFuture, LABEL_CALLER,
+    LABEL_DECISION, LABEL_PROCEDURE, LABEL_SERVICE, Measure, MetricsSource, PromSettings,
+    REQUESTS_TOTAL, RangeSeries, SourceError, escape_label_value,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -261,6 +261,20 @@ impl MetricsSource for BatchedPrometheusSource {
 
     fn instant<'a>(&'a self, what: &'a str, expr: &'a str, at: i64) -> InstantFuture<'a> {
         Box::pin(self.querier.instant(what, expr, at))
+    }
+
+    fn fetch_classes<'a>(
+        &'a self,
+        service: &'a str,
+        bucket: &'a str,
+        start: i64,
+        end: i64,
+    ) -> FetchClassesFuture<'a> {
+        Box::pin(async move {
+            super::classes::fetch(&self.querier, &self.settings, service, bucket, start, end)
+                .await
+                .map(Some)
+        })
     }
 
     fn describe(&self) -> String {

@@ -13,7 +13,8 @@
 //!   service, buckets assembled client-side (1,000 buckets × 28 days in seconds).
 //! - [`FileSource`]: offline runs from CSV files or one OpenMetrics text file.
 //!
-//! [`fetch_all`] fetches many buckets with bounded concurrency.
+//! [`fetch_all`] fetches many buckets with bounded concurrency. The Prometheus sources also
+//! read the history of a bucket's priority classes ([`MetricsSource::fetch_classes`]).
 //!
 //! # Metrics contract
 //! GRL clients export [`REQUESTS_TOTAL`] (`grl_requests_total`), a counter of every *offered*
@@ -40,6 +41,7 @@
 
 mod batched;
 mod chunk;
+mod classes;
 mod error;
 mod fetch_all;
 mod file;
@@ -161,6 +163,11 @@ pub type FetchFuture<'a> =
 pub type FetchManyFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<RangeSeries>, SourceError>> + Send + 'a>>;
 
+/// The future returned by [`MetricsSource::fetch_classes`].
+pub type FetchClassesFuture<'a> = Pin<
+    Box<dyn Future<Output = Result<Option<Vec<(String, RangeSeries)>>, SourceError>> + Send + 'a>,
+>;
+
 /// The future returned by [`MetricsSource::instant`].
 pub type InstantFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Option<f64>, SourceError>> + Send + 'a>>;
@@ -220,6 +227,21 @@ pub trait MetricsSource: Send + Sync {
                 what: what.to_owned(),
             })
         })
+    }
+
+    /// The offered rate of each priority class of `service`'s bucket `bucket` between
+    /// `start` and `end`, by class name, peaks kept per step as [`MetricsSource::fetch`]
+    /// keeps them (read from the client metric `grl_client_class_requests_total`). `None`:
+    /// this source keeps no class history (files).
+    fn fetch_classes<'a>(
+        &'a self,
+        service: &'a str,
+        bucket: &'a str,
+        start: i64,
+        end: i64,
+    ) -> FetchClassesFuture<'a> {
+        let _ = (service, bucket, start, end);
+        Box::pin(async { Ok(None) })
     }
 
     /// Whether the history it returns for a past step stays the same, so that the history

@@ -24,8 +24,8 @@
 
 use super::prom_client::{PromSettings, RangeQuerier};
 use super::{
-    BucketQuery, FetchFuture, InstantFuture, Measure, MetricsSource, QueryTemplate, RangeSeries,
-    SourceError,
+    BucketQuery, FetchClassesFuture, FetchFuture, InstantFuture, Measure, MetricsSource,
+    QueryTemplate, RangeSeries, SourceError,
 };
 use std::collections::BTreeMap;
 use tracing::debug;
@@ -111,6 +111,20 @@ impl MetricsSource for PrometheusSource {
 
     fn instant<'a>(&'a self, what: &'a str, expr: &'a str, at: i64) -> InstantFuture<'a> {
         Box::pin(self.querier.instant(what, expr, at))
+    }
+
+    fn fetch_classes<'a>(
+        &'a self,
+        service: &'a str,
+        bucket: &'a str,
+        start: i64,
+        end: i64,
+    ) -> FetchClassesFuture<'a> {
+        Box::pin(async move {
+            super::classes::fetch(&self.querier, &self.settings, service, bucket, start, end)
+                .await
+                .map(Some)
+        })
     }
 
     fn describe(&self) -> String {
