@@ -341,10 +341,8 @@ impl Client {
         match found {
             ClassCell::Other(cell) => {
                 let c = resolver.cell(cell);
-                let d = decide_direct(c);
-                if let Ok(e) = pair {
-                    count_in_pair(c, e, d, 1);
-                }
+                let d = c.draw();
+                count_direct(c, pair.ok(), d, 1);
                 (d, Some(cell))
             }
             _ => {
@@ -485,10 +483,7 @@ impl Client {
             .inner
             .batch_refused(cell, c.ratio(), n, tokio::time::Instant::now());
         let d = c.decision(refused);
-        c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
-        if let Some(e) = pair {
-            count_in_pair(c, e, d, n);
-        }
+        count_direct(c, pair, d, n);
         d
     }
 
@@ -647,10 +642,7 @@ impl Client {
                 .into_iter()
                 .enumerate()
             {
-                cell.direct[i].fetch_add(n, Ordering::Relaxed);
-                if let Some(e) = pair {
-                    count_in_pair(cell, e, Decision::from_index(i), n);
-                }
+                count_direct(cell, pair, Decision::from_index(i), n);
             }
         };
         let total = allowed.saturating_add(denied);
@@ -780,6 +772,15 @@ impl Client {
     }
 }
 
+/// Counts `n` requests decided `d` in cell `c` directly (a class's cell, decided without
+/// a pair of its own), and in the pair's rows when the pair is held.
+fn count_direct(c: &BucketCell, pair: Option<&PairEntry>, d: Decision, n: u64) {
+    c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
+    if let Some(e) = pair {
+        count_in_pair(c, e, d, n);
+    }
+}
+
 /// Counts `n` decisions `d` of class cell `c` in their pair `e` too (its
 /// `grl_requests_total` rows hold every class), marked to be taken back out of the book of
 /// the pair's cell (see `BucketCell::paired`).
@@ -807,12 +808,4 @@ fn class_id(resolver: &Resolver, id: u32, class: &str) -> u32 {
 fn recorded_counts(allowed: u64, denied: u64, shadow: Option<f64>) -> [u64; DECISIONS] {
     let virtual_drops = shadow.map_or(0, |r| ((allowed as f64 * r).round() as u64).min(allowed));
     [allowed - virtual_drops, denied, virtual_drops]
-}
-
-/// Decides one request in `cell` directly (not through a pair), counted in its direct
-/// counters.
-fn decide_direct(cell: &BucketCell) -> Decision {
-    let d = cell.draw();
-    cell.direct[d as usize].fetch_add(1, Ordering::Relaxed);
-    d
 }
