@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use rlc::run_log::{History, RunRecord, RunStatus};
+use rlc::run_log::{RunLog, RunRecord, RunStatus};
 use test_support::ports::free_addr;
 use test_support::process::{spawn, target_bin, wait_for_tcp};
 
@@ -16,7 +16,7 @@ use crate::reliability::controller_version;
 
 /// The finished runs the schedule started, oldest first.
 async fn scheduled_runs(db: &str) -> Result<Vec<RunRecord>> {
-    let h = History::connect(db).await?;
+    let h = RunLog::connect(db).await?;
     let mut runs: Vec<RunRecord> = h
         .recent_runs(100)
         .await?

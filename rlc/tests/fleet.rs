@@ -14,7 +14,7 @@ use rlc::decide::guards::GuardSettings;
 use rlc::drive::run::{ProgressMode, RunReport, RunSettings, run_once};
 use rlc::input::source::{BatchedPrometheusSource, MetricsSource, PromSettings, PrometheusSource};
 use rlc::output::git_store::PublishMode;
-use rlc::run_log::{History, RecommendationRecord, RunStatus};
+use rlc::run_log::{RecommendationRecord, RunLog, RunStatus};
 use test_support::git_remote::BareRemote;
 use test_support::prometheus::Prometheus;
 use test_support::traffic::{self, OpenMetricsWriter};
@@ -379,7 +379,7 @@ fn rec(service: usize, bucket: usize, limit: f64, outcome: &str) -> Recommendati
 /// 1,000 runs five minutes apart over 200 buckets, ten limits changing per run, with a
 /// 12-hour retention: the database stops growing once retention starts deleting.
 async fn retention_keeps_the_database_bounded(db: &str) -> Result<()> {
-    let h = History::connect(db).await?;
+    let h = RunLog::connect(db).await?;
     let start = chrono::Utc::now() - chrono::Duration::minutes(5 * 1000);
     let mut limits = vec![100.0f64; 200];
     let mut at_day_one = 0;
@@ -455,7 +455,7 @@ async fn run_history_retention_keeps_sqlite_and_postgres_bounded() -> Result<()>
 async fn runs_prune_history_older_than_the_retention_and_log_their_progress() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let db = format!("sqlite://{}", tmp.path().join("runs.db").display());
-    let h = History::connect(&db).await?;
+    let h = RunLog::connect(&db).await?;
     let old = h
         .start_run_at(
             "schedule",

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use rlc::run_log::{History, RecommendationRecord, RunStatus};
+use rlc::run_log::{RecommendationRecord, RunLog, RunStatus};
 
 /// What a simulation recorded and the database's size at its end.
 #[derive(Debug, Clone, Copy)]
@@ -36,7 +36,7 @@ pub(crate) async fn simulate(
     days: i64,
     change_days: f64,
 ) -> Simulated {
-    let h = History::connect(db).await.expect("history database");
+    let h = RunLog::connect(db).await.expect("history database");
     let runs = (days * 288) as usize;
     let start = chrono::Utc::now() - chrono::Duration::days(days);
     let period = ((change_days * 288.0) as usize).max(1);

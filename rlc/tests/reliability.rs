@@ -8,7 +8,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use rlc::run_log::{History, RunStatus};
+use rlc::run_log::{RunLog, RunStatus};
 use test_support::git_remote::{BareRemote, GitDaemon};
 use test_support::ports::{free_addr, free_port};
 use test_support::process::{spawn, target_bin, wait_for_tcp};
@@ -129,8 +129,8 @@ impl Case {
         self.run(&args).await
     }
 
-    async fn history(&self) -> Result<History> {
-        Ok(History::connect(&self.db()).await?)
+    async fn history(&self) -> Result<RunLog> {
+        Ok(RunLog::connect(&self.db()).await?)
     }
 }
 
@@ -789,7 +789,7 @@ async fn the_database_dropped_mid_run_commits_nothing_and_the_next_run_succeeds(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()?;
-    let h = History::connect(pg.url()).await?;
+    let h = RunLog::connect(pg.url()).await?;
     until(60, "the run to start", || async {
         h.recent_runs(1).await.is_ok_and(|r| !r.is_empty()) && prom.requests() > 0
     })
@@ -828,7 +828,7 @@ async fn the_database_dropped_mid_run_commits_nothing_and_the_next_run_succeeds(
         .await?;
     expect_code(&out, 0);
     assert_eq!(case.remote.log("main").len(), 2);
-    let h = History::connect(pg.url()).await?;
+    let h = RunLog::connect(pg.url()).await?;
     let run = &h.recent_runs(1).await?[0];
     assert_eq!(run.status, RunStatus::Committed);
     assert_eq!(

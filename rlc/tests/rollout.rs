@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use fleet::{Fleet, NOW, REGIONS, scrape, text, until, wait_exit};
 use rlc::drive::rollout::state::{RegionState, RolloutState};
-use rlc::run_log::History;
+use rlc::run_log::RunLog;
 
 const BAKE: &str = "3s";
 const BAKE_MS: i64 = 3_000;
@@ -95,7 +95,7 @@ async fn a_good_change_moves_r1_then_r2_and_r3_after_the_bake() -> Result<()> {
         assert_eq!(b.limit_rps, Some(400.0), "{r} enforces the new limit");
     }
 
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let r = history.latest_rollout().await?.unwrap();
     assert_eq!(
         (r.state, r.commit.as_str()),
@@ -190,7 +190,7 @@ async fn a_change_dropping_more_than_predicted_fails_wave_1_and_r1_goes_back() -
         "main keeps the change"
     );
 
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let r = history.latest_rollout().await?.unwrap();
     assert_eq!(r.state, RolloutState::Failed);
     assert!(
@@ -257,7 +257,7 @@ async fn a_configurator_killed_during_a_bake_resumes_the_same_rollout() -> Resul
     })
     .await?;
     run.kill();
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let before = history.latest_rollout().await?.unwrap();
     assert_eq!(before.state, RolloutState::Running);
     assert_eq!(before.wave, 0);
@@ -297,7 +297,7 @@ async fn a_region_whose_controller_is_down_does_not_pass_and_nothing_moves() -> 
     let mut fleet = Fleet::start(Some(BAKE), 150.0, 150.0).await?;
     let raised = fleet.commit_limit(400.0)?;
     fleet.regions[0].controller.kill();
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let metrics = rlc::drive::rollout::RolloutMetrics::default();
     let settings = rlc::drive::rollout::RolloutSettings {
         config_repo: fleet.remote.url(),
@@ -445,7 +445,7 @@ async fn rlc_run_without_rollout_yaml_updates_every_region_at_once_and_with_it_r
         fleet.versions().await?,
         [staged.as_str(), staged.as_str(), staged.as_str()]
     );
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let r = history.rollout_of_commit(&staged).await?.unwrap();
     assert!(r.run_id.is_some(), "the run that committed is recorded");
     Ok(())
@@ -493,7 +493,7 @@ async fn a_promotion_to_deny_rolls_out_wave_by_wave() -> Result<()> {
     for r in REGIONS {
         assert_eq!(mode(r).await?, deny, "{r}");
     }
-    let r = History::connect(&fleet.db)
+    let r = RunLog::connect(&fleet.db)
         .await?
         .latest_rollout()
         .await?

@@ -9,7 +9,7 @@ use rlc::decide::guards::{GuardSettings, Outcome};
 use rlc::drive::run::{RunError, RunSettings, run_once};
 use rlc::input::source::{BatchedPrometheusSource, MetricsSource, PromSettings};
 use rlc::output::git_store::PublishMode;
-use rlc::run_log::{History, RunStatus};
+use rlc::run_log::{RunLog, RunStatus};
 use test_support::git_remote::{BareRemote, GitDaemon};
 use test_support::prometheus::Prometheus;
 use test_support::traffic::{self, OpenMetricsWriter};
@@ -225,7 +225,7 @@ async fn direct_run_commits_expected_limits(db: &str, setup: &Setup) -> Result<(
         "the reason is recorded: {notes}"
     );
 
-    let history = History::connect(db).await?;
+    let history = RunLog::connect(db).await?;
     let run = history.run(&report.run_id).await?.unwrap();
     assert_eq!(run.status, RunStatus::Committed);
     assert_eq!(run.commit, report.commit);
@@ -378,7 +378,7 @@ async fn prometheus_down_fails_the_run_and_commits_nothing() -> Result<()> {
     assert!(matches!(err, RunError::Source(_)), "{err}");
     assert!(err.to_string().contains(&down), "names what failed: {err}");
     assert_eq!(setup.remote.log("main"), before, "nothing committed");
-    let history = History::connect(&setup.sqlite()).await?;
+    let history = RunLog::connect(&setup.sqlite()).await?;
     let runs = history.recent_runs(5).await?;
     assert_eq!(runs[0].status, RunStatus::Failed);
     assert!(runs[0].error.as_deref().unwrap_or("").contains(&down));
@@ -522,7 +522,7 @@ async fn serve_runs_after_a_persons_services_commit_but_not_after_its_own() -> R
     }
     assert!(setup.remote.log("main")[0].1.starts_with("rlc: "));
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let history = History::connect(&setup.sqlite()).await?;
+    let history = RunLog::connect(&setup.sqlite()).await?;
     let runs = history.recent_runs(10).await?;
     assert_eq!(
         runs.len(),

@@ -249,7 +249,7 @@ fn rlc_run(
 /// Every bucket's proposal (the policy's limit before the guards; `None` where it
 /// refused) in the latest run recorded in `db`, by `service/bucket`.
 async fn proposals(db: &str) -> BTreeMap<String, Option<f64>> {
-    let h = rlc::run_log::History::connect(db)
+    let h = rlc::run_log::RunLog::connect(db)
         .await
         .expect("the run history");
     let run = h.recent_runs(1).await.expect("runs").pop().expect("a run");

@@ -17,7 +17,7 @@ use clap::Args;
 use rlc::decide::explain::{Explanation, HistoryPart};
 use rlc::drive::exit;
 use rlc::drive::run::{OneBucketError, plan_bucket_now};
-use rlc::run_log::{DatabaseUrl, History};
+use rlc::run_log::{DatabaseUrl, RunLog};
 use rlc::secrets::scrub;
 
 use super::args::RunArgs;
@@ -142,7 +142,7 @@ async fn last_runs(cmd: &ExplainCmd) -> (HistoryPart, bool) {
         _ => {}
     }
     let read = async {
-        let history = History::connect(&cmd.args.db).await?;
+        let history = RunLog::connect(&cmd.args.db).await?;
         let runs = history
             .bucket_runs(&cmd.service, &cmd.bucket, cmd.last_runs)
             .await;

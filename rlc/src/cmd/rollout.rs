@@ -21,7 +21,7 @@ use rlc::drive::rollout::{RolloutMetrics, RolloutOutcome, RolloutSettings};
 use rlc::drive::run::RunReport;
 use rlc::drive::serve_metrics::RlcMetrics;
 use rlc::input::source::MetricsSource;
-use rlc::run_log::History;
+use rlc::run_log::RunLog;
 use rlc::secrets::scrub;
 
 use super::args::{ModeArg, RunArgs};
@@ -187,14 +187,14 @@ fn fail<E: Into<anyhow::Error>>(code: i32) -> impl FnOnce(E) -> Failure {
     move |e| (code, e.into())
 }
 
-async fn connect(db: &str) -> Result<History, Failure> {
-    History::connect(db).await.map_err(fail(exit::DATABASE))
+async fn connect(db: &str) -> Result<RunLog, Failure> {
+    RunLog::connect(db).await.map_err(fail(exit::DATABASE))
 }
 
 /// Connects to a run history that must exist already: `status`, `pause`, `expedite` and
 /// `abort` act on a rollout a run recorded, so they never create an empty database (one in
 /// the current directory, by default) where there is none.
-async fn existing(db: &str) -> Result<History, Failure> {
+async fn existing(db: &str) -> Result<RunLog, Failure> {
     if let Ok(rlc::run_log::DatabaseUrl::Sqlite {
         path: Some(path), ..
     }) = rlc::run_log::DatabaseUrl::parse(db)
@@ -214,7 +214,7 @@ async fn existing(db: &str) -> Result<History, Failure> {
 
 /// The rollout `id`, or the one in progress, or the last.
 async fn pick(
-    history: &History,
+    history: &RunLog,
     id: Option<&str>,
 ) -> Result<rlc::drive::rollout::state::RolloutRecord, Failure> {
     let found = match id {
@@ -323,7 +323,7 @@ pub(crate) async fn report(settings: &RolloutSettings, outcomes: Vec<RolloutOutc
 }
 
 /// `rollback` here: waits for a live driver to carry it out, or does it.
-async fn rollback(c: &DriveCmd, history: &History, id: &str) -> Result<i32, Failure> {
+async fn rollback(c: &DriveCmd, history: &RunLog, id: &str) -> Result<i32, Failure> {
     let settings = settings(&c.args, None, RolloutMetrics::default());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
@@ -468,7 +468,7 @@ pub(crate) async fn after_run(
         return exit::OK;
     }
     let settings = settings(args, Some(report.run_id.clone()), metrics);
-    let history = match rlc::run_log::History::connect(&args.db).await {
+    let history = match rlc::run_log::RunLog::connect(&args.db).await {
         Ok(h) => h,
         Err(e) => {
             eprintln!("rlc run: rollout: {}", scrub(&e.to_string()));

@@ -49,7 +49,7 @@ pub struct BucketPlan {
     /// Why the proposal is more than [`HIGH_PROPOSAL_RATIO`] times the observed peak, if it is.
     pub high_proposal: Option<String>,
     /// Limits in force only for a while (events), written beside the limit.
-    pub schedule: Schedule,
+    pub schedule: LimitSchedule,
     /// How the bucket's priority classes would fare at its limit, or why that is not
     /// known (`None`: no classes, or no limit).
     pub classes: Option<Result<ClassFates, String>>,
@@ -145,7 +145,7 @@ impl Scheduled {
 
 /// A bucket's scheduled limits after a run, and what the run did to them.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct Schedule {
+pub struct LimitSchedule {
     /// The entries to write, by start.
     pub entries: Vec<Scheduled>,
     /// Whether they differ from the limits file's.
@@ -154,7 +154,7 @@ pub struct Schedule {
     pub notes: Vec<String>,
 }
 
-impl Schedule {
+impl LimitSchedule {
     /// The review's words for it: each event's limit, then the notes.
     pub fn summary(&self) -> Vec<String> {
         let mut out: Vec<String> = self
@@ -469,7 +469,7 @@ fn unscored(
         backtest: None,
         lifecycle: None,
         high_proposal: None,
-        schedule: Schedule::default(),
+        schedule: LimitSchedule::default(),
         classes: None,
     }
 }

@@ -24,7 +24,7 @@ use grl_config::{ScheduledLimit, ServiceConfig, yaml};
 use policies::event::{Raise, expected_peak};
 
 use crate::decide::guards::{GuardSettings, fmt_rps, round_rps};
-use crate::decide::plan::{BucketPlan, Schedule, Scheduled};
+use crate::decide::plan::{BucketPlan, LimitSchedule, Scheduled};
 use crate::input::capacity::utc;
 use crate::input::events::{Event, Targets};
 
@@ -86,7 +86,7 @@ pub fn raise(
     now: i64,
 ) {
     for p in plans.iter_mut() {
-        let mut schedule = Schedule::default();
+        let mut schedule = LimitSchedule::default();
         let mine: Vec<&Event> = events
             .iter()
             .filter(|e| e.until > now && e.affects(&svc.name, &p.bucket))

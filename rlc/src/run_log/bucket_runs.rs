@@ -1,6 +1,6 @@
 //! One bucket across the last runs: the value each run left it with, read from the run
 //! history, where a run records a bucket only when its decision changed
-//! ([`History::finish_run_recording_changes`]). A run that recorded nothing for the bucket
+//! ([`RunLog::finish_run_recording_changes`]). A run that recorded nothing for the bucket
 //! left it as the last record before it said.
 
 use chrono::{DateTime, Utc};
@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{History, HistoryError, RecommendationRecord, RunStatus};
+use super::{RecommendationRecord, RunLog, RunLogError, RunStatus};
 
 /// The decision a run recorded for a bucket.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,14 +50,14 @@ pub struct BucketRun {
     pub decision: Option<BucketDecision>,
 }
 
-impl History {
+impl RunLog {
     /// The last `n` runs, newest first, each with `service/bucket`'s value after it.
     pub async fn bucket_runs(
         &self,
         service: &str,
         bucket: &str,
         n: usize,
-    ) -> Result<Vec<BucketRun>, HistoryError> {
+    ) -> Result<Vec<BucketRun>, RunLogError> {
         let runs = self.recent_runs(n as i64).await?;
         // Each run records a bucket at most once, so the decision in force after any of the
         // last `n` runs is among the bucket's `n` latest records.

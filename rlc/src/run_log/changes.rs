@@ -14,7 +14,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{
-    History, HistoryError, RecommendationRecord, RunStatus, insert_recommendation, update_finished,
+    RecommendationRecord, RunLog, RunLogError, RunStatus, insert_recommendation, update_finished,
 };
 
 /// What identifies a bucket's decision: policy, outcome class and written limit.
@@ -31,7 +31,7 @@ fn digest(rec: &RecommendationRecord) -> String {
     )
 }
 
-impl History {
+impl RunLog {
     /// Records a finished run in one transaction: `summary` and the status on its row, and
     /// a recommendation for each bucket of `recs` whose decision differs from the one last
     /// recorded for it (every bucket the first time). `recs` holds every bucket of the
@@ -47,7 +47,7 @@ impl History {
         status: RunStatus,
         commit: Option<&str>,
         error: Option<&str>,
-    ) -> Result<usize, HistoryError> {
+    ) -> Result<usize, RunLogError> {
         let err = |what: &'static str| move |e: sqlx::Error| self.query_err(what, e);
         let mut tx = self
             .pool
@@ -118,7 +118,7 @@ impl History {
             .await
             .map_err(err("finish run"))?;
         if done == 0 {
-            return Err(HistoryError::UnknownRun {
+            return Err(RunLogError::UnknownRun {
                 db: self.db.clone(),
                 run_id: run_id.into(),
             });
@@ -137,7 +137,7 @@ impl History {
     pub async fn run_summary(
         &self,
         run_id: &str,
-    ) -> Result<Option<serde_json::Value>, HistoryError> {
+    ) -> Result<Option<serde_json::Value>, RunLogError> {
         let row: Option<AnyRow> = sqlx::query("SELECT summary FROM rlc_runs WHERE id = $1")
             .bind(run_id)
             .fetch_optional(&self.pool)

@@ -2,7 +2,7 @@
 
 /// Errors of the run-history store. Each names the database (never its password).
 #[derive(Debug, thiserror::Error)]
-pub enum HistoryError {
+pub enum RunLogError {
     /// The URL is neither SQLite nor PostgreSQL.
     #[error(
         "run history database URL {url:?} is not supported (use sqlite://<path> or postgres://...)"

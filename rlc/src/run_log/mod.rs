@@ -5,7 +5,7 @@
 //! embedded SQLite file by default or in PostgreSQL when a `postgres://` URL is given.
 //!
 //! One code path serves both databases through sqlx's `Any` driver; the schema lives in the
-//! root `migrations/` folder, is embedded at build time and applied by [`History::connect`].
+//! root `migrations/` folder, is embedded at build time and applied by [`RunLog::connect`].
 //! Timestamps are stored as unix milliseconds (`BIGINT`) and evidence as JSON text, which both
 //! databases read the same way.
 
@@ -25,13 +25,13 @@ use sqlx::{FromRow, Row};
 use std::time::Duration;
 
 pub use bucket_runs::{BucketDecision, BucketRun};
-pub use error::HistoryError;
+pub use error::RunLogError;
 pub use url::DatabaseUrl;
 
 /// How long connecting to the database may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How often a running run updates its heartbeat ([`History::heartbeat`]).
+/// How often a running run updates its heartbeat ([`RunLog::heartbeat`]).
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// A `running` row whose heartbeat is older than this is taken for a dead run, whatever
@@ -163,21 +163,21 @@ macro_rules! select_runs {
 
 /// Handle on the run-history database; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct History {
+pub struct RunLog {
     pub(crate) pool: AnyPool,
     db: String,
     sqlite: bool,
 }
 
-impl History {
+impl RunLog {
     /// Connects to `url` (`sqlite://<path>`, a bare file path, or `postgres://...`), creating
     /// the SQLite file and its parent directories if needed, and applies the migrations.
-    pub async fn connect(url: &str) -> Result<History, HistoryError> {
+    pub async fn connect(url: &str) -> Result<RunLog, RunLogError> {
         let target = DatabaseUrl::parse(url)?;
         let db = target.display_name().clone();
         target.prepare()?;
         sqlx::any::install_default_drivers();
-        let connect_err = |source| HistoryError::Connect {
+        let connect_err = |source| RunLogError::Connect {
             db: db.clone(),
             source,
         };
@@ -199,12 +199,12 @@ impl History {
             .map_err(connect_err)?;
         migrate::run(&pool, target.is_sqlite())
             .await
-            .map_err(|source| HistoryError::Migrate {
+            .map_err(|source| RunLogError::Migrate {
                 db: db.clone(),
                 source,
             })?;
         tracing::debug!(db = %db, "run history ready");
-        Ok(History {
+        Ok(RunLog {
             pool,
             db,
             sqlite: target.is_sqlite(),
@@ -223,18 +223,18 @@ impl History {
 
     /// Records the start of a run by this process (see [`Owner::current`]) and returns its
     /// new id.
-    pub async fn start_run(&self, trigger: &str, mode: &str) -> Result<String, HistoryError> {
+    pub async fn start_run(&self, trigger: &str, mode: &str) -> Result<String, RunLogError> {
         self.start_run_at(trigger, mode, Utc::now()).await
     }
 
-    /// [`History::start_run`] for a run that started at `now` (a replay or a simulation of
+    /// [`RunLog::start_run`] for a run that started at `now` (a replay or a simulation of
     /// past runs).
     pub async fn start_run_at(
         &self,
         trigger: &str,
         mode: &str,
         now: DateTime<Utc>,
-    ) -> Result<String, HistoryError> {
+    ) -> Result<String, RunLogError> {
         let owner = Owner::current().to_string();
         let mut attempt = 0;
         loop {
@@ -260,8 +260,8 @@ impl History {
         }
     }
 
-    /// Shows that run `run_id` is still alive (see [`History::abort_stale_runs`]).
-    pub async fn heartbeat(&self, run_id: &str) -> Result<(), HistoryError> {
+    /// Shows that run `run_id` is still alive (see [`RunLog::abort_stale_runs`]).
+    pub async fn heartbeat(&self, run_id: &str) -> Result<(), RunLogError> {
         sqlx::query("UPDATE rlc_runs SET heartbeat_at_ms = $1 WHERE id = $2 AND status = $3")
             .bind(Utc::now().timestamp_millis())
             .bind(run_id)
@@ -275,7 +275,7 @@ impl History {
     /// Marks `aborted` every `running` run whose process is gone: its owner is a process of
     /// this host that no longer exists, or its heartbeat is older than [`STALE_AFTER`] (any
     /// host; rows from before heartbeats count from their start). Returns their ids.
-    pub async fn abort_stale_runs(&self) -> Result<Vec<String>, HistoryError> {
+    pub async fn abort_stale_runs(&self) -> Result<Vec<String>, RunLogError> {
         let rows: Vec<AnyRow> = sqlx::query(
             "SELECT id, owner, started_at_ms, heartbeat_at_ms FROM rlc_runs WHERE status = $1",
         )
@@ -326,7 +326,7 @@ impl History {
         &self,
         run_id: &str,
         rec: &RecommendationRecord,
-    ) -> Result<(), HistoryError> {
+    ) -> Result<(), RunLogError> {
         let mut conn = self
             .pool
             .acquire()
@@ -348,7 +348,7 @@ impl History {
         status: RunStatus,
         commit: Option<&str>,
         error: Option<&str>,
-    ) -> Result<(), HistoryError> {
+    ) -> Result<(), RunLogError> {
         let mut tx = self
             .pool
             .begin()
@@ -363,7 +363,7 @@ impl History {
             .await
             .map_err(|e| self.query_err("finish run", e))?;
         if done == 0 {
-            return Err(HistoryError::UnknownRun {
+            return Err(RunLogError::UnknownRun {
                 db: self.db.clone(),
                 run_id: run_id.into(),
             });
@@ -381,13 +381,13 @@ impl History {
         status: RunStatus,
         commit: Option<&str>,
         error: Option<&str>,
-    ) -> Result<(), HistoryError> {
+    ) -> Result<(), RunLogError> {
         self.finish_run_with(run_id, &[], status, commit, error)
             .await
     }
 
     /// One run by id.
-    pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, HistoryError> {
+    pub async fn run(&self, run_id: &str) -> Result<Option<RunRecord>, RunLogError> {
         let row: Option<RunRow> = sqlx::query_as(select_runs!("WHERE id = $1"))
             .bind(run_id)
             .fetch_optional(&self.pool)
@@ -397,7 +397,7 @@ impl History {
     }
 
     /// The `limit` most recent runs, newest first.
-    pub async fn recent_runs(&self, limit: i64) -> Result<Vec<RunRecord>, HistoryError> {
+    pub async fn recent_runs(&self, limit: i64) -> Result<Vec<RunRecord>, RunLogError> {
         let sql = select_runs!("ORDER BY started_at_ms DESC, id DESC LIMIT $1");
         let rows: Vec<RunRow> = sqlx::query_as(sql)
             .bind(limit.max(0))
@@ -411,7 +411,7 @@ impl History {
     pub async fn recommendations(
         &self,
         run_id: &str,
-    ) -> Result<Vec<RecommendationRecord>, HistoryError> {
+    ) -> Result<Vec<RecommendationRecord>, RunLogError> {
         let rows: Vec<AnyRow> = sqlx::query(
             "SELECT service, bucket, policy, previous_limit, proposed_limit, applied_limit, \
              outcome, evidence FROM rlc_recommendations WHERE run_id = $1 \
@@ -424,7 +424,7 @@ impl History {
         rows.iter().map(|row| self.to_recommendation(row)).collect()
     }
 
-    fn to_recommendation(&self, row: &AnyRow) -> Result<RecommendationRecord, HistoryError> {
+    fn to_recommendation(&self, row: &AnyRow) -> Result<RecommendationRecord, RunLogError> {
         let get = |e: sqlx::Error| self.query_err("read recommendation", e);
         let evidence: String = row.try_get("evidence").map_err(get)?;
         Ok(RecommendationRecord {
@@ -439,7 +439,7 @@ impl History {
         })
     }
 
-    fn to_record(&self, r: RunRow) -> Result<RunRecord, HistoryError> {
+    fn to_record(&self, r: RunRow) -> Result<RunRecord, RunLogError> {
         let status = RunStatus::parse(&r.status).ok_or_else(|| {
             self.corrupt(format!("run {} has unknown status {:?}", r.id, r.status))
         })?;
@@ -460,16 +460,16 @@ impl History {
         })
     }
 
-    pub(crate) fn query_err(&self, what: &'static str, source: sqlx::Error) -> HistoryError {
-        HistoryError::Query {
+    pub(crate) fn query_err(&self, what: &'static str, source: sqlx::Error) -> RunLogError {
+        RunLogError::Query {
             db: self.db.clone(),
             what,
             source,
         }
     }
 
-    pub(crate) fn corrupt(&self, detail: String) -> HistoryError {
-        HistoryError::Corrupt {
+    pub(crate) fn corrupt(&self, detail: String) -> RunLogError {
+        RunLogError::Corrupt {
             db: self.db.clone(),
             detail,
         }

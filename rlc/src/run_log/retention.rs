@@ -9,17 +9,17 @@ use std::time::{Duration, Instant};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{History, HistoryError, RunStatus};
+use super::{RunLog, RunLogError, RunStatus};
 
 /// Runs deleted per transaction.
 const PRUNE_BATCH: usize = 20;
 
-impl History {
+impl RunLog {
     /// Deletes the runs that started before `before_ms` (unix milliseconds) and are not
     /// running, with their recommendations, [`PRUNE_BATCH`] runs per transaction, until
     /// none is left or `budget` has passed (the rest goes at the next call). Returns the
     /// runs deleted.
-    pub async fn prune_runs(&self, before_ms: i64, budget: Duration) -> Result<u64, HistoryError> {
+    pub async fn prune_runs(&self, before_ms: i64, budget: Duration) -> Result<u64, RunLogError> {
         let started = Instant::now();
         let mut pruned = 0u64;
         loop {
@@ -87,7 +87,7 @@ impl History {
 
     /// Bytes the database takes: the SQLite file (pages in use and free) or the PostgreSQL
     /// database (`pg_database_size`).
-    pub async fn size_bytes(&self) -> Result<u64, HistoryError> {
+    pub async fn size_bytes(&self) -> Result<u64, RunLogError> {
         let sql = if self.sqlite {
             "SELECT CAST(page_count * page_size AS BIGINT) AS n \
              FROM pragma_page_count(), pragma_page_size()"

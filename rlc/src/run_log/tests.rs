@@ -28,7 +28,7 @@ fn rec(
 }
 
 /// Exercises every operation; shared by the SQLite and PostgreSQL tests.
-async fn round_trip(h: &History) {
+async fn round_trip(h: &RunLog) {
     let before = Utc::now() - chrono::Duration::seconds(1);
     let first = h.start_run("cron", "pr").await.unwrap();
     let second = h.start_run("commit", "direct").await.unwrap();
@@ -102,7 +102,7 @@ async fn round_trip(h: &History) {
         .finish_run("nope", RunStatus::NoChange, None, None)
         .await
         .unwrap_err();
-    assert!(matches!(err, HistoryError::UnknownRun { .. }), "{err}");
+    assert!(matches!(err, RunLogError::UnknownRun { .. }), "{err}");
 }
 
 fn regex_like_run_id(id: &str) -> bool {
@@ -123,19 +123,19 @@ async fn sqlite_round_trip_in_new_nested_directory() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state/history/rlc.db");
     let url = format!("sqlite://{}", path.display());
-    let h = History::connect(&url).await.unwrap();
+    let h = RunLog::connect(&url).await.unwrap();
     round_trip(&h).await;
     h.close().await;
     assert!(path.exists());
 
     // Reopening keeps the data and does not re-apply migrations.
-    let again = History::connect(&url).await.unwrap();
+    let again = RunLog::connect(&url).await.unwrap();
     assert_eq!(again.recent_runs(10).await.unwrap().len(), 2);
 }
 
 /// Three runs after everything `h` holds: the first records `search/query` at 125.5, the
 /// second records nothing new for it, the third fails. Each run shows the value it left.
-async fn bucket_runs_carry_the_last_recorded_decision(h: &History) {
+async fn bucket_runs_carry_the_last_recorded_decision(h: &RunLog) {
     let t0 = Utc::now() + chrono::Duration::hours(1);
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -189,7 +189,7 @@ async fn bucket_runs_carry_the_last_recorded_decision(h: &History) {
 #[tokio::test]
 async fn sqlite_bucket_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let h = History::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
+    let h = RunLog::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
         .await
         .unwrap();
     bucket_runs_carry_the_last_recorded_decision(&h).await;
@@ -230,7 +230,7 @@ async fn postgres_round_trip() {
     url.set_path(&name);
 
     let outcome = std::panic::AssertUnwindSafe(async {
-        let h = History::connect(url.as_str()).await.unwrap();
+        let h = RunLog::connect(url.as_str()).await.unwrap();
         assert!(!h.database().contains(":grl@"), "{}", h.database());
         round_trip(&h).await;
         bucket_runs_carry_the_last_recorded_decision(&h).await;
@@ -251,11 +251,11 @@ async fn postgres_round_trip() {
 
 #[tokio::test]
 async fn unreachable_database_error_names_host_without_password() {
-    let err = History::connect("postgres://grl:hunter2@127.0.0.1:1/x")
+    let err = RunLog::connect("postgres://grl:hunter2@127.0.0.1:1/x")
         .await
         .unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, HistoryError::Connect { .. }), "{err:?}");
+    assert!(matches!(err, RunLogError::Connect { .. }), "{err:?}");
     assert!(msg.contains("postgres://grl@127.0.0.1:1/x"), "{msg}");
     assert!(!msg.contains("hunter2"), "{msg}");
     assert!(
@@ -270,12 +270,12 @@ async fn unwritable_sqlite_directory_is_named() {
     let file = dir.path().join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
     let url = format!("sqlite://{}/h.db", file.display());
-    let msg = History::connect(&url).await.unwrap_err().to_string();
+    let msg = RunLog::connect(&url).await.unwrap_err().to_string();
     assert!(msg.contains("not-a-dir"), "{msg}");
 }
 
 /// Inserts a `running` row as another process would have left it.
-async fn insert_running(h: &History, id: &str, owner: &str, beat_ms: i64) {
+async fn insert_running(h: &RunLog, id: &str, owner: &str, beat_ms: i64) {
     sqlx::query(
         "INSERT INTO rlc_runs (id, trigger_source, mode, started_at_ms, status, owner, \
          heartbeat_at_ms) VALUES ($1, 'cron', 'pr', $2, 'running', $3, $4)",
@@ -292,7 +292,7 @@ async fn insert_running(h: &History, id: &str, owner: &str, beat_ms: i64) {
 #[tokio::test]
 async fn runs_left_running_by_dead_processes_are_marked_aborted() {
     let dir = tempfile::tempdir().unwrap();
-    let h = History::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
+    let h = RunLog::connect(&format!("sqlite://{}", dir.path().join("h.db").display()))
         .await
         .unwrap();
     let now = Utc::now().timestamp_millis();
@@ -333,7 +333,7 @@ async fn processes_opening_a_fresh_sqlite_history_at_once_all_get_it() {
     for round in 0..5 {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("h.db").display());
-        let opened = futures::future::join_all((0..6).map(|_| History::connect(&url))).await;
+        let opened = futures::future::join_all((0..6).map(|_| RunLog::connect(&url))).await;
         for h in opened {
             if let Err(e) = h {
                 panic!("round {round}: {e}");

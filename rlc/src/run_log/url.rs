@@ -1,7 +1,7 @@
 //! Which database a run-history URL names: normalising SQLite paths, and a display name that
 //! never contains a password.
 
-use super::HistoryError;
+use super::RunLogError;
 use std::path::PathBuf;
 
 /// A parsed run-history database location.
@@ -26,7 +26,7 @@ pub enum DatabaseUrl {
 impl DatabaseUrl {
     /// Parses `sqlite://<path>`, `sqlite:<path>`, a bare file path, `sqlite::memory:`, or
     /// `postgres://` / `postgresql://` URLs.
-    pub fn parse(raw: &str) -> Result<DatabaseUrl, HistoryError> {
+    pub fn parse(raw: &str) -> Result<DatabaseUrl, RunLogError> {
         let raw = raw.trim();
         if raw.starts_with("postgres://") || raw.starts_with("postgresql://") {
             return Ok(DatabaseUrl::Postgres {
@@ -45,13 +45,13 @@ impl DatabaseUrl {
         } else if let Some(rest) = raw.strip_prefix("sqlite:") {
             rest
         } else if raw.contains("://") || raw.is_empty() {
-            return Err(HistoryError::UnsupportedUrl { url: redact(raw) });
+            return Err(RunLogError::UnsupportedUrl { url: redact(raw) });
         } else {
             raw
         };
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         if path.is_empty() {
-            return Err(HistoryError::UnsupportedUrl {
+            return Err(RunLogError::UnsupportedUrl {
                 url: raw.to_string(),
             });
         }
@@ -87,7 +87,7 @@ impl DatabaseUrl {
     }
 
     /// Creates the parent directories of an SQLite file.
-    pub(super) fn prepare(&self) -> Result<(), HistoryError> {
+    pub(super) fn prepare(&self) -> Result<(), RunLogError> {
         let DatabaseUrl::Sqlite {
             path: Some(path), ..
         } = self
@@ -96,7 +96,7 @@ impl DatabaseUrl {
         };
         match path.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => {
-                std::fs::create_dir_all(dir).map_err(|source| HistoryError::CreateDir {
+                std::fs::create_dir_all(dir).map_err(|source| RunLogError::CreateDir {
                     db: self.display_name(),
                     dir: dir.display().to_string(),
                     source,

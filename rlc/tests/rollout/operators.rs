@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rlc::drive::rollout::state::{RegionState, RolloutState};
-use rlc::run_log::History;
+use rlc::run_log::RunLog;
 
 use super::fleet::{Fleet, REGIONS, text, until, wait_exit};
 use super::{BAKE, BAKE_MS, GENEROUS, stdout};
@@ -133,7 +133,7 @@ async fn a_change_landing_during_a_rollout_waits_for_it_and_expedite_skips_the_b
         fleet.versions().await?,
         [second.as_str(), second.as_str(), second.as_str()]
     );
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let a = history.rollout_of_commit(&first).await?.unwrap();
     let b = history.rollout_of_commit(&second).await?.unwrap();
     assert_eq!(
@@ -188,7 +188,7 @@ async fn an_operator_expedites_a_rollout_in_progress_and_its_bakes_are_skipped()
     let base = fleet.base.clone();
     let urgent = fleet.commit_limit(400.0)?;
     // Migrated before the driver starts, so that the two do not migrate it at once.
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let mut run = fleet.spawn_run(&[])?;
     until(GENEROUS, "wave 1 bakes with r1 on the change", || async {
         let Some(r) = history.latest_rollout().await? else {
@@ -299,7 +299,7 @@ async fn an_operator_expedites_a_rollout_in_progress_and_its_bakes_are_skipped()
 async fn resume_with_expedite_skips_the_remaining_bakes_of_a_paused_rollout() -> Result<()> {
     let fleet = Fleet::start(Some(BAKE), 150.0, 150.0).await?;
     let raised = fleet.commit_limit(400.0)?;
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let mut run = fleet.spawn_run(&[])?;
     until(GENEROUS, "r1 runs the new commit", || async {
         Ok(fleet.version("r1").await? == raised)

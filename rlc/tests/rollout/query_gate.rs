@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use rlc::drive::rollout::state::{RegionState, RolloutState};
-use rlc::run_log::History;
+use rlc::run_log::RunLog;
 use test_support::prometheus::Prometheus;
 
 use super::fleet::{self, Fleet, REGIONS, text, until, wait_exit};
@@ -84,7 +84,7 @@ async fn a_query_gate_over_its_max_fails_the_wave_and_r1_goes_back() -> Result<(
         line.contains("region r1 gate prometheus:gateway_drops max 0.5000 observed 0."),
         "{line}"
     );
-    let history = History::connect(&fleet.db).await?;
+    let history = RunLog::connect(&fleet.db).await?;
     let r = history.latest_rollout().await?.context("a rollout")?;
     assert_eq!(r.state, RolloutState::Failed);
     let failures = &r.waves[0].failures;
@@ -158,7 +158,7 @@ async fn a_query_gate_at_or_below_its_max_lets_every_wave_pass() -> Result<()> {
         fleet.versions().await?,
         [raised.as_str(), raised.as_str(), raised.as_str()]
     );
-    let r = History::connect(&fleet.db)
+    let r = RunLog::connect(&fleet.db)
         .await?
         .latest_rollout()
         .await?

@@ -68,7 +68,7 @@ impl std::fmt::Debug for Site {
 }
 
 #[derive(Clone)]
-struct Served {
+struct AdminState {
     site: Site,
     history: Arc<Mutex<History>>,
     /// Whether credentials may come over plain HTTP: a loopback port, or `--insecure-admin`.
@@ -133,7 +133,7 @@ pub async fn serve_site(
         .route("/metrics", get(metrics))
         .route("/status", get(status_page))
         .route("/", get(to_status))
-        .with_state(Served {
+        .with_state(AdminState {
             site,
             history,
             cleartext_ok,
@@ -166,7 +166,7 @@ async fn to_status(RawQuery(q): RawQuery) -> Redirect {
     }
 }
 
-async fn metrics(State(s): State<Served>) -> Response {
+async fn metrics(State(s): State<AdminState>) -> Response {
     metrics_body((s.site.metrics)())
 }
 
@@ -215,7 +215,7 @@ fn refused(code: StatusCode, text: &'static str) -> Response {
 }
 
 async fn status_page(
-    State(s): State<Served>,
+    State(s): State<AdminState>,
     ConnectInfo(peer): ConnectInfo<HttpPeer>,
     Query(q): Query<StatusQuery>,
     headers: HeaderMap,

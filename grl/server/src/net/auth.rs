@@ -70,9 +70,9 @@ impl Refusal {
 
 /// Refusals counted by reason.
 #[derive(Debug, Default)]
-pub struct RefusalCounts([AtomicU64; 4]);
+pub struct AuthRefusals([AtomicU64; 4]);
 
-impl RefusalCounts {
+impl AuthRefusals {
     fn add(&self, r: Refusal) {
         let i = Refusal::ALL.iter().position(|x| *x == r).unwrap_or(0);
         self.0[i].fetch_add(1, Ordering::Relaxed);
@@ -123,7 +123,7 @@ pub struct AdminAuth {
     allow: Vec<String>,
     token: Option<Token>,
     /// Refused admin calls by reason.
-    pub refused: RefusalCounts,
+    pub refused: AuthRefusals,
     /// Admin calls that carried a bearer token on a connection without TLS.
     pub plaintext_tokens: AtomicU64,
 }
@@ -135,7 +135,7 @@ impl AdminAuth {
         Ok(Self {
             allow,
             token: token_file.map(Token::load).transpose()?,
-            refused: RefusalCounts::default(),
+            refused: AuthRefusals::default(),
             plaintext_tokens: AtomicU64::new(0),
         })
     }
@@ -268,7 +268,7 @@ fn bearer_or_basic_password(h: &str) -> Option<String> {
 pub struct ChildAuth {
     allow: Vec<String>,
     /// Refused child streams by reason.
-    pub refused: RefusalCounts,
+    pub refused: AuthRefusals,
 }
 
 impl ChildAuth {
@@ -277,7 +277,7 @@ impl ChildAuth {
     pub fn new(allow: Vec<String>) -> Self {
         Self {
             allow,
-            refused: RefusalCounts::default(),
+            refused: AuthRefusals::default(),
         }
     }
 

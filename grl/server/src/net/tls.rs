@@ -182,7 +182,7 @@ pub struct TlsSnapshot {
 
 /// The permits of a port's connections and handshakes in progress.
 #[derive(Debug)]
-pub(crate) struct Slots {
+pub(crate) struct ConnPermits {
     pub(crate) connections: Arc<Semaphore>,
     pub(crate) handshakes: Arc<Semaphore>,
 }
@@ -194,7 +194,7 @@ pub struct ServerTls {
     served: Served,
     current: Mutex<(Stamp, Arc<ServerConfig>)>,
     pub(crate) limits: ConnLimits,
-    pub(crate) slots: Slots,
+    pub(crate) slots: ConnPermits,
     /// Handshake and reload counts.
     pub counters: TlsCounters,
 }
@@ -215,7 +215,7 @@ impl ServerTls {
             served,
             current: Mutex::new((s, cfg)),
             limits: ConnLimits::default(),
-            slots: Slots::new(ConnLimits::default()),
+            slots: ConnPermits::new(ConnLimits::default()),
             counters: TlsCounters::default(),
         };
         tls.check_key_mode();
@@ -225,7 +225,7 @@ impl ServerTls {
     /// The same settings with other connection limits.
     pub fn with_limits(mut self, limits: ConnLimits) -> Self {
         self.limits = limits;
-        self.slots = Slots::new(limits);
+        self.slots = ConnPermits::new(limits);
         self
     }
 
@@ -303,7 +303,7 @@ impl ServerTls {
     }
 }
 
-impl Slots {
+impl ConnPermits {
     fn new(l: ConnLimits) -> Self {
         Self {
             connections: Arc::new(Semaphore::new(l.max_connections)),

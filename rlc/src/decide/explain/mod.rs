@@ -87,7 +87,7 @@ pub struct Explanation {
     /// The shadow → deny evidence (`None` for a fixed limit, or a bucket without a limit).
     pub drops: Option<DropsPart>,
     /// The limits in force only for a while (events), and what the run did to them.
-    pub scheduled: crate::decide::plan::Schedule,
+    pub scheduled: crate::decide::plan::LimitSchedule,
     /// How each priority class would fare at the limit (buckets with classes and a limit).
     pub classes: Option<ClassesPart>,
     /// The bucket after each of the last runs, newest first (`rlc explain` only).
@@ -344,7 +344,7 @@ impl Explanation {
             limit: bucket.limit,
             outcome: "fixed".into(),
             drops: None,
-            scheduled: crate::decide::plan::Schedule::default(),
+            scheduled: crate::decide::plan::LimitSchedule::default(),
             classes: None,
             history: None,
         }

@@ -40,7 +40,7 @@ pub use waves_file::{PLAN_FILE, RolloutPlan};
 
 use crate::input::source::SourceError;
 use crate::output::git_store::GitStoreError;
-use crate::run_log::HistoryError;
+use crate::run_log::RunLogError;
 
 /// Exit code of `rlc rollout run` (and `rlc run --once`) when a gate failed and the regions
 /// already moved were rolled back.
@@ -57,7 +57,7 @@ pub enum RolloutError {
     Git(#[from] GitStoreError),
     /// The run history database.
     #[error("run history database: {0}")]
-    Database(#[from] HistoryError),
+    Database(#[from] RunLogError),
     /// `rollout.yaml` or the config rolled out is invalid.
     #[error("config: {0}")]
     Config(#[from] grl_config::ConfigErrors),

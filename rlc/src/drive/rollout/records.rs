@@ -1,12 +1,12 @@
 //! A staged rollout's rows in the run log (the types are [`super::state`]'s): methods of
-//! [`History`] written by the process that drives a rollout, changed by operators (`rlc
+//! [`RunLog`] written by the process that drives a rollout, changed by operators (`rlc
 //! rollout pause`, …) through compare-and-set updates, so that neither undoes the other.
 
 use chrono::Utc;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::run_log::{History, HistoryError, Owner, is_unique_violation};
+use crate::run_log::{Owner, RunLog, RunLogError, is_unique_violation};
 
 use super::state::{RegionRecord, RegionState, RolloutRecord, RolloutState, WaveRecord};
 
@@ -26,10 +26,10 @@ fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
-impl History {
+impl RunLog {
     /// Records a new rollout with its regions; `false` when a rollout of the same commit
     /// exists already (another configurator started it).
-    pub async fn insert_rollout(&self, r: &RolloutRecord) -> Result<bool, HistoryError> {
+    pub async fn insert_rollout(&self, r: &RolloutRecord) -> Result<bool, RunLogError> {
         let err = |e| self.query_err("record rollout", e);
         let mut tx = self.pool.begin().await.map_err(err)?;
         let inserted = sqlx::query(
@@ -76,7 +76,7 @@ impl History {
     }
 
     /// One rollout by id, with its regions and waves.
-    pub async fn rollout(&self, id: &str) -> Result<Option<RolloutRecord>, HistoryError> {
+    pub async fn rollout(&self, id: &str) -> Result<Option<RolloutRecord>, RunLogError> {
         let row = sqlx::query(select_rollouts!("WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
@@ -86,7 +86,7 @@ impl History {
     }
 
     /// The most recent rollout (the running or paused one first, if any).
-    pub async fn latest_rollout(&self) -> Result<Option<RolloutRecord>, HistoryError> {
+    pub async fn latest_rollout(&self) -> Result<Option<RolloutRecord>, RunLogError> {
         if let Some(active) = self.active_rollout().await? {
             return Ok(Some(active));
         }
@@ -100,7 +100,7 @@ impl History {
     }
 
     /// The rollout still to be driven (running or paused), the oldest if several.
-    pub async fn active_rollout(&self) -> Result<Option<RolloutRecord>, HistoryError> {
+    pub async fn active_rollout(&self) -> Result<Option<RolloutRecord>, RunLogError> {
         let row = sqlx::query(select_rollouts!(
             "WHERE state IN ($1, $2) ORDER BY started_at_ms, id LIMIT 1"
         ))
@@ -116,7 +116,7 @@ impl History {
     pub async fn rollout_of_commit(
         &self,
         commit: &str,
-    ) -> Result<Option<RolloutRecord>, HistoryError> {
+    ) -> Result<Option<RolloutRecord>, RunLogError> {
         let row = sqlx::query(select_rollouts!("WHERE commit_id = $1"))
             .bind(commit)
             .fetch_optional(&self.pool)
@@ -133,7 +133,7 @@ impl History {
         id: &str,
         owner: &str,
         stale_before_ms: i64,
-    ) -> Result<bool, HistoryError> {
+    ) -> Result<bool, RunLogError> {
         let row = sqlx::query("SELECT owner, heartbeat_at_ms FROM rlc_rollouts WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
@@ -171,7 +171,7 @@ impl History {
     }
 
     /// Shows that `owner` still drives rollout `id`; `false` when it no longer does.
-    pub async fn rollout_heartbeat(&self, id: &str, owner: &str) -> Result<bool, HistoryError> {
+    pub async fn rollout_heartbeat(&self, id: &str, owner: &str) -> Result<bool, RunLogError> {
         let done = sqlx::query(
             "UPDATE rlc_rollouts SET heartbeat_at_ms = $1 WHERE id = $2 AND owner = $3",
         )
@@ -185,7 +185,7 @@ impl History {
     }
 
     /// Leaves rollout `id` undriven (its driver stops), so the next one takes it at once.
-    pub async fn release_rollout(&self, id: &str, owner: &str) -> Result<(), HistoryError> {
+    pub async fn release_rollout(&self, id: &str, owner: &str) -> Result<(), RunLogError> {
         sqlx::query("UPDATE rlc_rollouts SET owner = NULL WHERE id = $1 AND owner = $2")
             .bind(id)
             .bind(owner)
@@ -201,7 +201,7 @@ impl History {
         id: &str,
         wave: usize,
         bake_started_at_ms: Option<i64>,
-    ) -> Result<(), HistoryError> {
+    ) -> Result<(), RunLogError> {
         sqlx::query("UPDATE rlc_rollouts SET wave = $1, bake_started_at_ms = $2 WHERE id = $3")
             .bind(wave as i64)
             .bind(bake_started_at_ms)
@@ -222,7 +222,7 @@ impl History {
         from: &[RolloutState],
         to: RolloutState,
         reason: Option<&str>,
-    ) -> Result<bool, HistoryError> {
+    ) -> Result<bool, RunLogError> {
         let states: Vec<&str> = from.iter().map(|s| s.as_str()).collect();
         let placeholders: Vec<String> = (0..states.len()).map(|i| format!("${}", i + 5)).collect();
         let sql = format!(
@@ -256,7 +256,7 @@ impl History {
         id: &str,
         request: Option<&str>,
         states: &[RolloutState],
-    ) -> Result<bool, HistoryError> {
+    ) -> Result<bool, RunLogError> {
         let placeholders: Vec<String> = (0..states.len()).map(|i| format!("${}", i + 3)).collect();
         let sql = format!(
             "UPDATE rlc_rollouts SET requested = $1 WHERE id = $2 AND state IN ({})",
@@ -278,7 +278,7 @@ impl History {
     /// Records `reason` as why rollout `id` skips its bakes from now on (`rlc rollout
     /// expedite`), if it is running or paused; its driver reads it at its next poll and cuts
     /// the bake in progress short. Returns whether it was recorded.
-    pub async fn set_rollout_expedite(&self, id: &str, reason: &str) -> Result<bool, HistoryError> {
+    pub async fn set_rollout_expedite(&self, id: &str, reason: &str) -> Result<bool, RunLogError> {
         let done = sqlx::query(
             "UPDATE rlc_rollouts SET expedite_reason = $1 WHERE id = $2 AND state IN ($3, $4)",
         )
@@ -298,7 +298,7 @@ impl History {
         &self,
         id: &str,
         r: &RegionRecord,
-    ) -> Result<(), HistoryError> {
+    ) -> Result<(), RunLogError> {
         sqlx::query(
             "UPDATE rlc_rollout_regions SET from_commit = $1, state = $2, moved_at_ms = $3, \
              baseline = $4 WHERE rollout_id = $5 AND region = $6",
@@ -317,7 +317,7 @@ impl History {
     }
 
     /// Records a wave's verdict (replacing an earlier one of the same wave).
-    pub async fn record_rollout_wave(&self, id: &str, w: &WaveRecord) -> Result<(), HistoryError> {
+    pub async fn record_rollout_wave(&self, id: &str, w: &WaveRecord) -> Result<(), RunLogError> {
         sqlx::query(
             "INSERT INTO rlc_rollout_waves (rollout_id, wave, result, at_ms, failures) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (rollout_id, wave) DO UPDATE SET \
@@ -338,14 +338,14 @@ impl History {
     async fn full_rollout_of(
         &self,
         row: Option<AnyRow>,
-    ) -> Result<Option<RolloutRecord>, HistoryError> {
+    ) -> Result<Option<RolloutRecord>, RunLogError> {
         match row {
             Some(row) => Ok(Some(self.full_rollout(&row).await?)),
             None => Ok(None),
         }
     }
 
-    async fn full_rollout(&self, row: &AnyRow) -> Result<RolloutRecord, HistoryError> {
+    async fn full_rollout(&self, row: &AnyRow) -> Result<RolloutRecord, RunLogError> {
         let get = |e| self.query_err("read rollout", e);
         let id: String = row.try_get("id").map_err(get)?;
         let state: String = row.try_get("state").map_err(get)?;
@@ -420,7 +420,7 @@ impl History {
         &self,
         id: &str,
         text: &str,
-    ) -> Result<T, HistoryError> {
+    ) -> Result<T, RunLogError> {
         serde_json::from_str(text)
             .map_err(|e| self.corrupt(format!("rollout {id} holds unreadable JSON: {e}")))
     }

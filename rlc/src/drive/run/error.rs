@@ -4,14 +4,14 @@
 use crate::drive::exit;
 use crate::input::source::SourceError;
 use crate::output::git_store::GitStoreError;
-use crate::run_log::HistoryError;
+use crate::run_log::RunLogError;
 
 /// Why a run failed; each names the part that failed. See [`RunError::exit_code`].
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The run history database.
     #[error("run history database: {0}")]
-    Database(#[from] HistoryError),
+    Database(#[from] RunLogError),
     /// The metrics source (Prometheus or files).
     #[error("metrics source: {0}")]
     Source(#[from] SourceError),

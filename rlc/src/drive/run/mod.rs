@@ -11,7 +11,7 @@
 //! At fleet size: history goes through the history cache ([`crate::input::cache`]), so a run
 //! fetches only what is new since the last one and holds one service's history at a time;
 //! the run history records only the buckets whose decision changed
-//! ([`History::finish_run_recording_changes`]) and old runs are pruned by
+//! ([`RunLog::finish_run_recording_changes`]) and old runs are pruned by
 //! `history_retention`; [`progress`] shows the phase and buckets done, and times each phase.
 //!
 //! Crash safety: a run holds its work directory's lock (an `flock`, gone with the process)
@@ -50,7 +50,7 @@ use crate::decide::plan::BucketPlan;
 use crate::input::cache::HistoryCache;
 use crate::input::source::MetricsSource;
 use crate::output::git_store::{Checkout, GitStore, GitStoreError, PublishMode, PushOutcome};
-use crate::run_log::{History, RecommendationRecord, RunStatus};
+use crate::run_log::{RecommendationRecord, RunLog, RunStatus};
 use checkout::{Planned, Planner};
 
 /// Everything a run needs to know.
@@ -159,7 +159,7 @@ pub async fn run_once(
     let started = Instant::now();
     let lock = lock::WorkdirLock::acquire(&settings.workdir)?;
     let cleared = crate::output::git_store::clear_stale_locks(&settings.workdir);
-    let history = History::connect(&settings.db).await?;
+    let history = RunLog::connect(&settings.db).await?;
     let aborted_runs = history.abort_stale_runs().await?;
     let mode_name = match settings.mode {
         PublishMode::Direct => "direct",
@@ -370,7 +370,7 @@ fn summary(
 struct Heartbeat(tokio::task::JoinHandle<()>);
 
 impl Heartbeat {
-    fn start(history: History, run_id: String) -> Heartbeat {
+    fn start(history: RunLog, run_id: String) -> Heartbeat {
         Heartbeat(tokio::spawn(async move {
             let mut tick = tokio::time::interval(crate::run_log::HEARTBEAT_INTERVAL);
             tick.tick().await;
@@ -411,7 +411,7 @@ async fn publish(
     source: &dyn MetricsSource,
     cache: HistoryCache,
     run_id: &str,
-    history: &History,
+    history: &RunLog,
     progress: &Progress,
 ) -> Result<Published, RunError> {
     let now = settings

@@ -36,26 +36,26 @@ const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 pub struct KubeLease {
     /// `…/apis/coordination.k8s.io/v1/namespaces/NS/leases`.
     leases_url: String,
-    token: Option<Token>,
+    token: Option<SaToken>,
     http: reqwest::Client,
 }
 
 /// A bearer token and the file it is read from.
 #[derive(Clone)]
-struct Token {
+struct SaToken {
     path: PathBuf,
     value: String,
 }
 
-impl std::fmt::Debug for Token {
+impl std::fmt::Debug for SaToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Token")
+        f.debug_struct("SaToken")
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
 }
 
-impl Token {
+impl SaToken {
     fn load(path: &Path) -> Result<Self, ElectionError> {
         let bytes = std::fs::read(path)
             .map_err(|e| ElectionError::Config(format!("{}: {e}", path.display())))?;
@@ -132,7 +132,7 @@ impl KubeLease {
                 "{}/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
                 api.trim_end_matches('/')
             ),
-            token: token_file.map(Token::load).transpose()?,
+            token: token_file.map(SaToken::load).transpose()?,
             http,
         })
     }

@@ -121,9 +121,9 @@ impl Default for ReportLimits {
 
 /// Refusal counters by reason.
 #[derive(Debug, Default)]
-pub struct RefusalCounts([AtomicU64; Reason::ALL.len()]);
+pub struct ReportRefusals([AtomicU64; Reason::ALL.len()]);
 
-impl RefusalCounts {
+impl ReportRefusals {
     /// Counts `n` refusals for `reason`.
     pub fn add(&self, reason: Reason, n: u64) {
         self.0[reason.index()].fetch_add(n, Ordering::Relaxed);
@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn counts_are_kept_per_reason() {
-        let c = RefusalCounts::default();
+        let c = ReportRefusals::default();
         c.add(Reason::Implausible, 2);
         c.add(Reason::DuplicateClient, 1);
         let s = c.snapshot();

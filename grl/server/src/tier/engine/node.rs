@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::admission::{self, Reason, RefusalCounts, ReportLimits};
+use super::admission::{self, Reason, ReportLimits, ReportRefusals};
 use super::child::Child;
 use super::children::Children;
 use super::dense_tick::IndexedSums;
@@ -98,7 +98,7 @@ pub struct Node {
     /// How long ticks take.
     pub ticks: TickTimes,
     /// Reports and rows refused, by reason.
-    pub refused: RefusalCounts,
+    pub refused: ReportRefusals,
     /// Reports taken whole by bucket index (wire version 2: no name read).
     pub reports_by_index: AtomicU64,
     /// Woken by an urgent report: the ticker recomputes at once.
@@ -156,7 +156,7 @@ impl Node {
             conns: AtomicU64::new(0),
             bytes: Bytes::default(),
             ticks: TickTimes::default(),
-            refused: RefusalCounts::default(),
+            refused: ReportRefusals::default(),
             reports_by_index: AtomicU64::new(0),
             wake: tokio::sync::Notify::new(),
             wake_parent: tokio::sync::Notify::new(),

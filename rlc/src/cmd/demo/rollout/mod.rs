@@ -22,7 +22,7 @@ use rlc::drive::rollout::state::{RegionState, RolloutRecord};
 use rlc::drive::rollout::status::StatusView;
 use rlc::drive::rollout::{RolloutMetrics, RolloutOutcome, RolloutSettings};
 use rlc::input::source::FileSource;
-use rlc::run_log::History;
+use rlc::run_log::RunLog;
 
 use self::regions::{Regions, Watch};
 use super::seed;
@@ -89,7 +89,7 @@ pub(super) async fn run(root: &Path, interval: Duration) -> anyhow::Result<bool>
     );
     let regions = Regions::start(&repo, &REGIONS, interval, LIVE_RPS).await?;
     let db = format!("sqlite://{}", root.join("rlc-history.db").display());
-    let history = History::connect(&db).await.context("run history")?;
+    let history = RunLog::connect(&db).await.context("run history")?;
     let source = FileSource::open(&history_dir)?;
     let settings = RolloutSettings {
         config_repo: repo.clone(),
@@ -196,7 +196,7 @@ pub(super) async fn run(root: &Path, interval: Duration) -> anyhow::Result<bool>
 struct Demo<'a> {
     repo_path: &'a Path,
     regions: &'a Regions,
-    history: &'a History,
+    history: &'a RunLog,
     source: &'a FileSource,
     settings: &'a RolloutSettings,
 }

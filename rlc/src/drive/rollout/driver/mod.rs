@@ -25,7 +25,7 @@ use super::waves_file::{PLAN_FILE, RolloutPlan};
 use super::{RolloutError, RolloutMetrics};
 use crate::input::source::MetricsSource;
 use crate::output::to_controllers::ControllerAuth;
-use crate::run_log::{History, Owner};
+use crate::run_log::{Owner, RunLog};
 
 /// How often a driver shows it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -65,7 +65,7 @@ pub struct RolloutSettings {
 /// meanwhile (a change that waited), the new head. Returns each rollout's outcome.
 pub async fn run(
     settings: &RolloutSettings,
-    history: &History,
+    history: &RunLog,
     source: &dyn MetricsSource,
 ) -> Result<Vec<RolloutOutcome>, RolloutError> {
     let repo = Repo::open(&settings.config_repo, &settings.workdir).await?;
@@ -94,7 +94,7 @@ pub async fn run(
 /// every region it moved goes back to the commit its branch held before.
 pub async fn rollback_now(
     settings: &RolloutSettings,
-    history: &History,
+    history: &RunLog,
     id: &str,
 ) -> Result<RolloutOutcome, RolloutError> {
     let repo = Repo::open(&settings.config_repo, &settings.workdir).await?;
@@ -142,7 +142,7 @@ pub async fn all_at_once(settings: &RolloutSettings, commit: &str) -> Result<(),
 
 struct Driver<'a> {
     s: &'a RolloutSettings,
-    history: &'a History,
+    history: &'a RunLog,
     repo: Repo,
     owner: String,
     last_beat: Instant,
