@@ -15,8 +15,8 @@ use grl_core::metric_names::{
 };
 
 use crate::Inner;
-use crate::buckets::UNMATCHED;
-use crate::table::PairTable;
+use crate::decide::buckets::UNMATCHED;
+use crate::decide::table::PairTable;
 
 /// Gauge: 1 while the client holds no valid instruction and lets everything through.
 pub const CLIENT_FAIL_OPEN: &str = "grl_client_fail_open";

@@ -14,11 +14,12 @@ use tracing::{debug, warn};
 use grl_core::proto;
 
 use crate::Inner;
-use crate::buckets::{Registry, RuleSet, threshold};
+use crate::control::Control;
 use crate::control::budget::Budget;
 use crate::control::indexed::first_index_of;
-use crate::control::{Control, sync_pair};
-use crate::table::{PairEntry, PairTable};
+use crate::decide::buckets::{Registry, RuleSet, threshold};
+use crate::decide::sync_pair;
+use crate::decide::table::{PairEntry, PairTable};
 
 impl Inner {
     /// Applies one instruction received at `now`.

@@ -15,8 +15,8 @@ use grl_core::proto;
 use tracing::{debug, warn};
 
 use crate::Inner;
-use crate::buckets::UNMATCHED;
 use crate::control::Control;
+use crate::decide::buckets::UNMATCHED;
 
 /// What the client knows of indices on its link.
 #[derive(Debug, Default, Clone)]

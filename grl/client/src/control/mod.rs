@@ -20,15 +20,14 @@ pub(crate) mod stream;
 mod window;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::buckets::{Registry, Resolver};
-use crate::table::{DECISIONS, PairEntry};
+use crate::decide::buckets::{Registry, Resolver};
+use crate::decide::table::DECISIONS;
 use crate::{BucketTotals, ClientStatus, Inner};
 use budget::Budget;
 use indexed::Indexing;
@@ -433,15 +432,6 @@ pub(crate) fn local_ratio(allowed: f64, offered_now: f64) -> f64 {
     } else {
         0.0
     }
-}
-
-/// Copies a pair's cell threshold and mode into the pair.
-pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<crate::buckets::BucketCell>]) {
-    let cell = &cells[e.cell.load(Ordering::Relaxed) as usize];
-    e.threshold
-        .store(cell.threshold.load(Ordering::Relaxed), Ordering::Relaxed);
-    e.shadow
-        .store(cell.shadow.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Inner;
-use crate::buckets::BucketCell;
 use crate::control::Control;
+use crate::decide::buckets::BucketCell;
 
 /// The recorded usage of one bucket.
 #[derive(Debug, Default, Clone)]

@@ -15,9 +15,9 @@ use std::sync::atomic::Ordering;
 
 use grl_core::proto;
 
-use crate::buckets::UNMATCHED;
 use crate::control::{Book, Control};
-use crate::table::DECISIONS;
+use crate::decide::buckets::UNMATCHED;
+use crate::decide::table::DECISIONS;
 use crate::{Decision, Inner};
 
 impl Inner {

@@ -12,11 +12,11 @@ use tokio::time::Instant;
 
 use grl_core::proto;
 
-use crate::buckets::threshold;
 use crate::control::Control;
 use crate::control::budget::Budget;
 use crate::control::shape::Change;
-use crate::table::DECISIONS;
+use crate::decide::buckets::threshold;
+use crate::decide::table::DECISIONS;
 use crate::{Decision, Inner};
 
 impl Inner {

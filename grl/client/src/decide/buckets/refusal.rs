@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use http::{HeaderName, HeaderValue};
 
 use crate::Decision;
-use crate::buckets::Resolver;
+use crate::decide::buckets::Resolver;
 
 /// The header naming the bucket that refused a request.
 pub const GRL_BUCKET: HeaderName = HeaderName::from_static("grl-bucket");

@@ -22,9 +22,9 @@ use grl_core::proto;
 use grl_core::wire::{ClassSpan, InvalidEnum, class_spans, match_rule, mode_from_wire};
 
 use crate::Decision;
-use crate::buckets::refusal::RefusingBucket;
+use crate::decide::buckets::refusal::RefusingBucket;
+use crate::decide::table::DECISIONS;
 use crate::local;
-use crate::table::DECISIONS;
 
 /// The cell id of "no bucket".
 pub(crate) const UNMATCHED: u32 = 0;

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use crossbeam_utils::CachePadded;
 
 use crate::Decision;
+use crate::decide::pair_key::{PairKey, PairKeyer};
 use crate::local;
-use crate::pair_key::{PairKey, PairKeyer};
 
 /// Counter index of each decision; equal to `Decision as usize`.
 pub(crate) const DECISIONS: usize = 3;
