@@ -53,7 +53,7 @@ impl Client {
     /// `procedure`: as [`decide`](Self::decide), in that class of the request's bucket when
     /// the bucket has priority classes (when it must shed, its lowest classes go first). A
     /// class the bucket does not list counts in its default class (`default` if listed,
-    /// else its lowest) and in [`ClientStatus::unknown_classes`]; `""` (no class) counts
+    /// else its lowest) and in [`crate::ClientStatus::unknown_classes`]; `""` (no class) counts
     /// in the default class without counting as unknown; a bucket without classes ignores the class.
     #[inline]
     pub fn decide_in_class(&self, caller: &str, procedure: &str, class: &str) -> Decision {
