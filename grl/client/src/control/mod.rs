@@ -345,6 +345,8 @@ impl Inner {
             for (i, n) in paired.into_iter().enumerate() {
                 let delta = n - books[id].paired_seen[i];
                 books[id].paired_seen[i] = n;
+                // Counted in a pair instead of in the cell's direct counts: the class's.
+                books[id].totals[i] += delta;
                 if into != id
                     && let Some(b) = books.get_mut(into)
                 {

@@ -339,17 +339,22 @@ impl Client {
 }
 
 /// Counts `n` requests decided `d` in cell `c` directly (a class's cell, decided without
-/// a pair of its own), and in the pair's rows when the pair is held.
+/// a pair of its own): in the pair's rows when the pair is held (the class's book takes
+/// them from `BucketCell::paired`), else in the cell's `direct` counts.
+#[inline]
 fn count_direct(c: &BucketCell, pair: Option<&PairEntry>, d: Decision, n: u64) {
-    c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
-    if let Some(e) = pair {
-        count_in_pair(c, e, d, n);
+    match pair {
+        Some(e) => count_in_pair(c, e, d, n),
+        None => {
+            c.direct[d as usize].fetch_add(n, Ordering::Relaxed);
+        }
     }
 }
 
 /// Counts `n` decisions `d` of class cell `c` in their pair `e` too (its
 /// `grl_requests_total` rows hold every class), marked to be taken back out of the book of
 /// the pair's cell (see `BucketCell::paired`).
+#[inline]
 fn count_in_pair(c: &BucketCell, e: &PairEntry, d: Decision, n: u64) {
     e.add(d, n);
     c.paired_into

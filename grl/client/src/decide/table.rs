@@ -135,9 +135,20 @@ impl PairEntry {
         self.shadow.load(Ordering::Relaxed)
     }
 
-    /// Counts `n` requests decided elsewhere as `decision` (off the hot path).
+    /// Counts `n` requests decided as `decision` other than by [`decide`](Self::decide)
+    /// (in another cell, or elsewhere): in the shard this thread owns, as `decide` counts.
+    #[inline]
     pub(crate) fn add(&self, decision: Decision, n: u64) {
-        self.shared[decision as usize].fetch_add(n, Ordering::Relaxed);
+        match self.owned.get(local::claim()) {
+            Some(counts) => {
+                // This thread is the shard's only writer (see `local`).
+                let counter = &counts[decision as usize];
+                counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            }
+            None => {
+                self.shared[decision as usize].fetch_add(n, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Cumulative counts per decision, summed over shards.

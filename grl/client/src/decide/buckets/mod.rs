@@ -39,12 +39,14 @@ pub(crate) struct BucketCell {
     pub(crate) shadow: AtomicBool,
     /// Decisions of requests whose pair did not fit in the table.
     pub(crate) overflow: [AtomicU64; DECISIONS],
-    /// Decisions made on this cell directly rather than through a pair: requests of a
-    /// priority class other than their pair's ([`crate::Client::decide_in_class`]).
+    /// Decisions made on this cell directly rather than through a pair of its own
+    /// (requests of a priority class other than their pair's,
+    /// [`crate::Client::decide_in_class`]) where no pair counted them (past `max_pairs`).
     pub(crate) direct: [AtomicU64; DECISIONS],
-    /// Of the direct decisions, those also counted in a pair (so that the pair's
+    /// The direct decisions counted in a pair instead (so that the pair's
     /// `grl_requests_total` rows hold every class of its bucket) whose cell is
-    /// `paired_into`: the control task takes them back out of that cell's book.
+    /// `paired_into`: the control task adds them to this cell's book and takes them back
+    /// out of that cell's (one counter, not two: a classed decision is one locked add).
     pub(crate) paired: [AtomicU64; DECISIONS],
     /// The cell whose pairs also counted this cell's paired decisions (the default class).
     pub(crate) paired_into: AtomicU32,
