@@ -64,6 +64,7 @@ impl Client {
     }
 
     /// [`decide_in_class`](Self::decide_in_class) where the config has classes.
+    #[inline]
     fn decide_classed(&self, caller: &str, procedure: &str, class: &str) -> Decision {
         let own = self.decide_own_in_class(caller, procedure, class).0;
         if self.inner.also_on.load(Ordering::Relaxed) {
@@ -102,13 +103,19 @@ impl Client {
     /// A request's pair (the resolver and cell id past `max_pairs`), where class `class`
     /// of its bucket is decided, and the resolver that says so (one load on the hot path);
     /// counts an unknown class.
+    #[inline]
     fn pair_and_class(
         &self,
         caller: &str,
         procedure: &str,
         class: &str,
     ) -> (PairFound<'_>, ClassCell, arc_swap::Guard<Arc<Resolver>>) {
-        let pair = self.pair(caller, procedure);
+        let table = &self.inner.table;
+        let key = table.key(caller, procedure);
+        let pair = match table.get(&key, caller, procedure) {
+            Some(e) => Ok(e),
+            None => self.pair(caller, procedure),
+        };
         let id = match &pair {
             Ok(e) => e.cell.load(Ordering::Relaxed),
             Err((_, id)) => *id,
