@@ -62,6 +62,21 @@ fn allowed_client(mode: proto::Mode, allowed: f64, ratio: f64) -> crate::Client 
     client
 }
 
+/// The tiers' word on bucket `b`: its drop ratio `ratio` and this client's allowance
+/// `allowed`, valid `valid_for_ms` (0: without a deadline).
+fn allowance(ratio: f64, allowed: f64, valid_for_ms: u32) -> proto::Instruction {
+    proto::Instruction {
+        ratios: vec![proto::DropRatio {
+            service: "payments".into(),
+            bucket: "b".into(),
+            ratio,
+            allowed: Some(allowed),
+            valid_for_ms,
+        }],
+        ..Default::default()
+    }
+}
+
 fn following_client(allowed: f64) -> (crate::Client, impl FnMut(u64) -> bool) {
     client_in(proto::Mode::Deny, allowed)
 }
@@ -274,16 +289,7 @@ fn what_was_admitted_while_failing_open_is_not_paid_back() {
     }
     // The allowance is back in the middle of the window that failed open, with the ratio
     // the tiers send over the limit.
-    client.apply_instruction(&proto::Instruction {
-        ratios: vec![proto::DropRatio {
-            service: "payments".into(),
-            bucket: "b".into(),
-            ratio: 0.75,
-            allowed: Some(1000.0),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    client.apply_instruction(&allowance(0.75, 1000.0, 0));
     window(0);
     let before = totals_of(&client).allowed;
     window(200);
@@ -406,16 +412,7 @@ fn a_first_allowance_under_the_limit_drops_none_of_a_sparse_callers_requests() {
         windows(&mut rng, &mut now, 200);
         let before = totals_of(&client);
         client.inner.apply_instruction(
-            &proto::Instruction {
-                ratios: vec![proto::DropRatio {
-                    service: "payments".into(),
-                    bucket: "b".into(),
-                    allowed: Some(2.0),
-                    valid_for_ms: 3_600_000,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
+            &allowance(0.0, 2.0, 3_600_000),
             now + Duration::from_millis(25),
         );
         windows(&mut rng, &mut now, 100);
@@ -481,16 +478,7 @@ fn a_spell_begun_by_a_lone_request_admits_freely_under_the_limit_until_its_rate_
     window(1, &mut now);
     let before = totals_of(&client);
     client.inner.apply_instruction(
-        &proto::Instruction {
-            ratios: vec![proto::DropRatio {
-                service: "payments".into(),
-                bucket: "b".into(),
-                allowed: Some(5.0),
-                valid_for_ms: 3_600_000,
-                ..Default::default()
-            }],
-            ..Default::default()
-        },
+        &allowance(0.0, 5.0, 3_600_000),
         now + Duration::from_millis(10),
     );
     for _ in 0..15 {
@@ -585,16 +573,7 @@ fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
         // The tiers answer 10 ms later: the bucket's ratio and this client's allowance, a
         // share of the limit from the rate its report counted over the silence.
         client.inner.apply_instruction(
-            &proto::Instruction {
-                ratios: vec![proto::DropRatio {
-                    service: "payments".into(),
-                    bucket: "b".into(),
-                    ratio,
-                    allowed: Some(1.0),
-                    valid_for_ms: 60_000,
-                }],
-                ..Default::default()
-            },
+            &allowance(ratio, 1.0, 60_000),
             at + Duration::from_millis(10),
         );
         let before = totals_of(&client).allowed;
