@@ -298,8 +298,7 @@ impl Client {
     /// Applies one instruction as if it had just arrived from the aggregator: config (when
     /// `has_config`), then ratios with their expiry counted from now.
     pub fn apply_instruction(&self, ins: &proto::Instruction) {
-        self.inner
-            .apply_instruction(ins, tokio::time::Instant::now());
+        control::apply::apply_instruction(&self.inner, ins, tokio::time::Instant::now());
     }
 
     /// Ends a window: measures each bucket's offered rate since the last call and recomputes
@@ -307,7 +306,7 @@ impl Client {
     /// every `window`; exposed for clients driven without it). Returns whether the rates
     /// jumped enough to send an urgent report.
     pub fn end_window(&self) -> bool {
-        self.inner.window(tokio::time::Instant::now()).is_some()
+        control::window::window(&self.inner, tokio::time::Instant::now()).is_some()
     }
 
     /// Zeroes the ratios whose validity has passed (the background task does this on a

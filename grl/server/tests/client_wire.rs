@@ -128,7 +128,7 @@ async fn a_client_by_index_and_an_older_client_by_name_share_one_aggregator_and_
         "the real client never reported by index"
     );
     let offered = || {
-        let st = controller.node.status(tokio::time::Instant::now());
+        let st = grl::tier::observe::status::status(&controller.node, tokio::time::Instant::now());
         st.buckets
             .iter()
             .find(|b| b.bucket == "gateway-pay")

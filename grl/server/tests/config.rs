@@ -66,7 +66,7 @@ async fn apply_config_reaches_every_client_and_invalid_is_refused() {
         took.is_some(),
         "v2 did not reach every client within 2 intervals"
     );
-    let st = ctl.node.status(tokio::time::Instant::now());
+    let st = grl::tier::observe::status::status(&ctl.node, tokio::time::Instant::now());
     let b = st
         .buckets
         .iter()
@@ -418,7 +418,7 @@ async fn an_override_throttles_a_caller_then_is_cleared() {
         (w[0][1] as f64 - 500.0).abs() < 60.0,
         "override not enforced: {w:?}"
     );
-    let st = ctl.node.status(tokio::time::Instant::now());
+    let st = grl::tier::observe::status::status(&ctl.node, tokio::time::Instant::now());
     assert!(st.buckets.iter().any(|b| b.bucket == bucket));
     let m = scrape(ctl.metrics_addr.unwrap()).await;
     assert_eq!(get(&m, "grl_tier_overrides"), 1.0);
@@ -470,9 +470,7 @@ async fn a_regional_controller_takes_config_and_global_ratios_from_its_parent() 
     tokio::time::sleep(Duration::from_millis(2000)).await;
     let v = g.snapshot().version.clone();
     assert_eq!(
-        regional
-            .node
-            .status(tokio::time::Instant::now())
+        grl::tier::observe::status::status(&regional.node, tokio::time::Instant::now())
             .config_version,
         v
     );
@@ -487,7 +485,7 @@ async fn a_regional_controller_takes_config_and_global_ratios_from_its_parent() 
         (w[0][1] as f64 - 1000.0).abs() < 60.0,
         "global limit not held: {w:?}"
     );
-    let st = global.node.status(tokio::time::Instant::now());
+    let st = grl::tier::observe::status::status(&global.node, tokio::time::Instant::now());
     assert_eq!(st.children.len(), 1);
     assert_eq!(st.children[0].level, proto::Level::Region as i32);
 }

@@ -115,7 +115,7 @@ async fn packed_and_named_zone_tiers_share_one_controller_and_one_sum() {
         seen_new |= gateway_ratio(&a, gw).is_some_and(|r| (r - want).abs() < 1e-3);
         seen_old |= gateway_ratio(&b, gw).is_some_and(|r| (r - want).abs() < 1e-3);
     }
-    let status = controller.node.status(tokio::time::Instant::now());
+    let status = grl::tier::observe::status::status(&controller.node, tokio::time::Instant::now());
     let offered = |name: &str| {
         status
             .buckets
@@ -146,7 +146,7 @@ async fn packed_and_named_zone_tiers_share_one_controller_and_one_sum() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     controller.node.tick(tokio::time::Instant::now());
-    let status = controller.node.status(tokio::time::Instant::now());
+    let status = grl::tier::observe::status::status(&controller.node, tokio::time::Instant::now());
     let gw_now = status
         .buckets
         .iter()

@@ -105,7 +105,7 @@ impl Budget {
     /// counted up to one whole request: the budget a client would hold had it kept the
     /// allowance since the last request it admitted, without saving credit. It is how a
     /// first budget starts when the client cannot count on the bucket being under its limit
-    /// (see `Inner::apply_ratio`): a caller under its allowance is not dropped at its next
+    /// (see `apply::apply_ratio`): a caller under its allowance is not dropped at its next
     /// request for lack of a part of one (starting at its phase alone dropped it whenever
     /// the allowance came between two requests less than a request's refill apart), and
     /// clients that start together admit at most one request each beyond their allowance.
@@ -128,7 +128,7 @@ impl Budget {
     /// empty, starts again each time it gets an allowance back). Over the limit a first
     /// budget holds no credit: it must not admit more than its allowance; nor does one
     /// given in the first intervals of a spell of traffic, when the tiers may not have
-    /// heard every client that began with it (see `Inner::apply_ratio`).
+    /// heard every client that began with it (see `apply::apply_ratio`).
     pub(crate) fn starting_under_limit(phase: f64, load: f64) -> Self {
         let credit = poisson_credit(load);
         Self {
@@ -200,7 +200,7 @@ impl Budget {
         self.tokens + allowed * since >= need
     }
 
-    /// The rate fell to `load` times the allowance (see `Inner::window`): what the budget
+    /// The rate fell to `load` times the allowance (see `window::window`): what the budget
     /// owes is forgotten, and it holds at least the credit random arrivals at that load
     /// need, as a budget that had run at that load would. A surge spends a budget down to
     /// nothing; without this the traffic left after it would wait for the refill.

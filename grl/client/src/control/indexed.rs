@@ -14,7 +14,6 @@ use grl_core::packed::{self, IndexedRatio, IndexedRow, WIRE_VERSION};
 use grl_core::proto;
 use tracing::{debug, warn};
 
-use crate::Inner;
 use crate::control::Control;
 use crate::decide::buckets::UNMATCHED;
 
@@ -71,76 +70,69 @@ pub(crate) fn indexed_cells(c: &Control, first: u32) -> impl Iterator<Item = (u3
         .filter_map(move |(at, &id)| Some((id, first.checked_add(u32::try_from(at).ok()?)?)))
 }
 
-impl Inner {
-    /// The rows of a report: by index (packed) when the client reports so (see
-    /// [`Indexing::reporting_at`]), by name otherwise.
-    pub(crate) fn rates(&self, c: &Control) -> (Vec<proto::BucketRate>, Option<proto::PackedRows>) {
-        let Some(first) = c.indexing.reporting_at(&c.version) else {
-            return (self.rows(c), None);
-        };
-        let rows: Vec<IndexedRow> = indexed_cells(c, first)
-            .map(|(id, index)| {
-                let (offered, dropped, shadow_dropped) = self.row_rates(c, id);
-                IndexedRow {
-                    index,
-                    offered,
-                    dropped,
-                    shadow_dropped,
-                    clients: 1,
-                }
-            })
-            .collect();
-        match packed::pack_rows(&c.version, &rows) {
-            Some(p) => (Vec::new(), Some(p)),
-            None => (self.rows(c), None),
-        }
-    }
-
-    /// The ratios of instruction `ins` sent by index, as (cell id, ratio), read with the
-    /// config version the client holds (`ins`'s config already applied). Ratios of another
-    /// version, unreadable, or of an index outside the service's buckets are left out.
-    pub(crate) fn indexed_ratios(
-        &self,
-        c: &Control,
-        ins: &proto::Instruction,
-    ) -> Vec<(u32, IndexedRatio)> {
-        let Some(p) = ins.packed.as_ref().filter(|p| !p.index_delta.is_empty()) else {
-            return Vec::new();
-        };
-        let Some(first) = c
-            .indexing
-            .first_index
-            .filter(|_| p.config_version == c.version)
-        else {
-            warn!(
-                packed = %p.config_version, held = %c.version,
-                "ratios by index for a config version this client does not index, ignored"
-            );
-            return Vec::new();
-        };
-        let list = match packed::unpack_ratios(p, ins.valid_for_ms) {
-            Ok(list) => list,
-            Err(e) => {
-                warn!(error = %e, "the aggregator's ratios by index could not be read, ignored");
-                return Vec::new();
+/// The rows of a report by index, packed, when the client reports so (see
+/// [`Indexing::reporting_at`]); `row_rates` gives a cell's offered, dropped and
+/// shadow-dropped rates. `None`: the rows go by name.
+pub(crate) fn packed_rows(
+    c: &Control,
+    row_rates: impl Fn(u32) -> (f64, f64, f64),
+) -> Option<proto::PackedRows> {
+    let first = c.indexing.reporting_at(&c.version)?;
+    let rows: Vec<IndexedRow> = indexed_cells(c, first)
+        .map(|(id, index)| {
+            let (offered, dropped, shadow_dropped) = row_rates(id);
+            IndexedRow {
+                index,
+                offered,
+                dropped,
+                shadow_dropped,
+                clients: 1,
             }
-        };
-        list.into_iter()
-            .filter_map(|r| {
-                let at = r.index.checked_sub(first).map(|at| at as usize);
-                match at.and_then(|at| c.active.get(at)) {
-                    Some(&id) if id != UNMATCHED => Some((id, r)),
-                    _ => {
-                        debug!(
-                            index = r.index,
-                            "ratio for an index outside the config, ignored"
-                        );
-                        None
-                    }
+        })
+        .collect();
+    packed::pack_rows(&c.version, &rows)
+}
+
+/// The ratios of instruction `ins` sent by index, as (cell id, ratio), read with the
+/// config version the client holds (`ins`'s config already applied). Ratios of another
+/// version, unreadable, or of an index outside the service's buckets are left out.
+pub(crate) fn indexed_ratios(c: &Control, ins: &proto::Instruction) -> Vec<(u32, IndexedRatio)> {
+    let Some(p) = ins.packed.as_ref().filter(|p| !p.index_delta.is_empty()) else {
+        return Vec::new();
+    };
+    let Some(first) = c
+        .indexing
+        .first_index
+        .filter(|_| p.config_version == c.version)
+    else {
+        warn!(
+            packed = %p.config_version, held = %c.version,
+            "ratios by index for a config version this client does not index, ignored"
+        );
+        return Vec::new();
+    };
+    let list = match packed::unpack_ratios(p, ins.valid_for_ms) {
+        Ok(list) => list,
+        Err(e) => {
+            warn!(error = %e, "the aggregator's ratios by index could not be read, ignored");
+            return Vec::new();
+        }
+    };
+    list.into_iter()
+        .filter_map(|r| {
+            let at = r.index.checked_sub(first).map(|at| at as usize);
+            match at.and_then(|at| c.active.get(at)) {
+                Some(&id) if id != UNMATCHED => Some((id, r)),
+                _ => {
+                    debug!(
+                        index = r.index,
+                        "ratio for an index outside the config, ignored"
+                    );
+                    None
                 }
-            })
-            .collect()
-    }
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -150,6 +142,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::control::report;
 
     fn rule(name: &str, caller: &str) -> proto::BucketRule {
         proto::BucketRule {
@@ -185,19 +178,19 @@ mod tests {
     #[test]
     fn rows_go_by_index_only_to_a_version_2_aggregator_at_the_version_held() {
         let c = client();
-        let hello = c.inner.hello();
+        let hello = report::hello(&c.inner);
         assert_eq!(hello.wire_version, WIRE_VERSION);
         assert!(hello.packed.is_none());
         // An older aggregator: rows by name.
         c.apply_instruction(&config(0, None));
-        let r = c.inner.report();
+        let r = report::report(&c.inner);
         assert!(r.packed.is_none() && r.rates.len() == 3, "{r:?}");
         // A version-2 aggregator: rows by index, no names.
         c.apply_instruction(&config(WIRE_VERSION, Some(40)));
         for _ in 0..7 {
             c.decide("y", "P");
         }
-        let r = c.inner.report();
+        let r = report::report(&c.inner);
         assert!(r.rates.is_empty(), "{r:?}");
         let p = r.packed.as_ref().unwrap();
         assert_eq!(p.config_version, "v1");
@@ -212,12 +205,12 @@ mod tests {
         let mut next = config(WIRE_VERSION, Some(40));
         (next.config_version, next.has_config) = ("v2".into(), false);
         c.apply_instruction(&next);
-        assert!(c.inner.report().packed.is_none());
+        assert!(report::report(&c.inner).packed.is_none());
         // A new stream: by name until the aggregator is heard again.
         c.apply_instruction(&config(WIRE_VERSION, Some(40)));
-        assert!(c.inner.report().packed.is_some());
-        assert!(c.inner.hello().packed.is_none());
-        assert!(c.inner.report().packed.is_none());
+        assert!(report::report(&c.inner).packed.is_some());
+        assert!(report::hello(&c.inner).packed.is_none());
+        assert!(report::report(&c.inner).packed.is_none());
     }
 
     #[test]
@@ -268,7 +261,7 @@ mod tests {
         o.is_override = true;
         ins.config[0].buckets.insert(0, o);
         c.apply_instruction(&ins);
-        let r = c.inner.report();
+        let r = report::report(&c.inner);
         let rows = packed::unpack_rows(r.packed.as_ref().unwrap()).unwrap();
         assert_eq!(rows.iter().map(|r| r.index).collect::<Vec<_>>(), [0, 1, 3]);
     }

@@ -9,15 +9,18 @@
 //!
 //! Everything here runs on the background task (or a test driving it) under one lock that
 //! the hot path never takes. The hot path only reads the thresholds written here.
+//!
+//! `Inner`'s control-plane methods (the lock, expiry, folding counts, status) live here;
+//! each stage is a module of functions over `Inner` and the locked [`Control`].
 
-mod apply;
+pub(crate) mod apply;
 pub(crate) mod budget;
 pub(crate) mod indexed;
 pub(crate) mod recorded;
-mod report;
+pub(crate) mod report;
 pub(crate) mod shape;
 pub(crate) mod stream;
-mod window;
+pub(crate) mod window;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -27,7 +30,8 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use crate::decide::buckets::{Registry, Resolver};
-use crate::decide::table::DECISIONS;
+use crate::decide::sync_pair;
+use crate::decide::table::{DECISIONS, PairEntry, PairTable};
 use crate::{BucketTotals, ClientStatus, Inner};
 use budget::Budget;
 use indexed::Indexing;
@@ -120,7 +124,7 @@ impl Book {
     /// The drop ratio of the next window of `window_secs` at allowance `share`: what the
     /// budget holds of what the window is expected to offer; nothing in the first window
     /// after a spell with no request in the ring, whose requests come before anything says
-    /// they will (what it admits beyond the budget is not owed: see `Inner::window`).
+    /// they will (what it admits beyond the budget is not owed: see `window::window`).
     pub(crate) fn budget_ratio(&self, share: f64, window_secs: f64) -> f64 {
         if self.shape.offered_in_ring() == 0 {
             return 0.0;
@@ -211,6 +215,37 @@ impl Control {
 }
 
 impl Inner {
+    /// Copies every cell's threshold and mode into the pairs that belong to it.
+    pub(crate) fn sync_pairs(&self, registry: &Registry) {
+        for e in self.pairs() {
+            sync_pair(e, &registry.cells);
+        }
+    }
+
+    /// Every pair entry: the table's, then those of the buckets that apply in addition.
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = &PairEntry> {
+        self.table
+            .iter()
+            .chain(self.also.get().into_iter().flat_map(PairTable::iter))
+    }
+
+    /// How far back recorded batches are summed: two intervals, and at least two seconds
+    /// (Envoy's quota filter reports once a second by default).
+    pub(crate) fn recorded_horizon(&self) -> Duration {
+        (self.cfg.interval * 2).max(Duration::from_secs(2))
+    }
+
+    /// The length of a window in seconds.
+    pub(crate) fn window_secs(&self) -> f64 {
+        crate::control::stream::window_of(&self.cfg).as_secs_f64()
+    }
+
+    /// The number of windows in one interval (at least one).
+    pub(crate) fn interval_windows(&self) -> usize {
+        let w = self.window_secs();
+        ((self.cfg.interval.as_secs_f64() / w).round() as usize).max(1)
+    }
+
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Control> {
         // A panic while holding the lock leaves consistent-enough counters: keep going.
         self.control

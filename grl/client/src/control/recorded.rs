@@ -74,48 +74,40 @@ impl Recorded {
     }
 }
 
-impl Inner {
-    /// How far back recorded batches are summed: two intervals, and at least two seconds
-    /// (Envoy's quota filter reports once a second by default).
-    pub(crate) fn recorded_horizon(&self) -> Duration {
-        (self.cfg.interval * 2).max(Duration::from_secs(2))
-    }
-
-    /// Adds `n` recorded requests over `span` to cell `id`'s bookkeeping and has `count` add
-    /// them to a pair or the overflow, under the control lock, so that a window sees both or
-    /// neither. `count` gets the cell and, in a shadow bucket, the share its allowance would
-    /// have refused of the data plane's bucket-wide recorded rate.
-    pub(crate) fn record_counts(
-        &self,
-        id: u32,
-        n: u64,
-        span: Duration,
-        now: Instant,
-        count: impl FnOnce(&BucketCell, Option<f64>),
-    ) {
-        let least = self.recorded_horizon();
-        let mut c = self.lock();
-        let Control {
-            books, registry, ..
-        } = &mut *c;
-        let Some(cell) = registry.cells.get(id as usize) else {
-            return;
-        };
-        let Some(b) = books.get_mut(id as usize) else {
-            return;
-        };
-        b.recorded.add(n, span, now, least);
-        let own = b.shape.expected();
-        let shadow = cell
-            .shadow
-            .load(Ordering::Relaxed)
-            .then(|| match (b.allowed, b.expires) {
-                (Some(a), Some(t)) if now < t => {
-                    crate::control::local_ratio(b.recorded.share(a, own), b.recorded.rate)
-                }
-                _ => cell.ratio(),
-            });
-        count(cell, shadow);
-        cell.recorded.fetch_add(n, Ordering::Relaxed);
-    }
+/// Adds `n` recorded requests over `span` to cell `id`'s bookkeeping and has `count` add
+/// them to a pair or the overflow, under the control lock, so that a window sees both or
+/// neither. `count` gets the cell and, in a shadow bucket, the share its allowance would
+/// have refused of the data plane's bucket-wide recorded rate.
+pub(crate) fn record_counts(
+    inner: &Inner,
+    id: u32,
+    n: u64,
+    span: Duration,
+    now: Instant,
+    count: impl FnOnce(&BucketCell, Option<f64>),
+) {
+    let least = inner.recorded_horizon();
+    let mut c = inner.lock();
+    let Control {
+        books, registry, ..
+    } = &mut *c;
+    let Some(cell) = registry.cells.get(id as usize) else {
+        return;
+    };
+    let Some(b) = books.get_mut(id as usize) else {
+        return;
+    };
+    b.recorded.add(n, span, now, least);
+    let own = b.shape.expected();
+    let shadow = cell
+        .shadow
+        .load(Ordering::Relaxed)
+        .then(|| match (b.allowed, b.expires) {
+            (Some(a), Some(t)) if now < t => {
+                crate::control::local_ratio(b.recorded.share(a, own), b.recorded.rate)
+            }
+            _ => cell.ratio(),
+        });
+    count(cell, shadow);
+    cell.recorded.fetch_add(n, Ordering::Relaxed);
 }

@@ -15,99 +15,91 @@ use std::sync::atomic::Ordering;
 
 use grl_core::proto;
 
-use crate::control::{Book, Control};
+use crate::control::{Book, Control, indexed};
 use crate::decide::buckets::UNMATCHED;
 use crate::decide::table::DECISIONS;
 use crate::{Decision, Inner};
 
-impl Inner {
-    /// The report of the interval that ends now.
-    pub(crate) fn report(&self) -> proto::Report {
-        let mut c = self.lock();
-        self.collect(&mut c);
-        // Also bounds how long a pair created during a ratio change can hold a stale one.
-        self.sync_pairs(&c.registry);
-        c.seq += 1;
-        self.report_with(&c)
-    }
+/// The report of the interval that ends now.
+pub(crate) fn report(inner: &Inner) -> proto::Report {
+    let mut c = inner.lock();
+    inner.collect(&mut c);
+    // Also bounds how long a pair created during a ratio change can hold a stale one.
+    inner.sync_pairs(&c.registry);
+    c.seq += 1;
+    report_with(inner, &c)
+}
 
-    /// One row per bucket of the config, by name.
-    pub(crate) fn rows(&self, c: &Control) -> Vec<proto::BucketRate> {
-        c.active
-            .iter()
-            .filter(|id| **id != UNMATCHED)
-            .map(|&id| {
-                let cell = &c.registry.cells[id as usize];
-                let shadow = cell.shadow.load(Ordering::Relaxed);
-                self.bucket_rate(&cell.name, &c.books[id as usize], shadow)
-            })
-            .collect()
-    }
+/// One row per bucket of the config, by name.
+pub(crate) fn rows(inner: &Inner, c: &Control) -> Vec<proto::BucketRate> {
+    c.active
+        .iter()
+        .filter(|id| **id != UNMATCHED)
+        .map(|&id| {
+            let cell = &c.registry.cells[id as usize];
+            let shadow = cell.shadow.load(Ordering::Relaxed);
+            bucket_rate(inner, &cell.name, &c.books[id as usize], shadow)
+        })
+        .collect()
+}
 
-    /// The length of a window in seconds.
-    pub(crate) fn window_secs(&self) -> f64 {
-        crate::control::stream::window_of(&self.cfg).as_secs_f64()
-    }
+/// The offered, dropped and shadow-dropped rates of cell `id` for a report.
+pub(crate) fn row_rates(inner: &Inner, c: &Control, id: u32) -> (f64, f64, f64) {
+    let shadow = c.registry.cells[id as usize].shadow.load(Ordering::Relaxed);
+    rates_of(&c.books[id as usize], shadow, inner.interval_windows())
+}
 
-    /// The number of windows in one interval (at least one).
-    pub(crate) fn interval_windows(&self) -> usize {
-        let w = self.window_secs();
-        ((self.cfg.interval.as_secs_f64() / w).round() as usize).max(1)
+/// One bucket's row of a report; `shadow`: what was not admitted counts as virtual drops.
+fn bucket_rate(inner: &Inner, bucket: &str, book: &Book, shadow: bool) -> proto::BucketRate {
+    let (offered, dropped, shadow_dropped) = rates_of(book, shadow, inner.interval_windows());
+    let totals: &[u64; DECISIONS] = &book.totals;
+    proto::BucketRate {
+        service: inner.cfg.service.clone(),
+        bucket: bucket.to_string(),
+        zone: inner.cfg.zone.clone(),
+        region: inner.cfg.region.clone(),
+        offered,
+        dropped,
+        shadow_dropped,
+        clients: 1,
+        offered_total: totals.iter().sum(),
+        dropped_total: totals[Decision::Drop as usize],
+        shadow_dropped_total: totals[Decision::ShadowDrop as usize],
     }
+}
 
-    /// The offered, dropped and shadow-dropped rates of cell `id` for a report.
-    pub(crate) fn row_rates(&self, c: &Control, id: u32) -> (f64, f64, f64) {
-        let shadow = c.registry.cells[id as usize].shadow.load(Ordering::Relaxed);
-        rates_of(&c.books[id as usize], shadow, self.interval_windows())
-    }
+/// The report sent when a stream opens: it names the service whose config the client
+/// needs and, once it has one, carries the rates as a regular report would, so that a
+/// tier that just restarted hears this client at once. Nothing is known of the new
+/// peer's wire version yet: its rows go by name.
+pub(crate) fn hello(inner: &Inner) -> proto::Report {
+    let mut c = inner.lock();
+    c.indexing.new_stream();
+    report_with(inner, &c)
+}
 
-    /// One bucket's row of a report; `shadow`: what was not admitted counts as virtual drops.
-    fn bucket_rate(&self, bucket: &str, book: &Book, shadow: bool) -> proto::BucketRate {
-        let (offered, dropped, shadow_dropped) = rates_of(book, shadow, self.interval_windows());
-        let totals: &[u64; DECISIONS] = &book.totals;
-        proto::BucketRate {
-            service: self.cfg.service.clone(),
-            bucket: bucket.to_string(),
-            zone: self.cfg.zone.clone(),
-            region: self.cfg.region.clone(),
-            offered,
-            dropped,
-            shadow_dropped,
-            clients: 1,
-            offered_total: totals.iter().sum(),
-            dropped_total: totals[Decision::Drop as usize],
-            shadow_dropped_total: totals[Decision::ShadowDrop as usize],
-        }
-    }
-
-    /// The report sent when a stream opens: it names the service whose config the client
-    /// needs and, once it has one, carries the rates as a regular report would, so that a
-    /// tier that just restarted hears this client at once. Nothing is known of the new
-    /// peer's wire version yet: its rows go by name.
-    pub(crate) fn hello(&self) -> proto::Report {
-        let mut c = self.lock();
-        c.indexing.new_stream();
-        self.report_with(&c)
-    }
-
-    /// A report carrying the rows of every bucket of the config, by name or by index.
-    pub(crate) fn report_with(&self, c: &Control) -> proto::Report {
-        let (rates, packed) = self.rates(c);
-        proto::Report {
-            reporter_id: self.cfg.id.clone(),
-            level: proto::Level::Client as i32,
-            zone: self.cfg.zone.clone(),
-            region: self.cfg.region.clone(),
-            services: vec![self.cfg.service.clone()],
-            config_version: c.version.clone(),
-            interval_ms: self.cfg.interval.as_millis() as u32,
-            rates,
-            seq: c.seq,
-            urgent: false,
-            learning: false,
-            wire_version: grl_core::packed::WIRE_VERSION,
-            packed,
-        }
+/// A report carrying the rows of every bucket of the config, by name or by index.
+pub(crate) fn report_with(inner: &Inner, c: &Control) -> proto::Report {
+    let packed = indexed::packed_rows(c, |id| row_rates(inner, c, id));
+    let rates = if packed.is_some() {
+        Vec::new()
+    } else {
+        rows(inner, c)
+    };
+    proto::Report {
+        reporter_id: inner.cfg.id.clone(),
+        level: proto::Level::Client as i32,
+        zone: inner.cfg.zone.clone(),
+        region: inner.cfg.region.clone(),
+        services: vec![inner.cfg.service.clone()],
+        config_version: c.version.clone(),
+        interval_ms: inner.cfg.interval.as_millis() as u32,
+        rates,
+        seq: c.seq,
+        urgent: false,
+        learning: false,
+        wire_version: grl_core::packed::WIRE_VERSION,
+        packed,
     }
 }
 

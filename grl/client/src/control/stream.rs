@@ -38,6 +38,7 @@ use grl_core::link::LinkTimeouts;
 use grl_core::proto;
 use grl_core::proto::tier_client::TierClient;
 
+use crate::control::{apply, report, window};
 use crate::{ClientError, Inner};
 
 const BACKOFF_CAP: Duration = Duration::from_secs(2);
@@ -104,7 +105,7 @@ async fn open(inner: &Inner, channel: Channel) -> Result<Session, ClientError> {
     let (reports, rx) = mpsc::channel(16);
     // The hello tells the aggregator which service's config to send (by name: nothing is
     // known of this peer's wire version yet).
-    let _ = reports.try_send(inner.hello());
+    let _ = reports.try_send(report::hello(inner));
     let mut client = TierClient::new(channel)
         .max_decoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES)
         .max_encoding_message_size(grl_core::wire::MAX_TIER_MESSAGE_BYTES);
@@ -171,14 +172,14 @@ pub(crate) async fn run(inner: Arc<Inner>) {
         let expiry = inner.next_deadline();
         let lost: Option<String> = tokio::select! {
             _ = tick.tick() => {
-                let report = inner.report();
+                let report = report::report(&inner);
                 match &session {
                     Some(s) if s.reports.try_send(report).is_err() => Some("report queue closed or full".into()),
                     _ => None,
                 }
             }
             _ = windows.tick() => {
-                match (inner.window(Instant::now()), &session) {
+                match (window::window(&inner, Instant::now()), &session) {
                     (Some(report), Some(s)) => s
                         .reports
                         .try_send(report)
@@ -189,7 +190,7 @@ pub(crate) async fn run(inner: Arc<Inner>) {
             }
             msg = next_instruction(&mut session) => match msg {
                 Ok(Some(ins)) => {
-                    inner.apply_instruction(&ins, Instant::now());
+                    apply::apply_instruction(&inner, &ins, Instant::now());
                     None
                 }
                 Ok(None) => Some("stream ended".into()),

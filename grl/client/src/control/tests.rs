@@ -26,7 +26,7 @@ fn told_client(
             c.decide("gateway", "pay.Pay/Card");
         }
         now += Duration::from_millis(50);
-        c.inner.window(now).is_some()
+        window::window(&c.inner, now).is_some()
     };
     (client, window)
 }
@@ -123,13 +123,13 @@ fn every_report_carries_the_counts_so_far_urgent_ones_included() {
         (b.offered, b.dropped, b.shadow_dropped)
     };
     let mut now = Instant::now();
-    assert!(client.inner.window(now).is_none());
-    client.inner.report();
+    assert!(window::window(&client.inner, now).is_none());
+    report::report(&client.inner);
     // Traffic from nothing: the urgent report's rate is the windows', its totals count
     // everything.
     offer(100);
     now += Duration::from_millis(50);
-    let urgent = client.inner.window(now).expect("an urgent report");
+    let urgent = window::window(&client.inner, now).expect("an urgent report");
     let b = row(&urgent);
     assert!((b.offered - 2_000.0).abs() < 1e-6, "{b:?}");
     assert_eq!(b.offered_total, 100, "{b:?}");
@@ -138,7 +138,7 @@ fn every_report_carries_the_counts_so_far_urgent_ones_included() {
         totals()
     );
     offer(50);
-    let b = row(&client.inner.report());
+    let b = row(&report::report(&client.inner));
     assert_eq!(b.offered_total, 150, "{b:?}");
     assert_eq!(
         (b.offered_total, b.dropped_total, b.shadow_dropped_total),
@@ -171,7 +171,7 @@ fn recorded_batches_count_toward_the_tiers_but_not_the_window_estimate() {
     let b = totals_of(&client);
     assert_eq!(b.offered, 9 * 100 + 4 * 5000);
     assert!(b.allowed >= 4 * 4000 && b.dropped >= 4 * 1000, "{b:?}");
-    let r = client.inner.report();
+    let r = report::report(&client.inner);
     let row = r.rates.iter().find(|r| r.bucket == "b").unwrap();
     assert!(
         row.offered > 2_000.0 + 5_000.0,
@@ -337,7 +337,7 @@ fn clients_that_pause_together_resume_their_own_cadence() {
             for _ in 0..n {
                 c.decide("gateway", "pay.Pay/Card");
             }
-            c.inner.window(start + Duration::from_millis(50 * (w + 1)));
+            window::window(&c.inner, start + Duration::from_millis(50 * (w + 1)));
         }
         if w % 20 == 19 {
             let now: u64 = clients.iter().map(admitted).sum();
@@ -404,14 +404,15 @@ fn a_first_allowance_under_the_limit_drops_none_of_a_sparse_callers_requests() {
                     client.decide("gateway", "pay.Pay/Card");
                 }
                 *now += Duration::from_millis(50);
-                client.inner.window(*now);
+                window::window(&client.inner, *now);
             }
         };
         // 10 s at 0.5 rps with no allowance (the tiers heard nothing from it yet), then
         // its first allowance, within a window.
         windows(&mut rng, &mut now, 200);
         let before = totals_of(&client);
-        client.inner.apply_instruction(
+        apply::apply_instruction(
+            &client.inner,
             &allowance(0.0, 2.0, 3_600_000),
             now + Duration::from_millis(25),
         );
@@ -424,7 +425,7 @@ fn a_first_allowance_under_the_limit_drops_none_of_a_sparse_callers_requests() {
     assert!(offered > 4000, "{offered}");
     // 6.7 % with a first budget of less than a request, 1.4 % with the credit random
     // arrivals need once the spell has lasted two intervals, 0.85 % (42 of 4,960) now that
-    // a budget given earlier in a spell (see `Inner::apply_ratio`) also holds what the
+    // a budget given earlier in a spell (see `apply::apply_ratio`) also holds what the
     // allowance refilled since the caller's last request, up to one request. What is left
     // is the budget's at a quarter of its allowance, spread over the 5 s.
     assert!(
@@ -468,7 +469,7 @@ fn a_spell_begun_by_a_lone_request_admits_freely_under_the_limit_until_its_rate_
             client.decide("gateway", "pay.Pay/Card");
         }
         *now += Duration::from_millis(50);
-        client.inner.window(*now);
+        window::window(&client.inner, *now);
     };
     for _ in 0..40 {
         window(0, &mut now);
@@ -477,7 +478,8 @@ fn a_spell_begun_by_a_lone_request_admits_freely_under_the_limit_until_its_rate_
     // (under the limit) is shared from it.
     window(1, &mut now);
     let before = totals_of(&client);
-    client.inner.apply_instruction(
+    apply::apply_instruction(
+        &client.inner,
         &allowance(0.0, 5.0, 3_600_000),
         now + Duration::from_millis(10),
     );
@@ -546,7 +548,8 @@ fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
             ..Default::default()
         };
         let mut now = Instant::now();
-        client.inner.apply_instruction(
+        apply::apply_instruction(
+            &client.inner,
             &proto::Instruction {
                 has_config: true,
                 config: vec![proto::ServiceRules {
@@ -563,7 +566,7 @@ fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
                 client.decide("gateway", "pay.Pay/Card");
             }
             now += Duration::from_millis(50);
-            (client.inner.window(now).is_some(), now)
+            (window::window(&client.inner, now).is_some(), now)
         };
         for _ in 0..3 {
             assert!(!window(0).0, "a silence is no news");
@@ -572,7 +575,8 @@ fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
         assert!(told, "the first requests after a silence are told at once");
         // The tiers answer 10 ms later: the bucket's ratio and this client's allowance, a
         // share of the limit from the rate its report counted over the silence.
-        client.inner.apply_instruction(
+        apply::apply_instruction(
+            &client.inner,
             &allowance(ratio, 1.0, 60_000),
             at + Duration::from_millis(10),
         );

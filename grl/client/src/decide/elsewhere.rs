@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::buckets::{self, BucketCell, ClassCell};
 use super::table::{DECISIONS, PairEntry};
 use super::{Decision, PairLookup, class_id, count_direct};
+use crate::control::recorded;
 use crate::{Admission, Client};
 
 impl Client {
@@ -88,8 +89,14 @@ impl Client {
             }
         };
         let total = allowed.saturating_add(denied);
-        self.inner
-            .record_counts(id, total, elapsed, tokio::time::Instant::now(), count);
+        recorded::record_counts(
+            &self.inner,
+            id,
+            total,
+            elapsed,
+            tokio::time::Instant::now(),
+            count,
+        );
     }
 
     /// [`record`](Self::record) in one bucket.
@@ -116,8 +123,14 @@ impl Client {
                 }
             }
         };
-        self.inner
-            .record_counts(id, total, elapsed, tokio::time::Instant::now(), count);
+        recorded::record_counts(
+            &self.inner,
+            id,
+            total,
+            elapsed,
+            tokio::time::Instant::now(),
+            count,
+        );
     }
 
     /// What `caller` calling `procedure` may admit now, for a data plane that enforces by

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use super::engine::node::Node;
 use super::engine::node_config::NodeConfig;
 use super::observe::metrics::{self, Counters};
+use super::observe::status;
 use super::tier_service::TierService;
 use super::{Running, StartError, launch, uplink};
 use grl_config::Scope;
@@ -70,13 +71,13 @@ pub fn start(
         let n = node.clone();
         let sec = opts.security.clone();
         let render: crate::net::admin::Render = Arc::new(move || {
-            let st = n.status(tokio::time::Instant::now());
+            let st = status::status(&n, tokio::time::Instant::now());
             metrics::render(&st, &counters(&n, &sec))
         });
         let n = node.clone();
         let site = crate::net::admin::Site {
             metrics: render,
-            status: Arc::new(move |req| n.status_of(tokio::time::Instant::now(), req)),
+            status: Arc::new(move |req| status::status_of(&n, tokio::time::Instant::now(), req)),
             auth: opts.security.admin.clone(),
             interval: node.cfg.interval,
             http: opts.security.admin_http.clone(),

@@ -16,7 +16,7 @@ use super::config_follow::{self, Apply, FollowError, GitFollower, Refused};
 pub use super::controller_state::{Controller, now_unix};
 use super::engine::node::Node;
 use super::engine::node_config::NodeConfig;
-use super::observe::metrics;
+use super::observe::{metrics, status};
 use super::overrides::Overrides;
 use super::tier_service::TierService;
 use super::{Running, StartError, launch, uplink};
@@ -204,7 +204,7 @@ pub async fn start(
         let c = ctl.clone();
         let metrics_hook = hook.clone();
         let render: crate::net::admin::Render = Arc::new(move || {
-            let mut st = c.node.status(Instant::now());
+            let mut st = status::status(&c.node, Instant::now());
             metrics_hook(&mut st);
             metrics::render(&st, &c.counters())
         });
@@ -212,7 +212,7 @@ pub async fn start(
         let site = crate::net::admin::Site {
             metrics: render,
             status: Arc::new(move |req| {
-                let mut st = c.node.status_of(Instant::now(), req);
+                let mut st = status::status_of(&c.node, Instant::now(), req);
                 hook(&mut st);
                 st
             }),

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::debug;
 
 use super::engine::node::Node;
+use super::observe::status;
 use crate::net::auth::ChildAuth;
 use grl_core::proto;
 
@@ -118,7 +119,7 @@ impl proto::tier_server::Tier for TierService {
         &self,
         req: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
-        let mut st = self.node.status_of(Instant::now(), req.get_ref());
+        let mut st = status::status_of(&self.node, Instant::now(), req.get_ref());
         if let Some(h) = &self.hook {
             h(&mut st);
         }
@@ -129,9 +130,11 @@ impl proto::tier_server::Tier for TierService {
         &self,
         req: Request<proto::ExplainRequest>,
     ) -> Result<Response<proto::ExplainResponse>, Status> {
-        Ok(Response::new(
-            self.node.explain(Instant::now(), req.get_ref()),
-        ))
+        Ok(Response::new(status::explain(
+            &self.node,
+            Instant::now(),
+            req.get_ref(),
+        )))
     }
 }
 

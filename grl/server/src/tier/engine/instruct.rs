@@ -15,108 +15,97 @@ use tracing::{debug, info};
 use super::child::Child;
 use super::dense_tick::PackedForChild;
 use super::instruct_inputs::Sources;
-use super::node::{Bytes, Link, Node, Round, State};
 use super::node_config::NodeConfig;
 use super::packing::{self, OutRatio};
 use super::ratios;
 use super::ratios::SentRatio;
 use super::rules::Rules;
 use super::scopes::Owned;
+use super::state::{Bytes, Link, Round, State};
 use crate::tier::FastMap;
 use grl_config::Scope;
 use grl_core::proto;
 use grl_core::wire;
 
-impl Node {
-    /// Re-instructs, from this tier's last computed ratios, only the children that heard
-    /// nothing for `REINSTRUCT_AFTER` of an interval. Run between ticks, so that a quiet
-    /// child's gap stays under an interval without a full tick's recomputation.
-    pub fn instruct_due(&self, now: Instant) {
-        let mut s = self.lock();
-        self.instruct_children(&mut s, Round::Due, now);
+/// Instructs the children of `round` as far as each needs it now; nobody while this
+/// tier follows or learns.
+pub(super) fn instruct_children(
+    cfg: &NodeConfig,
+    bytes: &Bytes,
+    st: &mut State,
+    round: Round<'_>,
+    now: Instant,
+) {
+    if !st.role.leading {
+        return;
     }
-
-    /// Instructs the children of `round` as far as each needs it now; nobody while this
-    /// tier follows or learns.
-    pub(super) fn instruct_children(&self, st: &mut State, round: Round<'_>, now: Instant) {
-        if !st.role.leading {
+    if let Some(t) = st.learn_until {
+        if now < t {
             return;
         }
-        if let Some(t) = st.learn_until {
-            if now < t {
-                return;
+        info!("learned: sending ratios");
+        st.learn_until = None;
+        st.learn_cap = None;
+    }
+    let State {
+        rules,
+        config_gen,
+        children,
+        parent,
+        owned,
+        computed,
+        bucket_offered,
+        indexed,
+        ..
+    } = st;
+    let indexed = indexed.as_ref().filter(|x| Arc::ptr_eq(&x.rules, rules));
+    let per_service = children_per_service(children.iter());
+    let per_ordinal: Vec<u32> = match indexed {
+        Some(_) => rules
+            .services()
+            .keys()
+            .map(|s| per_service.get(s).copied().unwrap_or(0))
+            .collect(),
+        None => Vec::new(),
+    };
+    // Both built for the first child worked by name, if any.
+    let named = std::cell::OnceCell::new();
+    let mut from: Option<Sources<'_>> = None;
+    // One child's ratios by name, made in the same buffer for every child of the round.
+    let mut scratch: Vec<ChildRatio<'_>> = Vec::new();
+    let mut send = |c: &mut Child<Link>| {
+        let by_index = indexed.and_then(|x| {
+            let ordinals = c.service_ordinals(rules).to_vec();
+            x.packed_for(cfg, owned, c, &ordinals, &per_ordinal)
+        });
+        let made = match by_index {
+            Some(p) => Made::Packed(p),
+            None => {
+                c.refresh_digest(rules, *config_gen);
+                let (computed, offered) = match indexed {
+                    Some(x) => {
+                        let (c, o) = named.get_or_init(|| x.by_name());
+                        (c, o)
+                    }
+                    None => (&*computed, &*bucket_offered),
+                };
+                let from =
+                    from.get_or_insert_with(|| Sources::new(rules, computed, offered, parent));
+                let n = (&per_service, now);
+                ratios_for(cfg, owned, rules, from, c, n, &mut scratch);
+                Made::Named(&scratch)
             }
-            info!("learned: sending ratios");
-            st.learn_until = None;
-            st.learn_cap = None;
-        }
-        let State {
-            rules,
-            config_gen,
-            children,
-            parent,
-            owned,
-            computed,
-            bucket_offered,
-            indexed,
-            ..
-        } = st;
-        let indexed = indexed.as_ref().filter(|x| Arc::ptr_eq(&x.rules, rules));
-        let per_service = children_per_service(children.iter());
-        let per_ordinal: Vec<u32> = match indexed {
-            Some(_) => rules
-                .services()
-                .keys()
-                .map(|s| per_service.get(s).copied().unwrap_or(0))
-                .collect(),
-            None => Vec::new(),
         };
-        // Both built for the first child worked by name, if any.
-        let named = std::cell::OnceCell::new();
-        let mut from: Option<Sources<'_>> = None;
-        // One child's ratios by name, made in the same buffer for every child of the round.
-        let mut scratch: Vec<ChildRatio<'_>> = Vec::new();
-        let mut send = |c: &mut Child<Link>| {
-            let by_index = indexed.and_then(|x| {
-                let ordinals = c.service_ordinals(rules).to_vec();
-                x.packed_for(&self.cfg, owned, c, &ordinals, &per_ordinal)
-            });
-            let made = match by_index {
-                Some(p) => Made::Packed(p),
-                None => {
-                    c.refresh_digest(rules, *config_gen);
-                    let (computed, offered) = match indexed {
-                        Some(x) => {
-                            let (c, o) = named.get_or_init(|| x.by_name());
-                            (c, o)
-                        }
-                        None => (&*computed, &*bucket_offered),
-                    };
-                    let from =
-                        from.get_or_insert_with(|| Sources::new(rules, computed, offered, parent));
-                    let n = (&per_service, now);
-                    ratios_for(&self.cfg, owned, rules, from, c, n, &mut scratch);
-                    Made::Named(&scratch)
-                }
-            };
-            let shared = owned.tells_shared(c.level, &c.zone);
-            instruct(
-                &self.cfg,
-                (rules, *config_gen),
-                (made, shared),
-                c,
-                now,
-                &self.bytes,
-            );
-        };
-        match round {
-            Round::Child(id) => children.get_mut(id).into_iter().for_each(send),
-            Round::All => children.iter_mut().for_each(&mut send),
-            Round::Due => children
-                .iter_mut()
-                .filter(|c| reinstruct_due(&self.cfg, c, now))
-                .for_each(&mut send),
-        }
+        let shared = owned.tells_shared(c.level, &c.zone);
+        instruct(cfg, (rules, *config_gen), (made, shared), c, now, bytes);
+    };
+    match round {
+        Round::Child(id) => children.get_mut(id).into_iter().for_each(send),
+        Round::All => children.iter_mut().for_each(&mut send),
+        Round::Due => children
+            .iter_mut()
+            .filter(|c| reinstruct_due(cfg, c, now))
+            .for_each(&mut send),
     }
 }
 

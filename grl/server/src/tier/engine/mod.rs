@@ -1,5 +1,6 @@
-//! The feedback-loop engine shared by aggregators and controllers: a [`node::Node`] (its
-//! config and state, reports in, the tick, the report up), its children ([`child`],
+//! The feedback-loop engine shared by aggregators and controllers: a [`node::Node`] (every
+//! operation of a tier: reports in, the tick, the report up, the parent's instructions;
+//! its config in [`node_config`], what its lock guards in `state`), its children ([`child`],
 //! [`children`], a child's rates summed once per report in [`child_rates`]) and which of their
 //! reports it takes ([`admission`]); the rules of the config in force ([`rules`]); the ratio
 //! arithmetic ([`ratios`]) and the tick worked by bucket index ([`dense_tick`]); which scopes
@@ -29,3 +30,4 @@ pub mod priorities;
 pub mod ratios;
 pub mod rules;
 pub mod scopes;
+mod state;

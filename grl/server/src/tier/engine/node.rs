@@ -1,9 +1,10 @@
-//! The state machine shared by aggregators and controllers: a [`Node`] and its state (its
-//! config is in `node_config`); children's reports in; the tier's role (leading, following,
+//! The state machine shared by aggregators and controllers: a [`Node`], the one home of a
+//! tier's operations (its config is in `node_config`, what its lock guards in `state`);
+//! children's reports in; the tier's role (leading, following,
 //! learning, see `leadership`); the partition hold in force (see `hold`); the tick that
 //! recomputes the ratios for the scopes this tier computes (by name, or by index, see
 //! `dense_tick`); and the report up to the parent. What comes from the parent is kept in
-//! `parent_state` (taken in by `parent`), what instructions are made from in
+//! `parent_state` (taken in by `parent`, from [`Node::on_parent_instruction`]), what instructions are made from in
 //! `instruct_inputs`, and the instructions out to each child (when something changed, at
 //! least once per interval) in `instruct`. Each instruction gives the child, per bucket, its
 //! allowance: its share of the bucket's limit (scopes owned here) or of this tier's
@@ -20,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use prost::Message;
-use tokio::sync::mpsc;
+
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -33,58 +34,15 @@ use super::leadership::{self, Leadership};
 use super::node_config::NodeConfig;
 use super::packing;
 use super::parent_state::Parent;
-use super::ratios::{self, Computed, RatioKey, Totals};
+use super::ratios::{self, Totals};
 use super::rules::Rules;
 use super::scopes::Owned;
+pub use super::state::{Bytes, Link};
+use super::state::{Round, State};
+use super::{instruct, parent};
 use crate::net::log_limit::RefusalLog;
 use grl_core::packed::IndexedRow;
 use grl_core::proto;
-
-/// How a tier reaches one child: the sending half of its instruction stream.
-pub type Link = mpsc::Sender<Result<proto::Instruction, tonic::Status>>;
-
-/// The mutable state of a node.
-#[derive(Debug)]
-pub(crate) struct State {
-    pub rules: Arc<Rules>,
-    /// The rules before the last change: a child's packed rows sent just before it heard
-    /// of the change are read with them.
-    pub previous_rules: Option<Arc<Rules>>,
-    pub config_gen: u64,
-    pub children: Children<Link>,
-    pub parent: Parent,
-    /// The scopes this tier computes, child by child (see [`Owned`]).
-    pub owned: Owned,
-    pub computed: BTreeMap<RatioKey, Computed>,
-    /// The last tick's sums by index, when it was worked so (see [`IndexedSums`]).
-    pub indexed: Option<IndexedSums>,
-    /// Offered rate by (service, bucket) over all fresh children, as of the last tick.
-    pub bucket_offered: BTreeMap<(String, String), f64>,
-    /// What the last tick summed for the parent (see [`Node::upward_report`]): the
-    /// children's rows are summed once per tick, for the ratios, the offered sums and this.
-    pub upward: Totals,
-    pub seq: u64,
-    pub limits: ReportLimits,
-    pub refusal_log: RefusalLog,
-    /// Whether this tier leads (always, without an election) and who does.
-    pub role: Leadership,
-    /// A tier that just started, or a newly elected leader, sends nothing to its children
-    /// before this (it learns), and tells its parent its sums are partial.
-    pub learn_until: Option<Instant>,
-    /// How long a child joining during the learning can still extend it.
-    pub learn_cap: Option<Instant>,
-    /// The partition hold (see [`super::hold`]).
-    pub hold: Duration,
-}
-
-/// Control-plane byte counters (encoded protobuf sizes).
-#[derive(Debug, Default)]
-pub struct Bytes {
-    /// Bytes of reports received from children.
-    pub reports_in: AtomicU64,
-    /// Bytes of instructions sent to children.
-    pub instructions_out: AtomicU64,
-}
 
 /// One aggregator or controller.
 #[derive(Debug)]
@@ -116,16 +74,6 @@ pub enum Sums {
     Live,
     /// The sums of the last tick.
     LastTick,
-}
-
-/// Which children a round of instructions looks at.
-pub(super) enum Round<'a> {
-    /// The one with this id (it just reported for the first time).
-    Child(&'a str),
-    /// Every child (a tick).
-    All,
-    /// Those that heard nothing for [`REINSTRUCT_AFTER`](super::instruct::REINSTRUCT_AFTER) of an interval.
-    Due,
 }
 
 impl Node {
@@ -329,7 +277,13 @@ impl Node {
             {
                 s.learn_until = Some(until.max(now + self.cfg.interval / 4).min(cap));
             }
-            self.instruct_children(&mut s, Round::Child(&r.reporter_id), now);
+            instruct::instruct_children(
+                &self.cfg,
+                &self.bytes,
+                &mut s,
+                Round::Child(&r.reporter_id),
+                now,
+            );
         }
         // A child connecting with traffic (one whose link to this tier healed, or that moved
         // here) brings a rate the sums lack, news as much as a rate jump is: the tiers hear it now,
@@ -448,10 +402,45 @@ impl Node {
             (st.computed, st.bucket_offered) = ratios_and_offered(&limited, rows, &st.owned);
         }
         st.parent.ratios.retain(|_, p| p.expires > now);
-        self.instruct_children(st, Round::All, now);
+        instruct::instruct_children(&self.cfg, &self.bytes, st, Round::All, now);
         self.ticks.record(held.elapsed());
         drop(s);
         self.ticked.notify_one();
+    }
+
+    /// Re-instructs, from this tier's last computed ratios, only the children that heard
+    /// nothing for `REINSTRUCT_AFTER` of an interval. Run between ticks, so that a quiet
+    /// child's gap stays under an interval without a full tick's recomputation.
+    pub fn instruct_due(&self, now: Instant) {
+        let mut s = self.lock();
+        instruct::instruct_children(&self.cfg, &self.bytes, &mut s, Round::Due, now);
+    }
+
+    /// An instruction from the parent arrived: keep its ratios with their expiry, take its
+    /// config, and pass the news down.
+    pub fn on_parent_instruction(&self, i: &proto::Instruction, now: Instant) {
+        let new_rules = i
+            .has_config
+            .then(|| Rules::from_wire(&i.config_version, &i.config));
+        parent::take_instruction(&mut self.lock(), i, new_rules.as_ref(), now);
+        match new_rules {
+            Some(r) => self.set_rules(r, now),
+            // The children's sums did not move: pass the parent's news on without a tick.
+            None => {
+                let mut s = self.lock();
+                instruct::instruct_children(&self.cfg, &self.bytes, &mut s, Round::All, now);
+            }
+        }
+    }
+
+    /// Marks the stream to the parent up or down.
+    pub fn set_parent_connected(&self, up: bool) {
+        self.lock().parent.connected = up;
+    }
+
+    /// Whether this tier has a parent whose instructions have expired (children fail open).
+    pub fn fail_open(&self, now: Instant) -> bool {
+        self.cfg.has_parent && self.lock().parent.valid_until.is_none_or(|t| t <= now)
     }
 
     /// The report this tier sends its parent: its children's totals, regrouped. `Live`
@@ -499,6 +488,7 @@ impl Node {
 pub(super) mod tests {
     use super::*;
     use grl_config::Scope;
+    use tokio::sync::mpsc;
 
     /// A role: leading or not, with the leader's address.
     fn role(leading: bool, leader: &str) -> Leadership {
@@ -635,7 +625,9 @@ pub(super) mod tests {
             Some("10.0.0.2:7300")
         );
         assert!(
-            node.status(now).children.is_empty(),
+            crate::tier::observe::status::status(&node, now)
+                .children
+                .is_empty(),
             "a follower took a child"
         );
     }
@@ -654,7 +646,12 @@ pub(super) mod tests {
             leadership::redirect_of(&refusal).as_deref(),
             Some("10.0.0.2:7300")
         );
-        assert!(node.status(now).children.is_empty(), "children kept");
+        assert!(
+            crate::tier::observe::status::status(&node, now)
+                .children
+                .is_empty(),
+            "children kept"
+        );
         node.tick(now + Duration::from_secs(2));
         assert!(rx.try_recv().is_err(), "a follower instructed a child");
     }

@@ -10,71 +10,51 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::hold::held_for;
-use super::node::{Node, Round};
 use super::packing;
 use super::parent_state::FromParent;
 use super::rules::Rules;
+use super::state::State;
 use grl_core::proto;
 
-impl Node {
-    /// An instruction from the parent arrived: keep its ratios with their expiry, take its
-    /// config, and pass the news down.
-    pub fn on_parent_instruction(&self, i: &proto::Instruction, now: Instant) {
-        let dflt = Duration::from_millis(u64::from(i.valid_for_ms));
-        let new_rules = i
-            .has_config
-            .then(|| Rules::from_wire(&i.config_version, &i.config));
-        {
-            let mut s = self.lock();
-            // Applied for the hold if nothing follows (see `hold`): a parent cut off or
-            // frozen leaves this tier enforcing its last ratios and allowances.
-            let hold = s.hold;
-            s.parent.valid_until = Some(now + held_for(dflt, hold));
-            s.parent.wire_version = i.wire_version;
-            s.parent.config_version.clone_from(&i.config_version);
-            s.parent.zone_shared = i.zone_shared;
-            let (named, bad) = packing::unpack_ratios(i, new_rules.as_ref().unwrap_or(&s.rules));
-            if let Some(e) = bad {
-                warn!(error = %e, "the parent's packed ratios could not be read");
-            }
-            s.parent.ratios = named
-                .iter()
-                .map(|r| {
-                    let valid = if r.valid_for_ms > 0 {
-                        Duration::from_millis(u64::from(r.valid_for_ms))
-                    } else {
-                        dflt
-                    };
-                    (
-                        (r.service.clone(), r.bucket.clone()),
-                        FromParent {
-                            ratio: r.ratio,
-                            expires: now + held_for(valid, hold),
-                            allowed: r.allowed,
-                        },
-                    )
-                })
-                .collect();
-        }
-        match new_rules {
-            Some(r) => self.set_rules(r, now),
-            // The children's sums did not move: pass the parent's news on without a tick.
-            None => {
-                let mut s = self.lock();
-                self.instruct_children(&mut s, Round::All, now);
-            }
-        }
+/// Keeps instruction `i` from the parent, received at `now`, in the node's state: its
+/// ratios and allowances with their expiry (at least the partition hold), read with
+/// `rules` (the instruction's own config when it carries one).
+pub(super) fn take_instruction(
+    s: &mut State,
+    i: &proto::Instruction,
+    rules: Option<&Rules>,
+    now: Instant,
+) {
+    let dflt = Duration::from_millis(u64::from(i.valid_for_ms));
+    // Applied for the hold if nothing follows (see `hold`): a parent cut off or
+    // frozen leaves this tier enforcing its last ratios and allowances.
+    let hold = s.hold;
+    s.parent.valid_until = Some(now + held_for(dflt, hold));
+    s.parent.wire_version = i.wire_version;
+    s.parent.config_version.clone_from(&i.config_version);
+    s.parent.zone_shared = i.zone_shared;
+    let (named, bad) = packing::unpack_ratios(i, rules.unwrap_or(&s.rules));
+    if let Some(e) = bad {
+        warn!(error = %e, "the parent's packed ratios could not be read");
     }
-
-    /// Marks the stream to the parent up or down.
-    pub fn set_parent_connected(&self, up: bool) {
-        self.lock().parent.connected = up;
-    }
-
-    /// Whether this tier has a parent whose instructions have expired (children fail open).
-    pub fn fail_open(&self, now: Instant) -> bool {
-        self.cfg.has_parent && self.lock().parent.valid_until.is_none_or(|t| t <= now)
-    }
+    s.parent.ratios = named
+        .iter()
+        .map(|r| {
+            let valid = if r.valid_for_ms > 0 {
+                Duration::from_millis(u64::from(r.valid_for_ms))
+            } else {
+                dflt
+            };
+            (
+                (r.service.clone(), r.bucket.clone()),
+                FromParent {
+                    ratio: r.ratio,
+                    expires: now + held_for(valid, hold),
+                    allowed: r.allowed,
+                },
+            )
+        })
+        .collect();
 }
 
 #[cfg(test)]
