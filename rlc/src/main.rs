@@ -38,8 +38,10 @@ enum Command {
     /// Roll main's head out region by region (`rollout.yaml`): run, status, pause, resume,
     /// expedite, abort, rollback.
     Rollout(cmd::rollout::RolloutCmd),
-    /// The whole loop on this machine with embedded defaults, in under two minutes.
-    #[cfg(feature = "demo")]
+    /// The whole loop on this machine with embedded defaults, in under two minutes: runs
+    /// the `rlc-demo` binary installed beside `rlc` (`cargo build --release -p rlc-demo`),
+    /// with these arguments (`rlc demo --help` lists them).
+    #[command(disable_help_flag = true)]
     Demo(cmd::demo::DemoCmd),
 }
 
@@ -55,15 +57,7 @@ async fn main() {
         Command::Promote(c) => report(cmd::promote::execute(c).await),
         Command::Explain(c) => cmd::explain::execute(c).await,
         Command::Rollout(c) => cmd::rollout::execute(c).await,
-        #[cfg(feature = "demo")]
-        Command::Demo(c) => match cmd::demo::execute(c).await {
-            Ok(true) => 0,
-            Ok(false) => 1,
-            Err(e) => {
-                eprintln!("rlc demo: {e:#}");
-                1
-            }
-        },
+        Command::Demo(c) => cmd::demo::execute(c),
     };
     std::process::exit(code);
 }
@@ -123,8 +117,7 @@ fn register_secrets(command: &Command) {
     }
 }
 
-/// Logs go to stderr, except for `rlc demo` without `--verbose`: there they go to a file, so
-/// that the live table reads cleanly. `rlc explain` logs only warnings unless `RUST_LOG` says
+/// Logs go to stderr (`rlc-demo` keeps its own). `rlc explain` logs only warnings unless `RUST_LOG` says
 /// otherwise: its output is the explanation.
 fn init_logging(command: &Command) {
     let level = if matches!(command, Command::Explain(_)) {
@@ -134,31 +127,6 @@ fn init_logging(command: &Command) {
     };
     let filter =
         || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
-    #[cfg(feature = "demo")]
-    if let Command::Demo(demo) = command
-        && !demo.verbose
-    {
-        let path = demo.log_file();
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match std::fs::File::create(&path) {
-            Ok(file) => {
-                tracing_subscriber::fmt()
-                    .with_env_filter(filter())
-                    .with_ansi(false)
-                    .with_writer(rlc::secrets::ScrubbingWriter::new(std::sync::Mutex::new(
-                        file,
-                    )))
-                    .init();
-                println!("(logs: {}; -v shows them here)", path.display());
-                return;
-            }
-            Err(e) => eprintln!("rlc demo: cannot write logs to {}: {e}", path.display()),
-        }
-    }
-    #[cfg(not(feature = "demo"))]
-    let _ = command;
     // Colours only on a terminal: logs written to a file or a pipe stay plain text.
     use std::io::IsTerminal as _;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();

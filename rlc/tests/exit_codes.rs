@@ -208,3 +208,34 @@ fn exit_1_for_anything_else() -> Result<()> {
     assert_eq!(case.remote.log("main").len(), 1, "nothing committed");
     Ok(())
 }
+
+/// `rlc demo` is the `rlc-demo` binary beside `rlc`, run with its arguments (`bash
+/// tests/run.sh` builds every binary); without it, exit 2 and the command that builds it.
+#[test]
+fn rlc_demo_runs_the_demo_binary_beside_it_or_says_what_to_build() -> Result<()> {
+    let rlc = PathBuf::from(env!("CARGO_BIN_EXE_rlc"));
+    test_support::process::target_bin("rlc-demo")?;
+    let out = std::process::Command::new(&rlc)
+        .args(["demo", "--help"])
+        .output()?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(
+        help.contains("rlc-demo") && help.contains("--rollout"),
+        "rlc-demo's own help: {help}"
+    );
+
+    let alone = tempfile::tempdir()?;
+    let copy = alone.path().join("rlc");
+    std::fs::copy(&rlc, &copy)?;
+    let out = std::process::Command::new(&copy)
+        .args(["demo", "--seconds", "12"])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cargo build --release -p rlc-demo"),
+        "says what to build: {stderr}"
+    );
+    Ok(())
+}

@@ -6,8 +6,6 @@
 mod cadence;
 mod capacity;
 mod capacity_events;
-mod demo;
-mod demo_rollout;
 mod exit_codes;
 mod explain;
 mod fleet;

@@ -1,6 +1,8 @@
 //! The forecast model: a robust trend plus seasonal-profile decomposition of
 //! `ln(rate + c)`, and the distribution of daily peaks around it.
 
+use statrs::distribution::{ContinuousCDF, Gumbel};
+
 use crate::policy::Refusal;
 use crate::series::{Series, quantile_in_place};
 use crate::trend::theil_sen_slope;
@@ -242,9 +244,10 @@ impl Model {
         let mut excess = self.day_excess.clone();
         let q50 = quantile_in_place(&mut excess, 0.5).unwrap_or(0.0);
         let q90 = quantile_in_place(&mut excess, 0.9).unwrap_or(0.0);
-        // The standard Gumbel's quantile, -ln(-ln p): one line, kept here rather than taken
-        // from a statistics crate (statrs' `Gumbel` refuses the scale 0 a flat series fits).
-        let gumbel = |p: f64| -(-f64::ln(p)).ln();
+        // The standard Gumbel's quantile; the fit is `mu + beta * q` (a flat series fits
+        // `beta = 0`, a scale the distribution itself refuses).
+        let standard = Gumbel::new(0.0, 1.0).expect("the standard Gumbel is valid");
+        let gumbel = |p: f64| standard.inverse_cdf(p);
         let beta = ((q90 - q50) / (gumbel(0.9) - gumbel(0.5))).max(0.0);
         let days = ((end - start) as f64 / DAY as f64).max(1.0);
         let mu = q50 - beta * gumbel(0.5) + beta * days.ln();

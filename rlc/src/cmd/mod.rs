@@ -3,7 +3,6 @@
 
 pub(crate) mod args;
 pub(crate) mod backtest;
-#[cfg(feature = "demo")]
 pub(crate) mod demo;
 pub(crate) mod explain;
 pub(crate) mod promote;

@@ -41,8 +41,8 @@ fn figure(line: &str, label: &str) -> Option<f64> {
 fn demo_rollout_moves_a_good_change_wave_by_wave_and_rolls_a_bad_one_back() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let started = Instant::now();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
-        .args(["demo", "--rollout", "--dir"])
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlc-demo"))
+        .args(["--rollout", "--dir"])
         .arg(dir.path())
         .output()?;
     let took = started.elapsed();

@@ -6,11 +6,11 @@ use anyhow::{Context, Result};
 
 #[test]
 fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
-    let rlc = std::path::PathBuf::from(env!("CARGO_BIN_EXE_rlc"));
+    let demo = std::path::PathBuf::from(env!("CARGO_BIN_EXE_rlc-demo"));
     let dir = tempfile::tempdir()?;
     let started = Instant::now();
-    let out = std::process::Command::new(rlc)
-        .args(["demo", "--json", "--dir"])
+    let out = std::process::Command::new(demo)
+        .args(["--json", "--dir"])
         .arg(dir.path())
         .output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -84,7 +84,7 @@ fn demo_holds_the_surge_and_leaves_other_callers_alone() -> Result<()> {
 
     // `rlc explain` on what the demo left in --dir: its config repo, history files and run.
     let d = dir.path();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rlc"))
+    let out = std::process::Command::new(test_support::process::target_bin("rlc")?)
         .args(["explain", "payments", "gateway-pay", "--config-repo"])
         .arg(d.join("config.git"))
         .arg("--history-dir")

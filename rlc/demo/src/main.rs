@@ -1,4 +1,5 @@
-//! `rlc demo`: the whole loop on one machine with embedded defaults, in under two minutes.
+//! `rlc-demo` (also run as `rlc demo`): the whole loop on one machine with embedded
+//! defaults, in under two minutes. A binary of its own so that `rlc` does not link the tiers.
 //!
 //! Seeds a config repo from `config-repo/`, writes 28 days of real traffic history (the
 //! embedded NAB series) as offline files, runs the configurator (direct mode, SQLite run
@@ -19,15 +20,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::Parser;
 use rlc::decide::guards::GuardSettings;
 use rlc::drive::run::{RunSettings, run_once};
 use rlc::input::source::FileSource;
 use rlc::output::git_store::PublishMode;
 
-/// `rlc demo`.
-#[derive(Debug, Clone, Args)]
-pub(crate) struct DemoCmd {
+/// `rlc-demo`: the configurator and GRL's tiers on this machine, with embedded defaults.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "rlc-demo",
+    version,
+    about = "The whole loop on this machine with embedded defaults, in under two minutes"
+)]
+struct DemoCmd {
     /// Seconds of traffic to replay (the surge runs from a third to two thirds of it).
     #[arg(long, default_value_t = 36)]
     pub seconds: u64,
@@ -55,7 +61,7 @@ pub(crate) struct DemoCmd {
 impl DemoCmd {
     /// Where the logs go when not `--verbose`: `demo.log` in `--dir`, else in the system's
     /// temporary directory (named with the process id).
-    pub(crate) fn log_file(&self) -> PathBuf {
+    fn log_file(&self) -> PathBuf {
         match &self.dir {
             Some(dir) => dir.join("demo.log"),
             None => std::env::temp_dir().join(format!("rlc-demo-{}.log", std::process::id())),
@@ -63,9 +69,58 @@ impl DemoCmd {
     }
 }
 
-/// Runs the demo; exit code 0 when the surge was held and no one else was dropped (with
-/// `--rollout`: when the rollouts went as described).
-pub(crate) async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
+#[tokio::main]
+async fn main() {
+    let cmd = DemoCmd::parse();
+    init_logging(&cmd);
+    let code = match execute(cmd).await {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("rlc demo: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// The demo's logs go to a file unless `--verbose`, so that the live table reads cleanly;
+/// through the scrubbing writer either way (see [`rlc::secrets`]).
+fn init_logging(cmd: &DemoCmd) {
+    let filter =
+        || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if !cmd.verbose {
+        let path = cmd.log_file();
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::File::create(&path) {
+            Ok(file) => {
+                tracing_subscriber::fmt()
+                    .with_env_filter(filter())
+                    .with_ansi(false)
+                    .with_writer(rlc::secrets::ScrubbingWriter::new(std::sync::Mutex::new(
+                        file,
+                    )))
+                    .init();
+                println!("(logs: {}; -v shows them here)", path.display());
+                return;
+            }
+            Err(e) => eprintln!("rlc demo: cannot write logs to {}: {e}", path.display()),
+        }
+    }
+    use std::io::IsTerminal as _;
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter())
+        .with_ansi(ansi)
+        .with_writer(rlc::secrets::ScrubbingWriter::new(std::io::stderr))
+        .init();
+}
+
+/// Runs the demo; `true` (exit code 0) when the surge was held and no one else was dropped
+/// (with `--rollout`: when the rollouts went as described).
+async fn execute(cmd: DemoCmd) -> anyhow::Result<bool> {
     let tmp = tempfile::tempdir()?;
     let root = cmd.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&root)?;

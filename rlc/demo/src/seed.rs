@@ -8,23 +8,20 @@ use policies::Series;
 
 /// The template files, embedded so the demo needs nothing but the binary.
 const TEMPLATE: &[(&str, &str)] = &[
-    (
-        "README.md",
-        include_str!("../../../../config-repo/README.md"),
-    ),
+    ("README.md", include_str!("../../../config-repo/README.md")),
     (
         "services/payments.yaml",
-        include_str!("../../../../config-repo/services/payments.yaml"),
+        include_str!("../../../config-repo/services/payments.yaml"),
     ),
     (
         "limits/payments.yaml",
-        include_str!("../../../../config-repo/limits/payments.yaml"),
+        include_str!("../../../config-repo/limits/payments.yaml"),
     ),
 ];
 
 /// The embedded real series: AWS ELB request counts from the Numenta Anomaly Benchmark (MIT
 /// licence), the repository's one copy in `tests/data/traffic/` (see its README).
-const TRAFFIC: &str = include_str!("../../../../tests/data/traffic/elb_request_count_8c0756.csv");
+const TRAFFIC: &str = include_str!("../../../tests/data/traffic/elb_request_count_8c0756.csv");
 
 /// Median request rate the demo gives each computed bucket.
 pub(super) const MEDIANS: &[(&str, f64)] = &[("gateway-pay", 200.0), ("refunds", 40.0)];
