@@ -25,6 +25,7 @@ pub mod decide;
 pub mod drive;
 pub mod https;
 pub mod input;
+pub mod logs;
 pub mod output;
 pub mod run_log;
 pub mod secrets;

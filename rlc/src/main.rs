@@ -125,16 +125,9 @@ fn init_logging(command: &Command) {
     } else {
         "info"
     };
-    let filter =
-        || tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into());
-    // Colours only on a terminal: logs written to a file or a pipe stay plain text.
-    use std::io::IsTerminal as _;
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter())
-        .with_ansi(ansi)
-        .with_writer(rlc::secrets::ScrubbingWriter::new(std::io::stderr))
-        .init();
+    rlc::logs::to_stderr(
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
+    );
 }
 
 fn report(result: anyhow::Result<()>) -> i32 {

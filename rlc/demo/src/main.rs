@@ -109,13 +109,7 @@ fn init_logging(cmd: &DemoCmd) {
             Err(e) => eprintln!("rlc demo: cannot write logs to {}: {e}", path.display()),
         }
     }
-    use std::io::IsTerminal as _;
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter())
-        .with_ansi(ansi)
-        .with_writer(rlc::secrets::ScrubbingWriter::new(std::io::stderr))
-        .init();
+    rlc::logs::to_stderr(filter());
 }
 
 /// Runs the demo; `true` (exit code 0) when the surge was held and no one else was dropped

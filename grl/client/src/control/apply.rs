@@ -36,29 +36,21 @@ pub(crate) fn apply_instruction(inner: &Inner, ins: &proto::Instruction, now: In
         0 => now + default_valid,
         ms => now + Duration::from_millis(ms.into()),
     };
+    // Each bucket's (ratio, allowance) and validity: by name, then by index.
+    let mut told: Vec<(u32, (f64, Option<f64>), u32)> = Vec::new();
     for r in ins.ratios.iter().filter(|r| r.service == inner.cfg.service) {
-        let Some(id) = c.registry.get(&r.bucket).filter(|id| c.active.contains(id)) else {
-            debug!(bucket = %r.bucket, "ratio for a bucket not in the config, ignored");
-            continue;
-        };
-        apply_ratio(
-            inner,
-            &mut c,
-            id,
-            (r.ratio, r.allowed),
-            until(r.valid_for_ms),
-            now,
-        );
+        match c.registry.get(&r.bucket).filter(|id| c.active.contains(id)) {
+            Some(id) => told.push((id, (r.ratio, r.allowed), r.valid_for_ms)),
+            None => debug!(bucket = %r.bucket, "ratio for a bucket not in the config, ignored"),
+        }
     }
-    for (id, r) in indexed::indexed_ratios(&c, ins) {
-        apply_ratio(
-            inner,
-            &mut c,
-            id,
-            (r.ratio, r.allowed),
-            until(r.valid_for_ms),
-            now,
-        );
+    told.extend(
+        indexed::indexed_ratios(&c, ins)
+            .into_iter()
+            .map(|(id, r)| (id, (r.ratio, r.allowed), r.valid_for_ms)),
+    );
+    for (id, said, valid_for_ms) in told {
+        apply_ratio(inner, &mut c, id, said, until(valid_for_ms), now);
     }
     c.valid_until = Some(now + default_valid);
     inner.fail_open.store(false, Ordering::Relaxed);

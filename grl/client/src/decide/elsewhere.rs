@@ -89,14 +89,7 @@ impl Client {
             }
         };
         let total = allowed.saturating_add(denied);
-        recorded::record_counts(
-            &self.inner,
-            id,
-            total,
-            elapsed,
-            tokio::time::Instant::now(),
-            count,
-        );
+        self.record_now(id, (total, elapsed), count);
     }
 
     /// [`record`](Self::record) in one bucket.
@@ -123,14 +116,7 @@ impl Client {
                 }
             }
         };
-        recorded::record_counts(
-            &self.inner,
-            id,
-            total,
-            elapsed,
-            tokio::time::Instant::now(),
-            count,
-        );
+        self.record_now(id, (total, elapsed), count);
     }
 
     /// What `caller` calling `procedure` may admit now, for a data plane that enforces by
@@ -157,6 +143,17 @@ impl Client {
             return Admission::Unlimited;
         }
         self.inner.admission(id, tokio::time::Instant::now())
+    }
+
+    /// Records `n` requests over `span` in cell `id` now (see
+    /// [`recorded::record_counts`]), `count` adding them where they are counted.
+    fn record_now(
+        &self,
+        id: u32,
+        (n, span): (u64, Duration),
+        count: impl FnOnce(&BucketCell, Option<f64>),
+    ) {
+        recorded::record_counts(&self.inner, id, n, span, tokio::time::Instant::now(), count);
     }
 }
 
