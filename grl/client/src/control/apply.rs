@@ -114,14 +114,19 @@ fn apply_ratio(
         }
     }
     let told = ratio;
-    let ratio = match book.allowed {
-        Some(a) => book.budget_ratio(book.local_share(a), inner.window_secs()),
-        None => ratio,
+    let w = inner.window_secs();
+    let (ratio, room) = match book.allowed {
+        Some(a) => {
+            let share = book.local_share(a);
+            let room = book.room(share, w, inner.cfg.interval.as_secs_f64());
+            (book.budget_ratio(share, w), Some(room))
+        }
+        None => (ratio, None),
     };
-    tracing::trace!(client = %inner.cfg.id, cell = id, told, allowed = ?book.allowed, applied = ratio, "ratio applied");
-    c.registry.cells[id as usize]
-        .threshold
-        .store(threshold(ratio), Ordering::Relaxed);
+    tracing::trace!(client = %inner.cfg.id, cell = id, told, allowed = ?book.allowed, applied = ratio, ?room, "ratio applied");
+    let cell = &c.registry.cells[id as usize];
+    cell.threshold.store(threshold(ratio), Ordering::Relaxed);
+    cell.room.set(room);
 }
 
 fn apply_config(inner: &Inner, c: &mut Control, ins: &proto::Instruction) {
@@ -137,9 +142,9 @@ fn apply_config(inner: &Inner, c: &mut Control, ins: &proto::Instruction) {
     let ids: Vec<u32> = rules.names.iter().map(|n| c.id(n)).collect();
     for &old in &c.active {
         if !ids.contains(&old) {
-            c.registry.cells[old as usize]
-                .threshold
-                .store(0, Ordering::Relaxed);
+            let cell = &c.registry.cells[old as usize];
+            cell.threshold.store(0, Ordering::Relaxed);
+            cell.room.set(None);
             c.books[old as usize].forget_allowance();
             c.books[old as usize].shape.clear();
         }

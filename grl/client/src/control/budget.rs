@@ -194,6 +194,12 @@ impl Budget {
         self.tokens = t.max(floor.min(0.0).min(refilled));
     }
 
+    /// What the budget holds with a window's refill at allowance `allowed` (requests;
+    /// negative: owed).
+    pub(crate) fn available(&self, allowed: f64, window_secs: f64) -> f64 {
+        self.tokens + allowed * window_secs
+    }
+
     /// Whether the budget, with what allowance `allowed` refilled over the `since` seconds
     /// of the current window, holds `need` requests.
     pub(crate) fn covers(&self, allowed: f64, since: f64, need: f64) -> bool {
@@ -238,7 +244,7 @@ impl Budget {
         expected: f64,
         at_least: f64,
     ) -> f64 {
-        let available = self.tokens + allowed * window_secs;
+        let available = self.available(allowed, window_secs);
         if available < 1.0 {
             return 1.0;
         }

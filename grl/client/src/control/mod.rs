@@ -137,6 +137,26 @@ impl Book {
         )
     }
 
+    /// The most the next window of `window_secs` at allowance `share` may admit (the
+    /// bucket's room, see `decide::room`), in whole requests: what the budget holds with
+    /// the window's refill. The first window after a spell with no request in the ring,
+    /// whose ratio admits what comes (see [`Book::budget_ratio`]), may admit an interval's
+    /// allowance (`interval_secs`), and at least one request, beyond what the budget holds
+    /// (what it owes is forgiven after that window, see `window::window`): a sparse
+    /// caller, whose every request follows an empty ring, is not dropped for want of a
+    /// part of one; a caller whose bursts come further apart than the ring holds is not
+    /// cut to its saved credit; and one that steps up from silence admits no more than it
+    /// could owe ([`Budget::floor`]).
+    pub(crate) fn room(&self, share: f64, window_secs: f64, interval_secs: f64) -> u64 {
+        let available = self.budget.available(share, window_secs);
+        let room = if self.shape.offered_in_ring() == 0 {
+            available.max(0.0) + (share * interval_secs).max(1.0)
+        } else {
+            available
+        };
+        room.max(0.0).floor() as u64
+    }
+
     /// Drops the allowance and what it had earned or owed (expired, or out of the config).
     pub(crate) fn forget_allowance(&mut self) {
         self.expires = None;
@@ -273,6 +293,7 @@ impl Inner {
             if b.expires.is_some_and(|t| t <= now) {
                 b.forget_allowance();
                 cell.threshold.store(0, Ordering::Relaxed);
+                cell.room.set(None);
                 changed = true;
             }
         }

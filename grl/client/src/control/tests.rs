@@ -196,6 +196,39 @@ fn a_bursty_caller_is_held_to_its_allowance_over_the_windows() {
     );
 }
 
+/// Issue 38: a caller whose requests come once a second stepped from half its allowance
+/// to 30 times it, all inside one window; under a ratio of 0 the whole step passed. The
+/// window's room holds it to what the budget holds: its usual burst and the window's
+/// refill, both under and over the limit.
+#[test]
+fn a_step_inside_one_window_admits_what_the_budget_holds() {
+    for ratio in [0.0, 0.5] {
+        let (client, mut window) = told_client(proto::Mode::Deny, 100.0, ratio);
+        window(0);
+        let mut learned = None;
+        for second in 0..8 {
+            if second == 3 {
+                // Its second burst comes before its gap is known (as without the room).
+                learned = Some(totals_of(&client));
+            }
+            for w in 0..20 {
+                window(if w == 0 && second > 0 { 50 } else { 0 });
+            }
+        }
+        let before = totals_of(&client);
+        let dropped = before.dropped - learned.unwrap().dropped;
+        assert_eq!(dropped, 0, "bursts at half the allowance: {before:?}");
+        window(3_000);
+        let after = totals_of(&client);
+        let admitted = after.allowed - before.allowed;
+        assert!(
+            (50..=150).contains(&admitted),
+            "ratio {ratio}: admitted {admitted} of a step of 3,000 in one window at an \
+             allowance of 100 rps"
+        );
+    }
+}
+
 /// Issue 30: ten clients at 2 rps against 5 rps admitted 20 rps (4x): a 50 ms window
 /// counted nothing most of the time, the estimate sat near 0 and so did the threshold.
 #[test]

@@ -1,7 +1,8 @@
 //! Following the load between instructions: every window the control task counts what
 //! each bucket was offered and admitted, feeds it to the bucket's [`Shape`] and
-//! [`Budget`], rewrites the bucket's threshold from what the budget holds, and sends an
-//! urgent report when the shape changed for real.
+//! [`Budget`], rewrites the bucket's threshold and refills its room (the ceiling of the
+//! next window, `decide::room`) from what the budget holds, and sends an urgent report
+//! when the shape changed for real.
 //!
 //! [`Shape`]: crate::control::shape::Shape
 //! [`Budget`]: crate::control::budget::Budget
@@ -121,6 +122,11 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
             }
             let t = threshold(b.budget_ratio(share, w));
             changed |= cell.threshold.swap(t, Ordering::Relaxed) != t;
+            changed |= cell
+                .room
+                .set(Some(b.room(share, w, interval.as_secs_f64())));
+        } else {
+            changed |= cell.room.set(None);
         }
     }
     if changed {

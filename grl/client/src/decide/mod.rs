@@ -1,13 +1,15 @@
 //! Deciding a request locally, the hot path: the pair table (`table`, keyed by `pair_key`)
 //! holds each (caller, procedure) pair's drop threshold; `buckets` holds the config's
 //! buckets as cells (and their priority classes), the matcher that maps a new pair to its
-//! cell, and the refusals that name a bucket (`buckets::refusal`). [`Client::decide`] and
+//! cell, and the refusals that name a bucket (`buckets::refusal`); `room` the ceiling on
+//! what a bucket admits within one window. [`Client::decide`] and
 //! its variants (in a class, a batch, explained) find the pair and draw against its
 //! threshold; `elsewhere` serves a data plane that decides by itself.
 
 pub(crate) mod buckets;
 mod elsewhere;
 pub(crate) mod pair_key;
+pub(crate) mod room;
 pub(crate) mod table;
 
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use std::sync::atomic::Ordering;
 
 use crate::Client;
 use buckets::{BucketCell, ClassCell, Resolver};
+use room::Taken;
 use table::{PairEntry, PairTable};
 
 /// A pair's entry in one table: none when no bucket applies, or the resolver and cell id
@@ -92,7 +95,7 @@ impl Client {
             }
             _ => {
                 let d = match pair {
-                    Ok(e) => e.decide(),
+                    Ok(e) => e.decide(|id| self.take_room(id)),
                     Err((resolver, id)) => self.decide_overflow(&resolver, id),
                 };
                 (d, None)
@@ -136,7 +139,7 @@ impl Client {
         let table = &self.inner.table;
         let key = table.key(caller, procedure);
         match table.get(&key, caller, procedure) {
-            Some(e) => e.decide(),
+            Some(e) => e.decide(|id| self.take_room(id)),
             None => self.decide_new(caller, procedure),
         }
     }
@@ -152,7 +155,7 @@ impl Client {
     fn decide_also(&self, caller: &str, procedure: &str) -> Decision {
         match self.also_pair(caller, procedure) {
             Ok(None) => Decision::Allow,
-            Ok(Some(e)) => e.decide(),
+            Ok(Some(e)) => e.decide(|id| self.take_room(id)),
             Err((resolver, id)) => self.decide_overflow(&resolver, id),
         }
     }
@@ -243,7 +246,7 @@ impl Client {
     #[inline(never)]
     fn decide_new(&self, caller: &str, procedure: &str) -> Decision {
         match self.pair(caller, procedure) {
-            Ok(e) => e.decide(),
+            Ok(e) => e.decide(|id| self.take_room(id)),
             Err((resolver, id)) => self.decide_overflow(&resolver, id),
         }
     }
@@ -257,6 +260,17 @@ impl Client {
         cell.overflow[d as usize].fetch_add(1, Ordering::Relaxed);
         self.inner.overflow.fetch_add(1, Ordering::Relaxed);
         d
+    }
+
+    /// Room for an admission from cell `id` (see `room`): the slow path of a pair past
+    /// its shard's trip count.
+    #[cold]
+    fn take_room(&self, id: u32) -> Taken {
+        let resolver = self.inner.resolver.load();
+        resolver
+            .cells
+            .get(id as usize)
+            .map_or(Taken::Unlimited, |c| c.room.take())
     }
 
     /// The pair's entry, added to the table if new; the resolver and the pair's cell id
@@ -307,6 +321,7 @@ impl Client {
         });
         match entry {
             Some(e) => {
+                e.arm(cell.room.is_limited());
                 let now = inner.resolver.load();
                 if !Arc::ptr_eq(&resolver, &now) {
                     // The config changed while this pair was being added: resolve again.
@@ -381,11 +396,13 @@ fn class_id(resolver: &Resolver, id: u32, class: &str) -> u32 {
     }
 }
 
-/// Copies a pair's cell threshold and mode into the pair.
+/// Copies a pair's cell threshold and mode into the pair, and re-arms it for the cell's
+/// room.
 pub(crate) fn sync_pair(e: &PairEntry, cells: &[Arc<BucketCell>]) {
     let cell = &cells[e.cell.load(Ordering::Relaxed) as usize];
     e.threshold
         .store(cell.threshold.load(Ordering::Relaxed), Ordering::Relaxed);
     e.shadow
         .store(cell.shadow.load(Ordering::Relaxed), Ordering::Relaxed);
+    e.arm(cell.room.is_limited());
 }

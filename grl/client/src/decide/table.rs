@@ -12,7 +12,8 @@
 //! and its decision counters in shards, each on its own cache line: one per owned shard
 //! index (see `local`), written by its owner with a plain store, plus one shared shard,
 //! inside the entry, for threads past the pool. Two threads deciding the same pair never
-//! write the same line.
+//! write the same line. Beside its counts a shard holds the count past which it must take
+//! room from its bucket (see `room`).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -21,13 +22,42 @@ use crossbeam_utils::CachePadded;
 
 use crate::Decision;
 use crate::decide::pair_key::{PairKey, PairKeyer};
+use crate::decide::room::Taken;
 use crate::local;
 
 /// Counter index of each decision; equal to `Decision as usize`.
 pub(crate) const DECISIONS: usize = 3;
 
 /// One shard of a pair's counts, on its own cache line.
-type Shard = CachePadded<[AtomicU64; DECISIONS]>;
+type Shard = CachePadded<Counts>;
+
+/// A shard's counts per decision, and per decision the count past which it takes room
+/// from its bucket (`u64::MAX`: never; only admissions are ever limited).
+#[derive(Default)]
+pub(crate) struct Counts {
+    counts: [AtomicU64; DECISIONS],
+    trips: [AtomicU64; DECISIONS],
+}
+
+impl Counts {
+    fn new() -> Self {
+        Self {
+            counts: Default::default(),
+            trips: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+        }
+    }
+
+    /// Sets when admissions next take room: at the next one when `limited`, else never.
+    fn arm(&self, limited: bool) {
+        let allow = Decision::Allow as usize;
+        let trip = if limited {
+            self.counts[allow].load(Ordering::Relaxed)
+        } else {
+            u64::MAX
+        };
+        self.trips[allow].store(trip, Ordering::Relaxed);
+    }
+}
 
 /// One (caller, procedure) pair.
 pub(crate) struct PairEntry {
@@ -42,6 +72,8 @@ pub(crate) struct PairEntry {
     pub(crate) shadow: AtomicBool,
     /// The bucket cell id (see `buckets`). Written by the control plane only.
     pub(crate) cell: AtomicU32,
+    /// Its shards' trip counts are armed for a bucket with a room (see [`PairEntry::arm`]).
+    limited: AtomicBool,
     /// Counts already folded into bucket totals. Used under the control lock only.
     pub(crate) reported: [AtomicU64; DECISIONS],
     /// Counts per decision, one shard per owned shard index.
@@ -70,11 +102,12 @@ impl PairEntry {
             threshold: AtomicU64::new(threshold),
             shadow: AtomicBool::new(shadow),
             cell: AtomicU32::new(cell),
+            limited: AtomicBool::new(false),
             reported: Default::default(),
             owned: (0..local::owned_shards())
-                .map(|_| Shard::default())
+                .map(|_| Shard::new(Counts::new()))
                 .collect(),
-            shared: Shard::default(),
+            shared: Shard::new(Counts::new()),
         }
     }
 
@@ -94,35 +127,103 @@ impl PairEntry {
             && (!key.is_long() || (self.caller() == caller && self.procedure() == procedure))
     }
 
-    /// Decides one request and counts it: the hot path once the pair is known.
+    /// Decides one request and counts it: the hot path once the pair is known. `room`
+    /// takes room from the pair's bucket (by cell id) when the shard's trip count says so.
     #[inline(always)]
-    pub(crate) fn decide(&self) -> Decision {
+    pub(crate) fn decide(&self, room: impl FnOnce(u32) -> Taken) -> Decision {
         let threshold = self.threshold.load(Ordering::Relaxed);
         let (shard, hit) = local::shard_and_hit(threshold);
         // 0 allow, 1 drop, 2 shadow drop, without a branch on the random draw.
         let decision = usize::from(hit) << usize::from(self.shadow.load(Ordering::Relaxed));
-        if let Some(counts) = self.owned.get(shard) {
+        if let Some(s) = self.owned.get(shard) {
             // This thread is the shard's only writer (see `local`).
-            let counter = &counts[decision];
-            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            let counter = &s.counts[decision];
+            let n = counter.load(Ordering::Relaxed) + 1;
+            if n > s.trips[decision].load(Ordering::Relaxed) {
+                return self.decide_past_trip(s, room);
+            }
+            counter.store(n, Ordering::Relaxed);
             Decision::from_index(decision)
         } else {
-            self.decide_unowned(shard, decision)
+            self.decide_unowned(shard, decision, room)
         }
+    }
+
+    /// An admission past the owned shard `s`'s trip count: room taken from the bucket
+    /// moves the trip count on; with none left the request is refused.
+    #[cold]
+    #[inline(never)]
+    fn decide_past_trip(&self, s: &Counts, room: impl FnOnce(u32) -> Taken) -> Decision {
+        let allow = Decision::Allow as usize;
+        let trip = &s.trips[allow];
+        let decision = match room(self.cell.load(Ordering::Relaxed)) {
+            Taken::Unlimited => {
+                trip.store(u64::MAX, Ordering::Relaxed);
+                allow
+            }
+            Taken::Requests(k) => {
+                trip.store(trip.load(Ordering::Relaxed) + k, Ordering::Relaxed);
+                allow
+            }
+            Taken::Spent => self.refused(),
+        };
+        let counter = &s.counts[decision];
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        Decision::from_index(decision)
+    }
+
+    /// The decision index of a request refused for want of room, in the pair's mode.
+    fn refused(&self) -> usize {
+        1 << usize::from(self.shadow.load(Ordering::Relaxed))
     }
 
     /// [`decide`](Self::decide) for a thread that owns no shard: it counts into the shared
     /// one, or, on its first decision, claims a shard and decides again.
     #[cold]
     #[inline(never)]
-    fn decide_unowned(&self, shard: usize, decision: usize) -> Decision {
+    fn decide_unowned(
+        &self,
+        shard: usize,
+        decision: usize,
+        room: impl FnOnce(u32) -> Taken,
+    ) -> Decision {
         debug_assert!(shard == local::UNSET || shard == self.owned.len());
         if shard == local::UNSET {
             local::claim();
-            return self.decide();
+            return self.decide(room);
         }
-        self.shared[decision].fetch_add(1, Ordering::Relaxed);
+        let s = &self.shared;
+        let n = s.counts[decision].fetch_add(1, Ordering::Relaxed) + 1;
+        if n <= s.trips[decision].load(Ordering::Relaxed) {
+            return Decision::from_index(decision);
+        }
+        match room(self.cell.load(Ordering::Relaxed)) {
+            Taken::Unlimited => s.trips[decision].store(u64::MAX, Ordering::Relaxed),
+            Taken::Requests(k) => {
+                s.trips[decision].fetch_add(k, Ordering::Relaxed);
+            }
+            Taken::Spent => {
+                let refused = self.refused();
+                s.counts[decision].fetch_sub(1, Ordering::Relaxed);
+                s.counts[refused].fetch_add(1, Ordering::Relaxed);
+                return Decision::from_index(refused);
+            }
+        }
         Decision::from_index(decision)
+    }
+
+    /// Arms the shards' trip counts for a bucket with a room (`limited`: admissions take
+    /// room from the next one on) or without one (never). Only a change is written: the
+    /// control plane syncs every pair whenever a threshold moves, and each shard is a
+    /// cache line of another thread's. While armed, a shard keeps the room it took and
+    /// has not spent (at most one chunk).
+    pub(crate) fn arm(&self, limited: bool) {
+        if self.limited.swap(limited, Ordering::Relaxed) == limited {
+            return;
+        }
+        for s in self.owned.iter().chain([&self.shared]) {
+            s.arm(limited);
+        }
     }
 
     /// The pair's drop ratio now.
@@ -140,13 +241,13 @@ impl PairEntry {
     #[inline]
     pub(crate) fn add(&self, decision: Decision, n: u64) {
         match self.owned.get(local::claim()) {
-            Some(counts) => {
+            Some(s) => {
                 // This thread is the shard's only writer (see `local`).
-                let counter = &counts[decision as usize];
+                let counter = &s.counts[decision as usize];
                 counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
             }
             None => {
-                self.shared[decision as usize].fetch_add(n, Ordering::Relaxed);
+                self.shared.counts[decision as usize].fetch_add(n, Ordering::Relaxed);
             }
         }
     }
@@ -155,7 +256,7 @@ impl PairEntry {
     pub(crate) fn totals(&self) -> [u64; DECISIONS] {
         let mut out = [0; DECISIONS];
         for shard in self.owned.iter().chain([&self.shared]) {
-            for (o, c) in out.iter_mut().zip(shard.iter()) {
+            for (o, c) in out.iter_mut().zip(shard.counts.iter()) {
                 *o += c.load(Ordering::Relaxed);
             }
         }
@@ -365,9 +466,10 @@ mod tests {
         std::thread::scope(|s| {
             for _ in 0..threads {
                 s.spawn(|| {
-                    assert_eq!(e.decide(), Decision::Drop);
+                    assert_eq!(e.decide(|_| Taken::Unlimited), Decision::Drop);
                     barrier.wait();
-                    (1..100_000).for_each(|_| assert_eq!(e.decide(), Decision::Drop));
+                    (1..100_000)
+                        .for_each(|_| assert_eq!(e.decide(|_| Taken::Unlimited), Decision::Drop));
                 });
             }
         });
@@ -398,7 +500,9 @@ mod tests {
         // Each new thread's first decision finds no shard, claims one and draws again: the
         // draw made before the claim (same unseeded state in every thread) is not used.
         let firsts: Vec<Decision> = (0..64)
-            .map(|_| std::thread::scope(|s| s.spawn(|| e.decide()).join().unwrap()))
+            .map(|_| {
+                std::thread::scope(|s| s.spawn(|| e.decide(|_| Taken::Unlimited)).join().unwrap())
+            })
             .collect();
         assert!(firsts.contains(&Decision::Allow) && firsts.contains(&Decision::Drop));
         assert_eq!(e.totals().iter().sum::<u64>(), 64);

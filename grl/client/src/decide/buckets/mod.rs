@@ -23,6 +23,7 @@ use grl_core::wire::{ClassSpan, InvalidEnum, class_spans, match_rule, mode_from_
 
 use crate::Decision;
 use crate::decide::buckets::refusal::RefusingBucket;
+use crate::decide::room::Room;
 use crate::decide::table::DECISIONS;
 use crate::local;
 
@@ -54,6 +55,8 @@ pub(crate) struct BucketCell {
     /// counted in their pairs: the window estimate of this client's own offered rate leaves
     /// them out, since they arrive in batches.
     pub(crate) recorded: AtomicU64,
+    /// What its pairs may still admit in the current window (see `room`).
+    pub(crate) room: Room,
 }
 
 impl BucketCell {
@@ -67,6 +70,7 @@ impl BucketCell {
             paired: Default::default(),
             paired_into: AtomicU32::new(UNMATCHED),
             recorded: AtomicU64::new(0),
+            room: Room::default(),
         }
     }
 
