@@ -59,25 +59,28 @@ impl Counts {
     }
 }
 
-/// One (caller, procedure) pair.
+/// One (caller, procedure) pair. `repr(C)` so that what a decision reads (the key it
+/// compares, the threshold, the shards' pointer, the mode) shares the entry's first cache
+/// line, whatever fields the control plane adds after them.
+#[repr(C)]
 pub(crate) struct PairEntry {
     /// What lookups compare (see `pair_key`).
     key: PairKey,
+    /// `ratio × 2^64`; 0 means never drop. Written by the control plane only.
+    pub(crate) threshold: AtomicU64,
+    /// Counts per decision, one shard per owned shard index.
+    owned: Box<[Shard]>,
+    /// The pair's bucket is in shadow mode. Written by the control plane only.
+    pub(crate) shadow: AtomicBool,
+    /// Its shards' trip counts are armed for a bucket with a room (see [`PairEntry::arm`]).
+    limited: AtomicBool,
+    /// The bucket cell id (see `buckets`). Written by the control plane only.
+    pub(crate) cell: AtomicU32,
     /// `caller` followed by `procedure`, split at `split`, for names and long-name compares.
     names: Box<str>,
     split: usize,
-    /// `ratio × 2^64`; 0 means never drop. Written by the control plane only.
-    pub(crate) threshold: AtomicU64,
-    /// The pair's bucket is in shadow mode. Written by the control plane only.
-    pub(crate) shadow: AtomicBool,
-    /// The bucket cell id (see `buckets`). Written by the control plane only.
-    pub(crate) cell: AtomicU32,
-    /// Its shards' trip counts are armed for a bucket with a room (see [`PairEntry::arm`]).
-    limited: AtomicBool,
     /// Counts already folded into bucket totals. Used under the control lock only.
     pub(crate) reported: [AtomicU64; DECISIONS],
-    /// Counts per decision, one shard per owned shard index.
-    owned: Box<[Shard]>,
     /// Counts per decision of threads that own no shard.
     shared: Shard,
 }
