@@ -233,22 +233,16 @@ impl Budget {
     /// The drop ratio for the next window of `window_secs` at allowance `allowed` when it is
     /// expected to offer `expected` requests per second: it admits what the budget and the
     /// window's refill hold in whole requests, all of it when that covers the expected
-    /// requests, nothing while it holds less than one request. A window is expected to ask
-    /// for at least `at_least` requests (what the caller's non-empty windows usually hold,
-    /// and at least one), so a burst is admitted in the proportion the budget holds of it
-    /// rather than first come first served.
-    pub(crate) fn ratio(
-        &self,
-        allowed: f64,
-        window_secs: f64,
-        expected: f64,
-        at_least: f64,
-    ) -> f64 {
+    /// requests (at least one), nothing while it holds less than one request. A burst
+    /// larger than expected is held to what the budget holds by the bucket's room, first
+    /// come first served (`decide::room`), not by this ratio: a ratio sized for the last
+    /// bursts would drop most of a smaller one after a step down.
+    pub(crate) fn ratio(&self, allowed: f64, window_secs: f64, expected: f64) -> f64 {
         let available = self.available(allowed, window_secs);
         if available < 1.0 {
             return 1.0;
         }
-        let want = (expected * window_secs).max(at_least).max(1.0);
+        let want = (expected * window_secs).max(1.0);
         if want <= available {
             0.0
         } else {
@@ -280,7 +274,7 @@ mod tests {
         let (mut admitted_total, mut est, mut frac) = (0u64, 0.0f64, 0.0f64);
         let mut recent = std::collections::VecDeque::new();
         for (i, &n) in offered.iter().enumerate() {
-            let r = b.ratio(a, W, est, 1.0);
+            let r = b.ratio(a, W, est);
             let mut admitted = 0;
             for _ in 0..n {
                 frac += 1.0 - r;
@@ -412,30 +406,26 @@ mod tests {
             "the cap and the budget's phase: {}",
             phased.tokens()
         );
-        assert_eq!(b.ratio(100.0, W, 100.0, 1.0), 0.0);
-        assert!((b.ratio(100.0, W, 1000.0, 1.0) - 0.5).abs() < 1e-9);
+        assert_eq!(b.ratio(100.0, W, 100.0), 0.0);
+        assert!((b.ratio(100.0, W, 1000.0) - 0.5).abs() < 1e-9);
         let mut part = Budget::new();
         part.settle(1.0, W, 0, -1.0, 1.0);
         assert_eq!(
-            part.ratio(1.0, W, 0.1, 1.0),
+            part.ratio(1.0, W, 0.1),
             1.0,
             "a tenth of a request waits for the rest"
         );
         for _ in 0..18 {
             part.settle(1.0, W, 0, -1.0, 1.0);
         }
-        assert_eq!(
-            part.ratio(1.0, W, 0.1, 1.0),
-            0.0,
-            "a whole request is admitted"
-        );
+        assert_eq!(part.ratio(1.0, W, 0.1), 0.0, "a whole request is admitted");
         assert!(
-            (part.ratio(1.0, W, 0.1, 4.0) - 0.75).abs() < 1e-9,
-            "one request of a window of four"
+            (part.ratio(1.0, W, 80.0) - 0.75).abs() < 1e-9,
+            "one request of a window expected to hold four"
         );
         b.settle(100.0, W, 10_000, Budget::floor(100.0, 1.0, 500), 20.0);
         assert_eq!(b.tokens(), -500.0, "owes at most what it admitted recently");
-        assert_eq!(b.ratio(100.0, W, 1000.0, 1.0), 1.0);
+        assert_eq!(b.ratio(100.0, W, 1000.0), 1.0);
         b.settle(100.0, W, 0, Budget::floor(100.0, 1.0, 0), 20.0);
         assert_eq!(b.tokens(), -495.0, "a debt is paid back, not forgiven");
     }
@@ -452,7 +442,7 @@ mod tests {
             let cap = Budget::cap(a, W, 0.0, poisson_credit(rho));
             for _ in 0..(secs as f64 / W) as usize {
                 let n = rng.poisson(rho * a * W);
-                let r = b.ratio(a, W, rho * a, 1.0);
+                let r = b.ratio(a, W, rho * a);
                 let mut admitted = 0;
                 for _ in 0..n {
                     frac += 1.0 - r;

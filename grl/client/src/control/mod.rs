@@ -129,12 +129,7 @@ impl Book {
         if self.shape.offered_in_ring() == 0 {
             return 0.0;
         }
-        self.budget.ratio(
-            share,
-            window_secs,
-            self.shape.expected(),
-            self.shape.typical_window(),
-        )
+        self.budget.ratio(share, window_secs, self.shape.expected())
     }
 
     /// The most the next window of `window_secs` at allowance `share` may admit (the

@@ -651,33 +651,6 @@ impl Shape {
         self.estimate
     }
 
-    /// The mean count of the non-empty windows since the last change (at least 1): what the
-    /// next window that counts anything is likely to ask for, a whole burst for a caller
-    /// that sends in bursts on a schedule; 1 for any other traffic.
-    pub(crate) fn typical_window(&self) -> f64 {
-        // Random arrivals are decided one by one: a window that happens to hold two of
-        // them is no burst to ration.
-        if !self.scheduled() {
-            return 1.0;
-        }
-        let (mut sum, mut n) = (0u64, 0u64);
-        for s in self
-            .ring
-            .iter()
-            .rev()
-            .take(self.segment)
-            .filter(|s| s.offered > 0)
-        {
-            sum += u64::from(s.offered);
-            n += 1;
-        }
-        if n == 0 {
-            1.0
-        } else {
-            (sum as f64 / n as f64).max(1.0)
-        }
-    }
-
     /// Requests offered over the whole ring.
     pub(crate) fn offered_in_ring(&self) -> u64 {
         self.ring_offered
