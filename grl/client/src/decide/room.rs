@@ -21,7 +21,9 @@
 //! has spent the last, and a chunk is at most `room / (2 × shards)` of the window it was
 //! taken in, so that is at most half of a recent window's room. Requests past a shard's
 //! trip count take the slow path (a compare-and-swap on the bucket's room): once per
-//! chunk, and for each refused request once the room is spent.
+//! chunk, and for each refused request once the room is spent. Requests decided on a cell
+//! without a pair of their own (a priority class other than the pair's, pairs past
+//! `max_pairs`, batches) are held by the ratio and the budget alone.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
