@@ -68,6 +68,7 @@ fn apply_ratio(
 ) {
     let book = &mut c.books[id as usize];
     book.expires = Some(expires);
+    book.over_limit = ratio > 0.0;
     let had = book.allowed.is_some();
     // A bucket's first allowance at this client, before the tiers can have heard an
     // interval of its traffic, was shared from its first window or two: under the

@@ -90,6 +90,8 @@ pub(crate) struct Book {
     /// budget may save up to it, so that a batch larger than the usual credit is still
     /// admitted in its share.
     pub(crate) largest_batch: Option<(usize, u64)>,
+    /// The tiers' last word was that the bucket is over its limit (a drop ratio above 0).
+    pub(crate) over_limit: bool,
 }
 
 impl Book {
@@ -112,6 +114,7 @@ impl Book {
             batch_credit: 0.0,
             batch_charged: 0,
             largest_batch: None,
+            over_limit: false,
         }
     }
 
@@ -134,20 +137,24 @@ impl Book {
 
     /// The most the next window of `window_secs` at allowance `share` may admit (the
     /// bucket's room, see `decide::room`), in whole requests: what the budget holds with
-    /// the window's refill. The first window after a spell with no request in the ring,
-    /// whose ratio admits what comes (see [`Book::budget_ratio`]), may admit an interval's
-    /// allowance (`interval_secs`), and at least one request, beyond what the budget holds
-    /// (what it owes is forgiven after that window, see `window::window`): a sparse
+    /// the window's refill, and under the limit what it may owe on top (an interval's
+    /// allowance, `interval_secs`: a caller rising alone borrows until the tiers hear of
+    /// it and give it more, as the ratio lets it; on a loaded machine a window that ends
+    /// late is not cut to a nominal window's refill). The first window after a spell with
+    /// no request in the ring, whose ratio admits what comes (see [`Book::budget_ratio`]),
+    /// may admit an interval's allowance, and at least one request, beyond what the budget
+    /// holds (what it owes is forgiven after that window, see `window::window`): a sparse
     /// caller, whose every request follows an empty ring, is not dropped for want of a
-    /// part of one; a caller whose bursts come further apart than the ring holds is not
-    /// cut to its saved credit; and one that steps up from silence admits no more than it
-    /// could owe ([`Budget::floor`]).
+    /// part of one. Over the limit a window admits what the budget holds and no more.
     pub(crate) fn room(&self, share: f64, window_secs: f64, interval_secs: f64) -> u64 {
         let available = self.budget.available(share, window_secs);
+        let owed = share * interval_secs;
         let room = if self.shape.offered_in_ring() == 0 {
-            available.max(0.0) + (share * interval_secs).max(1.0)
-        } else {
+            available.max(0.0) + owed.max(1.0)
+        } else if self.over_limit {
             available
+        } else {
+            available + owed
         };
         room.max(0.0).floor() as u64
     }
