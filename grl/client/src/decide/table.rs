@@ -32,9 +32,9 @@ pub(crate) const DECISIONS: usize = 3;
 type Shard = CachePadded<Counts>;
 
 /// A shard's counts per decision, and per decision the count past which it takes room
-/// from its bucket (`u64::MAX`: never; only admissions are ever limited).
-#[derive(Default)]
-pub(crate) struct Counts {
+/// from its bucket (`u64::MAX`: never; only admissions are ever limited). No `Default`:
+/// a trip count of 0 would send every admission to the slow path.
+struct Counts {
     counts: [AtomicU64; DECISIONS],
     trips: [AtomicU64; DECISIONS],
 }
