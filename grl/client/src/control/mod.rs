@@ -365,7 +365,7 @@ impl Inner {
             .iter()
             .filter(|_| classes)
             .map(|cell| {
-                let counts = cell.paired.each_ref().map(|n| n.load(Ordering::Acquire));
+                let counts = cell.paired();
                 (cell.paired_into.load(Ordering::Relaxed) as usize, counts)
             })
             .collect();

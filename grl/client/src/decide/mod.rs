@@ -198,7 +198,9 @@ impl Client {
             (true, true) => Decision::ShadowDrop,
         };
         match pair {
-            Some(e) => e.add(d, n),
+            Some(e) => {
+                e.add(d, n);
+            }
             None => {
                 let resolver = self.inner.resolver.load();
                 resolver.cell(id).overflow[d as usize].fetch_add(n, Ordering::Relaxed);
@@ -378,10 +380,8 @@ fn count_direct(c: &BucketCell, pair: Option<&PairEntry>, d: Decision, n: u64) {
 /// the pair's cell (see `BucketCell::paired`).
 #[inline]
 fn count_in_pair(c: &BucketCell, e: &PairEntry, d: Decision, n: u64) {
-    e.add(d, n);
-    c.paired_into
-        .store(e.cell.load(Ordering::Relaxed), Ordering::Relaxed);
-    c.paired[d as usize].fetch_add(n, Ordering::Release);
+    let shard = e.add(d, n);
+    c.add_paired(shard, e.cell.load(Ordering::Relaxed), d, n);
 }
 
 /// The cell that decides class `class` of the bucket in cell `id`: its class's, or `id`

@@ -241,9 +241,11 @@ impl PairEntry {
 
     /// Counts `n` requests decided as `decision` other than by [`decide`](Self::decide)
     /// (in another cell, or elsewhere): in the shard this thread owns, as `decide` counts.
+    /// Returns that shard's index (`local::claim`'s).
     #[inline]
-    pub(crate) fn add(&self, decision: Decision, n: u64) {
-        match self.owned.get(local::claim()) {
+    pub(crate) fn add(&self, decision: Decision, n: u64) -> usize {
+        let shard = local::claim();
+        match self.owned.get(shard) {
             Some(s) => {
                 // This thread is the shard's only writer (see `local`).
                 let counter = &s.counts[decision as usize];
@@ -253,6 +255,7 @@ impl PairEntry {
                 self.shared.counts[decision as usize].fetch_add(n, Ordering::Relaxed);
             }
         }
+        shard
     }
 
     /// Cumulative counts per decision, summed over shards.

@@ -22,6 +22,8 @@ use grl_core::proto;
 use grl_core::wire::{ClassSpan, InvalidEnum, class_spans, match_rule, mode_from_wire};
 
 use crate::Decision;
+use crossbeam_utils::CachePadded;
+
 use crate::decide::buckets::refusal::RefusingBucket;
 use crate::decide::room::Room;
 use crate::decide::table::DECISIONS;
@@ -47,8 +49,10 @@ pub(crate) struct BucketCell {
     /// The direct decisions counted in a pair instead (so that the pair's
     /// `grl_requests_total` rows hold every class of its bucket) whose cell is
     /// `paired_into`: the control task adds them to this cell's book and takes them back
-    /// out of that cell's (one counter, not two: a classed decision is one locked add).
-    pub(crate) paired: [AtomicU64; DECISIONS],
+    /// out of that cell's. One shard per owned shard index and a shared one, as a pair's
+    /// counts (see `table`): a classed decision writes only its own thread's line, with a
+    /// plain store.
+    paired: Box<[CachePadded<[AtomicU64; DECISIONS]>]>,
     /// The cell whose pairs also counted this cell's paired decisions (the default class).
     pub(crate) paired_into: AtomicU32,
     /// Requests decided elsewhere and recorded here ([`crate::Client::record`]), also
@@ -67,11 +71,42 @@ impl BucketCell {
             shadow: AtomicBool::new(false),
             overflow: Default::default(),
             direct: Default::default(),
-            paired: Default::default(),
+            paired: (0..=local::owned_shards())
+                .map(|_| CachePadded::new(Default::default()))
+                .collect(),
             paired_into: AtomicU32::new(UNMATCHED),
             recorded: AtomicU64::new(0),
             room: Room::default(),
         }
+    }
+
+    /// Counts `n` decisions `d` of this class that pair `into`'s pair counted too, in the
+    /// shard of this thread (`local::claim`'s index). `Release`, so that the control task,
+    /// reading these first, never sees more than the pairs have counted.
+    #[inline]
+    pub(crate) fn add_paired(&self, shard: usize, into: u32, d: Decision, n: u64) {
+        if self.paired_into.load(Ordering::Relaxed) != into {
+            self.paired_into.store(into, Ordering::Relaxed);
+        }
+        let own = self.paired.len() - 1;
+        let counter = &self.paired[shard.min(own)][d as usize];
+        if shard < own {
+            // This thread is the shard's only writer (see `local`).
+            counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Release);
+        } else {
+            counter.fetch_add(n, Ordering::Release);
+        }
+    }
+
+    /// The paired counts per decision, summed over shards.
+    pub(crate) fn paired(&self) -> [u64; DECISIONS] {
+        let mut out = [0; DECISIONS];
+        for shard in &self.paired {
+            for (o, c) in out.iter_mut().zip(shard.iter()) {
+                *o += c.load(Ordering::Acquire);
+            }
+        }
+        out
     }
 
     /// A decision drawn against the cell's threshold, in its mode (not counted).
