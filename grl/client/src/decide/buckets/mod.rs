@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
 use grl_core::config::split_class;
 use grl_core::config::{MatchRule, Matcher, Mode};
 use grl_core::metric_names::UNMATCHED_BUCKET;
@@ -22,8 +23,6 @@ use grl_core::proto;
 use grl_core::wire::{ClassSpan, InvalidEnum, class_spans, match_rule, mode_from_wire};
 
 use crate::Decision;
-use crossbeam_utils::CachePadded;
-
 use crate::decide::buckets::refusal::RefusingBucket;
 use crate::decide::room::Room;
 use crate::decide::table::DECISIONS;
