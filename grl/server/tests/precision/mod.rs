@@ -41,18 +41,23 @@ fn batch(cells: &[Cell]) {
         .map(|o| format!("{}\n", report::row(o)))
         .collect();
     eprintln!("{}\n{rows}", report::header());
-    let bad: Vec<String> = outcomes
+    let bad: Vec<(String, String)> = outcomes
         .iter()
-        .filter(|o| o.verdict() != "pass")
-        .map(report::row)
+        .zip(&seen)
+        .filter(|(o, _)| o.verdict() != "pass")
+        .map(|(o, s)| (report::row(o), report::seconds(o, s)))
         .collect();
     assert!(
         bad.is_empty(),
-        "{} of {} cells missed issue 38's targets or could not be measured:\n{}\n{}",
+        "{} of {} cells missed issue 38's targets or could not be measured:\n{}\n{}\n\n{}",
         bad.len(),
         outcomes.len(),
         report::header(),
-        bad.join("\n")
+        bad.iter()
+            .map(|(r, _)| r.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        bad.iter().map(|(_, s)| s.as_str()).collect::<String>()
     );
 }
 

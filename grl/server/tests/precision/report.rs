@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use super::cell::Cell;
-use super::judge::{Fig, Outcome};
+use super::judge::{Fig, Observed, Outcome};
 
 fn fig(f: Option<Fig>) -> String {
     f.map_or_else(|| "-".into(), |f| f.to_string())
@@ -77,6 +77,26 @@ pub(crate) fn row(o: &Outcome) -> String {
         o.verdict(),
         books(o),
     )
+}
+
+/// A cell's seconds as the loadgen counted them (sent, admitted, dropped), with the
+/// controller's offered estimate and how late the loadgen ran: what a missed target is
+/// read against.
+pub(crate) fn seconds(o: &Outcome, seen: &Observed) -> String {
+    let mut out = format!(
+        "{}, second: sent/admitted/dropped, tiers' estimate, late\n",
+        o.cell.id()
+    );
+    for (t, [sent, admitted, dropped]) in &seen.seconds {
+        let est = seen
+            .estimates
+            .get(t)
+            .map_or_else(|| "-".into(), |e| format!("{e:.1}"));
+        let late = seen.late_ms.get(t).copied().unwrap_or(0);
+        out +=
+            &format!("  {t:>3}: {sent:.0}/{admitted:.0}/{dropped:.0}  est {est}  late {late} ms\n");
+    }
+    out
 }
 
 /// The cells refused before running, with why.

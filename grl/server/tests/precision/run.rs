@@ -323,9 +323,18 @@ impl Tiers {
         // Clients connect meanwhile (a thousand take a few seconds here).
         let start_ms = unix_ms() + 2_000 + 3 * batch.clients as u64;
         let rows: String = batch.cells.iter().map(|c| c.rows(tl)).collect();
-        let main = self.loadgen("batch", batch.clients, &rows, duration, start_ms, 1000);
-        let joiner_rows: String = batch.cells.iter().filter_map(Cell::joiner_rows).collect();
         let ids: Vec<String> = batch.cells.iter().map(Cell::id).collect();
+        // Named by the batch's first cell: batches of tests running at once keep their logs.
+        let first = ids.first().map_or("", String::as_str);
+        let main = self.loadgen(
+            &format!("batch-{first}"),
+            batch.clients,
+            &rows,
+            duration,
+            start_ms,
+            1000,
+        );
+        let joiner_rows: String = batch.cells.iter().filter_map(Cell::joiner_rows).collect();
 
         // The controller's estimates, sampled in the middle of every loadgen second.
         let mut estimates: BTreeMap<String, BTreeMap<u64, f64>> = BTreeMap::new();
@@ -336,7 +345,14 @@ impl Tiers {
                 // from the step on.
                 let at = start_ms + tl.step * 1000;
                 sleep_until_unix_ms(at - 1000);
-                joiner = Some(self.loadgen("joiner", 1, &joiner_rows, tl.after, at, 100));
+                joiner = Some(self.loadgen(
+                    &format!("joiner-{first}"),
+                    1,
+                    &joiner_rows,
+                    tl.after,
+                    at,
+                    100,
+                ));
             }
             sleep_until_unix_ms(start_ms + (t - 1) * 1000 + 500);
             let m = self.scrape();
