@@ -79,6 +79,7 @@ fn apply_ratio(
         && book.shape.offered_in_ring() > 0
         && book.shape.spell_secs() < inner.cfg.interval.as_secs_f64();
     let starting = book.started_until.is_some_and(|t| now < t) || unheard;
+    let said = allowed;
     let allowed = allowed
         .filter(|a| a.is_finite() && *a >= 0.0)
         .filter(|_| !(starting && ratio <= 0.0));
@@ -124,7 +125,7 @@ fn apply_ratio(
         }
         None => (ratio, None),
     };
-    tracing::trace!(client = %inner.cfg.id, cell = id, told, allowed = ?book.allowed, applied = ratio, ?room, "ratio applied");
+    tracing::trace!(client = %inner.cfg.id, cell = id, told, ?said, starting, allowed = ?book.allowed, applied = ratio, ?room, "ratio applied");
     let cell = &c.registry.cells[id as usize];
     cell.threshold.store(threshold(ratio), Ordering::Relaxed);
     cell.room.set(room);

@@ -60,6 +60,9 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
             .map(|(age, n)| (age + 1, n))
             .filter(|(age, _)| *age <= b.shape.windows());
         let was_idle = b.shape.offered_in_ring() == 0;
+        if b.started_until.is_some_and(|t| t <= now) {
+            b.started_until = None;
+        }
         let change = b.shape.push(offered, admitted, secs);
         if offered > 0 || change != Change::None {
             tracing::trace!(client = %inner.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), budget = ?b.budget, started = b.started_until.is_some(), "window");
@@ -76,9 +79,12 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
                     // The first requests of a new bucket: a start too (its first window
                     // holds part of a step, so its rate says little of it).
                     b.started_until = Some(now + interval);
-                } else if let Some(t) = b.started_until {
+                } else if let Some(t) = b.started_until.filter(|t| now < *t) {
                     // Instructions the tiers computed from the start's rate may still
-                    // come for a tick and a round trip after they hear the rise.
+                    // come for a tick and a round trip after they hear the rise. A start
+                    // long past is not extended: its rise would wait half an interval
+                    // for the room the tiers already gave it (a caller rising alone
+                    // seconds after its start dropped a quarter of its traffic).
                     b.started_until = Some(t.max(now + interval / 2));
                 }
             }

@@ -141,12 +141,18 @@ impl Drop for Proc {
     }
 }
 
+/// Starts a tier; its log goes where `PRECISION_LOG_DIR` asks (as `<role>-<pid>.log`,
+/// with `RUST_LOG=grl=debug` it says every urgent report and round), else nowhere.
 fn spawn(args: &[&str]) -> Proc {
+    let log = std::env::var_os("PRECISION_LOG_DIR").and_then(|dir| {
+        let name = format!("{}-{}.log", args[0], std::process::id());
+        std::fs::File::create(std::path::Path::new(&dir).join(name)).ok()
+    });
     Proc(
         Command::new(BIN)
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log.map_or_else(Stdio::null, Stdio::from))
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}")),
     )

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use prost::Message;
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, info, trace};
 
 use super::child::Child;
 use super::dense_tick::PackedForChild;
@@ -323,6 +323,7 @@ fn ratios_for<'a>(
                                     s
                                 }
                             });
+                        trace!(child = %c.id, bucket = %b.name, own, group, parent_allowed = ?p.allowed, parent_ratio = p.ratio, ?allowed, "share from the parent's allowance");
                         // Never valid at a child for longer than this tier's own
                         // ratios: a parent's held ratio (see `hold`) is passed down
                         // again every round, so the child fails open soon after this
