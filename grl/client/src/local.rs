@@ -30,6 +30,33 @@ static CLAIMED: LazyLock<Box<[AtomicBool]>> = LazyLock::new(|| {
     (0..n).map(|_| AtomicBool::new(false)).collect()
 });
 
+/// Adds `n` to `counter`, one of a shard's counts: with a plain load and store where the
+/// shard is the one this thread owns (`owned`: it is the shard's only writer), with a
+/// locked add in the shared shard. `order` orders the store (or the add).
+#[inline]
+pub(crate) fn add(counter: &AtomicU64, n: u64, owned: bool, order: Ordering) {
+    if owned {
+        counter.store(counter.load(Ordering::Relaxed) + n, order);
+    } else {
+        counter.fetch_add(n, order);
+    }
+}
+
+/// The counts of `shards` (every owned shard and the shared one) summed, loaded with
+/// `order`.
+pub(crate) fn sum<'a, const N: usize>(
+    shards: impl IntoIterator<Item = &'a [AtomicU64; N]>,
+    order: Ordering,
+) -> [u64; N] {
+    let mut out = [0; N];
+    for shard in shards {
+        for (o, c) in out.iter_mut().zip(shard) {
+            *o += c.load(order);
+        }
+    }
+    out
+}
+
 /// Seeds differ between threads even when two start in the same nanosecond.
 static SEED_SEQUENCE: AtomicU64 = AtomicU64::new(0);
 

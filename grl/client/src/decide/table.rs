@@ -245,28 +245,20 @@ impl PairEntry {
     #[inline]
     pub(crate) fn add(&self, decision: Decision, n: u64) -> usize {
         let shard = local::claim();
-        match self.owned.get(shard) {
-            Some(s) => {
-                // This thread is the shard's only writer (see `local`).
-                let counter = &s.counts[decision as usize];
-                counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-            }
-            None => {
-                self.shared.counts[decision as usize].fetch_add(n, Ordering::Relaxed);
-            }
-        }
+        let (s, owned) = match self.owned.get(shard) {
+            Some(s) => (s, true),
+            None => (&self.shared, false),
+        };
+        local::add(&s.counts[decision as usize], n, owned, Ordering::Relaxed);
         shard
     }
 
     /// Cumulative counts per decision, summed over shards.
     pub(crate) fn totals(&self) -> [u64; DECISIONS] {
-        let mut out = [0; DECISIONS];
-        for shard in self.owned.iter().chain([&self.shared]) {
-            for (o, c) in out.iter_mut().zip(shard.counts.iter()) {
-                *o += c.load(Ordering::Relaxed);
-            }
-        }
-        out
+        local::sum(
+            self.owned.iter().chain([&self.shared]).map(|s| &s.counts),
+            Ordering::Relaxed,
+        )
     }
 
     /// Heap bytes this entry owns (itself, its names, its owned counter shards).

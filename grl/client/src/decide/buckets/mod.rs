@@ -89,23 +89,12 @@ impl BucketCell {
         }
         let own = self.paired.len() - 1;
         let counter = &self.paired[shard.min(own)][d as usize];
-        if shard < own {
-            // This thread is the shard's only writer (see `local`).
-            counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Release);
-        } else {
-            counter.fetch_add(n, Ordering::Release);
-        }
+        local::add(counter, n, shard < own, Ordering::Release);
     }
 
     /// The paired counts per decision, summed over shards.
     pub(crate) fn paired(&self) -> [u64; DECISIONS] {
-        let mut out = [0; DECISIONS];
-        for shard in &self.paired {
-            for (o, c) in out.iter_mut().zip(shard.iter()) {
-                *o += c.load(Ordering::Acquire);
-            }
-        }
-        out
+        local::sum(self.paired.iter().map(|s| &**s), Ordering::Acquire)
     }
 
     /// A decision drawn against the cell's threshold, in its mode (not counted).
