@@ -11,7 +11,7 @@
 //! a third of a decision's cost. A thread that finds every index taken (more live deciding
 //! threads than shards) uses the shared shard, counted with `fetch_add`. A claim is an
 //! acquire and a release a release, so a thread that takes over an index sees the counts
-//! its previous owner left.
+//! its previous owner left. [`add`] and [`sum`] count and read such shards.
 //!
 //! The generator is wyrand (one multiply per draw), seeded per thread from the shard index
 //! and the time the thread first decided; it needs no cryptographic strength, only

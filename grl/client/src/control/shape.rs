@@ -1171,8 +1171,8 @@ mod tests {
     /// left gaps of a quarter interval), every report carries the new rate within its
     /// counting noise: random arrivals that fill most windows also come in long runs, and
     /// taking them for bursts on a schedule reported the span between two runs (two
-    /// windows, one request: 10 requests a second, a fifth of the rate) in 5 of 7 runs of
-    /// the precision test's rise-alone cell on a loaded machine.
+    /// windows, one request: 10 requests a second, a fifth of the rate), seen in the
+    /// precision test's rise-alone cell on a loaded machine.
     #[test]
     fn a_rise_of_random_arrivals_is_reported_at_its_new_rate_not_as_bursts() {
         let (mut reports, mut low) = (Vec::new(), 0);

@@ -60,6 +60,7 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
             .map(|(age, n)| (age + 1, n))
             .filter(|(age, _)| *age <= b.shape.windows());
         let was_idle = b.shape.offered_in_ring() == 0;
+        // A start long past is forgotten, so that a later rise does not extend it.
         if b.started_until.is_some_and(|t| t <= now) {
             b.started_until = None;
         }
@@ -79,12 +80,12 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
                     // The first requests of a new bucket: a start too (its first window
                     // holds part of a step, so its rate says little of it).
                     b.started_until = Some(now + interval);
-                } else if let Some(t) = b.started_until.filter(|t| now < *t) {
+                } else if let Some(t) = b.started_until {
                     // Instructions the tiers computed from the start's rate may still
-                    // come for a tick and a round trip after they hear the rise. A start
-                    // long past is not extended: its rise would wait half an interval
-                    // for the room the tiers already gave it (a caller rising alone
-                    // seconds after its start dropped a quarter of its traffic).
+                    // come for a tick and a round trip after they hear the rise. (Only
+                    // a start still holding: one long past, extended, made a caller
+                    // rising alone seconds after its start wait half an interval for the
+                    // room the tiers already gave it.)
                     b.started_until = Some(t.max(now + interval / 2));
                 }
             }
