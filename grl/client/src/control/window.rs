@@ -89,6 +89,7 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
                     b.started_until = Some(t.max(now + interval / 2));
                 }
             }
+            Change::Refined => urgent = true,
             Change::Fall => {
                 urgent = true;
                 b.started_until = None;
