@@ -75,7 +75,8 @@ pub use decide::buckets::refusal::{Explained, GRL_BUCKET, RATELIMIT_POLICY, Refu
 pub use error::ClientError;
 pub use metrics::{
     CLIENT_CLASS_REQUESTS_TOTAL, CLIENT_CONFIG_INFO, CLIENT_CONNECTED, CLIENT_DROP_RATIO,
-    CLIENT_FAIL_OPEN, CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS, CLIENT_UNKNOWN_CLASSES_TOTAL,
+    CLIENT_FAIL_OPEN, CLIENT_OVERFLOW_TOTAL, CLIENT_PAIRS, CLIENT_RATE_CHANGES_TOTAL,
+    CLIENT_UNKNOWN_CLASSES_TOTAL,
 };
 
 use control::Control;
@@ -229,6 +230,9 @@ pub(crate) struct Inner {
     pub(crate) classes_on: AtomicBool,
     /// Requests of a class their bucket does not list (counted in its default class).
     pub(crate) unknown_classes: AtomicU64,
+    /// Changes of a bucket's rate told to the aggregator at once, by
+    /// `control::shape::Change::index`.
+    pub(crate) rate_changes: [AtomicU64; 5],
 }
 
 /// The in-process rate limiter client. Cheap to clone: every clone shares one state.
@@ -264,6 +268,7 @@ impl Client {
                 overflow: AtomicU64::new(0),
                 classes_on: AtomicBool::new(false),
                 unknown_classes: AtomicU64::new(0),
+                rate_changes: Default::default(),
             }),
         }
     }

@@ -15,6 +15,7 @@ use grl_core::metric_names::{
 };
 
 use crate::Inner;
+use crate::control::shape::Change;
 use crate::decide::buckets::UNMATCHED;
 use crate::decide::table::PairTable;
 
@@ -36,6 +37,12 @@ pub const CLIENT_CLASS_REQUESTS_TOTAL: &str = grl_core::metric_names::CLASS_REQU
 /// Counter: requests that named a priority class their bucket does not list (counted in
 /// its default class).
 pub const CLIENT_UNKNOWN_CLASSES_TOTAL: &str = "grl_client_unknown_classes_total";
+
+/// Counter `{service, change}`: changes of a bucket's offered rate the client told its
+/// aggregator at once, in an urgent report (`rise`, `fall`, `start`, `learned`: the cycles
+/// of bursts became known, `refined`: a rate told at a rise or fall, counted again over
+/// more windows).
+pub const CLIENT_RATE_CHANGES_TOTAL: &str = "grl_client_rate_changes_total";
 
 const DECISION_LABELS: [&str; 3] = [DECISION_ALLOWED, DECISION_DROPPED, DECISION_SHADOW_DROPPED];
 
@@ -168,6 +175,20 @@ pub(crate) fn encode(inner: &Inner, out: &mut String) {
         service,
         status.unknown_classes,
     );
+    header(
+        out,
+        CLIENT_RATE_CHANGES_TOTAL,
+        "counter",
+        "Changes of a bucket's offered rate told to the aggregator at once, by kind.",
+    );
+    for (change, n) in Change::TOLD.iter().zip(&inner.rate_changes) {
+        out.push_str(CLIENT_RATE_CHANGES_TOTAL);
+        out.push_str("{service=\"");
+        label(out, service);
+        out.push_str("\",change=\"");
+        label(out, change.label());
+        let _ = writeln!(out, "\"}} {}", n.load(Ordering::Relaxed));
+    }
     header(
         out,
         CLIENT_FAIL_OPEN,

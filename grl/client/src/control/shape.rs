@@ -125,6 +125,34 @@ pub(crate) enum Change {
     Refined,
 }
 
+impl Change {
+    /// Every change that sends an urgent report, in the order of [`Change::index`].
+    pub(crate) const TOLD: [Change; 5] = [
+        Change::Rise,
+        Change::Fall,
+        Change::Start,
+        Change::Learned,
+        Change::Refined,
+    ];
+
+    /// Its position in [`Change::TOLD`]; `None` for [`Change::None`].
+    pub(crate) fn index(self) -> Option<usize> {
+        Self::TOLD.iter().position(|c| *c == self)
+    }
+
+    /// Its `change` label in `grl_client_rate_changes_total`.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Change::None => "none",
+            Change::Rise => "rise",
+            Change::Fall => "fall",
+            Change::Start => "start",
+            Change::Learned => "learned",
+            Change::Refined => "refined",
+        }
+    }
+}
+
 /// The rate told at a rise or fall, and over how many windows it was counted
 /// ([`Shape::refined`]).
 #[derive(Debug, Clone, Copy)]

@@ -137,6 +137,11 @@ fn every_report_carries_the_counts_so_far_urgent_ones_included() {
         (b.offered_total, b.dropped_total, b.shadow_dropped_total),
         totals()
     );
+    let mut text = String::new();
+    client.encode_metrics(&mut text);
+    // Counted by kind: a first window with traffic is a rise from nothing.
+    let rise = r#"grl_client_rate_changes_total{service="payments",change="rise"} 1"#;
+    assert!(text.lines().any(|l| l == rise), "no {rise} in\n{text}");
     offer(50);
     let b = row(&report::report(&client.inner));
     assert_eq!(b.offered_total, 150, "{b:?}");

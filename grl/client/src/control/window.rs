@@ -68,6 +68,9 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
         if offered > 0 || change != Change::None {
             tracing::trace!(client = %inner.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), budget = ?b.budget, started = b.started_until.is_some(), "window");
         }
+        if let Some(i) = change.index() {
+            inner.rate_changes[i].fetch_add(1, Ordering::Relaxed);
+        }
         match change {
             Change::None => {}
             Change::Start => {
