@@ -109,6 +109,56 @@ fn a_fall_under_a_quarter_is_reported_at_once_a_rise_after_two_windows() {
     drop(client);
 }
 
+/// A bucket the tiers give no allowance for admits at their ratio until they hear of its
+/// traffic, so its first request is reported at once, even alone. (The README's quick
+/// start once let 63 of 100 calls through a 5 rps bucket: its first windows held one
+/// request each, which was neither a start nor, against one window of silence, a rise,
+/// and the tiers heard of it at the next interval.) With an allowance, a lone request
+/// after a silence is no news: the budget holds it.
+#[test]
+fn the_first_request_of_a_bucket_without_an_allowance_is_reported_at_once() {
+    let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
+    client.apply_instruction(&proto::Instruction {
+        has_config: true,
+        config: vec![proto::ServiceRules {
+            service: "payments".into(),
+            first_index: None,
+            buckets: vec![proto::BucketRule {
+                name: "b".into(),
+                caller: "gateway".into(),
+                scope: proto::Scope::Global as i32,
+                mode: proto::Mode::Deny as i32,
+                limit_rps: Some(5.0),
+                ..Default::default()
+            }],
+        }],
+        ratios: vec![proto::DropRatio {
+            service: "payments".into(),
+            bucket: "b".into(),
+            allowed: None,
+            ratio: 0.0,
+            valid_for_ms: 3_600_000,
+        }],
+        ..Default::default()
+    });
+    let mut now = Instant::now();
+    for _ in 0..3 {
+        now += Duration::from_millis(50);
+        assert!(window::window(&client.inner, now).is_none());
+    }
+    client.decide("gateway", "pay.Pay/Card");
+    now += Duration::from_millis(50);
+    assert!(
+        window::window(&client.inner, now).is_some(),
+        "a lone first request without an allowance is reported at once"
+    );
+    let (_allowed, mut window) = following_client(100.0);
+    for _ in 0..3 {
+        assert!(!window(0));
+    }
+    assert!(!window(1), "with an allowance a lone request is no news");
+}
+
 #[test]
 fn every_report_carries_the_counts_so_far_urgent_ones_included() {
     let (client, _) = following_client(1000.0);

@@ -68,9 +68,16 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
         if offered > 0 || change != Change::None {
             tracing::trace!(client = %inner.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), budget = ?b.budget, started = b.started_until.is_some(), "window");
         }
-        if let Some(i) = change.index() {
+        // A bucket the tiers give this client no allowance for (new to it, or idle long
+        // enough that they stopped sharing to it) admits at the group's ratio until they
+        // hear of its traffic, so its first request is news at once, even alone. (With an
+        // allowance, one request after a silence is what a sparse caller sends anyway, and
+        // the budget holds it.)
+        let unheard = change == Change::None && offered > 0 && was_idle && b.allowed.is_none();
+        if let Some(i) = if unheard { Change::Start } else { change }.index() {
             inner.rate_changes[i].fetch_add(1, Ordering::Relaxed);
         }
+        urgent |= unheard;
         match change {
             Change::None => {}
             Change::Start => {
