@@ -232,7 +232,7 @@ pub(crate) struct Inner {
     pub(crate) unknown_classes: AtomicU64,
     /// Changes of a bucket's rate told to the aggregator at once, by
     /// `control::shape::Change::index`.
-    pub(crate) rate_changes: [AtomicU64; 5],
+    pub(crate) rate_changes: [AtomicU64; control::shape::Change::TOLD.len()],
 }
 
 /// The in-process rate limiter client. Cheap to clone: every clone shares one state.

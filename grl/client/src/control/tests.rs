@@ -77,6 +77,35 @@ fn allowance(ratio: f64, allowed: f64, valid_for_ms: u32) -> proto::Instruction 
     }
 }
 
+/// A client with bucket `b` (caller `gateway`, deny, limit `limit` rps) under its limit and
+/// given no allowance: what the tiers say of a bucket before they hear of its traffic here.
+fn unallowed_client(limit: f64) -> crate::Client {
+    let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
+    client.apply_instruction(&proto::Instruction {
+        has_config: true,
+        config: vec![proto::ServiceRules {
+            service: "payments".into(),
+            first_index: None,
+            buckets: vec![proto::BucketRule {
+                name: "b".into(),
+                caller: "gateway".into(),
+                scope: proto::Scope::Global as i32,
+                mode: proto::Mode::Deny as i32,
+                limit_rps: Some(limit),
+                ..Default::default()
+            }],
+        }],
+        ratios: vec![proto::DropRatio {
+            service: "payments".into(),
+            bucket: "b".into(),
+            valid_for_ms: 3_600_000,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    client
+}
+
 fn following_client(allowed: f64) -> (crate::Client, impl FnMut(u64) -> bool) {
     client_in(proto::Mode::Deny, allowed)
 }
@@ -117,30 +146,7 @@ fn a_fall_under_a_quarter_is_reported_at_once_a_rise_after_two_windows() {
 /// after a silence is no news: the budget holds it.
 #[test]
 fn the_first_request_of_a_bucket_without_an_allowance_is_reported_at_once() {
-    let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
-    client.apply_instruction(&proto::Instruction {
-        has_config: true,
-        config: vec![proto::ServiceRules {
-            service: "payments".into(),
-            first_index: None,
-            buckets: vec![proto::BucketRule {
-                name: "b".into(),
-                caller: "gateway".into(),
-                scope: proto::Scope::Global as i32,
-                mode: proto::Mode::Deny as i32,
-                limit_rps: Some(5.0),
-                ..Default::default()
-            }],
-        }],
-        ratios: vec![proto::DropRatio {
-            service: "payments".into(),
-            bucket: "b".into(),
-            allowed: None,
-            ratio: 0.0,
-            valid_for_ms: 3_600_000,
-        }],
-        ..Default::default()
-    });
+    let client = unallowed_client(5.0);
     let mut now = Instant::now();
     for _ in 0..3 {
         now += Duration::from_millis(50);
@@ -529,29 +535,7 @@ fn a_first_allowance_under_the_limit_drops_none_of_a_sparse_callers_requests() {
 /// allowance came between a lone request's window and the next.
 #[test]
 fn a_spell_begun_by_a_lone_request_admits_freely_under_the_limit_until_its_rate_is_known() {
-    let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
-    client.apply_instruction(&proto::Instruction {
-        has_config: true,
-        config: vec![proto::ServiceRules {
-            service: "payments".into(),
-            first_index: None,
-            buckets: vec![proto::BucketRule {
-                name: "b".into(),
-                caller: "gateway".into(),
-                scope: proto::Scope::Global as i32,
-                mode: proto::Mode::Deny as i32,
-                limit_rps: Some(600.0),
-                ..Default::default()
-            }],
-        }],
-        ratios: vec![proto::DropRatio {
-            service: "payments".into(),
-            bucket: "b".into(),
-            valid_for_ms: 3_600_000,
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    let client = unallowed_client(600.0);
     let mut now = Instant::now();
     let window = |n: u64, now: &mut Instant| {
         for _ in 0..n {

@@ -73,11 +73,18 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
         // hear of its traffic, so its first request is news at once, even alone. (With an
         // allowance, one request after a silence is what a sparse caller sends anyway, and
         // the budget holds it.)
-        let unheard = change == Change::None && offered > 0 && was_idle && b.allowed.is_none();
-        if let Some(i) = if unheard { Change::Start } else { change }.index() {
+        let news_without_allowance =
+            change == Change::None && offered > 0 && was_idle && b.allowed.is_none();
+        if let Some(i) = if news_without_allowance {
+            Change::Start
+        } else {
+            change
+        }
+        .index()
+        {
             inner.rate_changes[i].fetch_add(1, Ordering::Relaxed);
         }
-        urgent |= unheard;
+        urgent |= news_without_allowance;
         match change {
             Change::None => {}
             Change::Start => {
