@@ -797,6 +797,12 @@ impl Shape {
             .sum()
     }
 
+    /// Whether the ring holds fewer windows than it keeps: the client has held the bucket
+    /// for less than the ring, so a silence in it says nothing yet of the caller's cadence.
+    pub(crate) fn is_young(&self) -> bool {
+        self.ring.len() < self.cap
+    }
+
     /// How many windows the ring keeps.
     pub(crate) fn windows(&self) -> usize {
         self.cap

@@ -163,6 +163,19 @@ fn the_first_request_of_a_bucket_without_an_allowance_is_reported_at_once() {
         assert!(!window(0));
     }
     assert!(!window(1), "with an allowance a lone request is no news");
+    // A client that has held the bucket for a whole ring of silence: a lone request is what
+    // a sparse caller sends, and a report at it would over-state its rate.
+    let client = unallowed_client(5.0);
+    for _ in 0..400 {
+        now += Duration::from_millis(50);
+        assert!(window::window(&client.inner, now).is_none());
+    }
+    client.decide("gateway", "pay.Pay/Card");
+    now += Duration::from_millis(50);
+    assert!(
+        window::window(&client.inner, now).is_none(),
+        "a lone request after a ring of silence is no news"
+    );
 }
 
 #[test]

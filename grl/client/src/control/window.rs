@@ -60,6 +60,7 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
             .map(|(age, n)| (age + 1, n))
             .filter(|(age, _)| *age <= b.shape.windows());
         let was_idle = b.shape.offered_in_ring() == 0;
+        let young = b.shape.is_young();
         // A start long past is forgotten, so that a later rise does not extend it.
         if b.started_until.is_some_and(|t| t <= now) {
             b.started_until = None;
@@ -68,13 +69,15 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
         if offered > 0 || change != Change::None {
             tracing::trace!(client = %inner.cfg.id, cell = id, offered, admitted, ?change, allowed = ?b.allowed, expected = b.shape.expected(), budget = ?b.budget, started = b.started_until.is_some(), "window");
         }
-        // A bucket the tiers give this client no allowance for (new to it, or idle long
-        // enough that they stopped sharing to it) admits at the group's ratio until they
-        // hear of its traffic, so its first request is news at once, even alone. (With an
-        // allowance, one request after a silence is what a sparse caller sends anyway, and
-        // the budget holds it.)
+        // A bucket new to this client (it has held it for less than the ring) has no
+        // allowance and admits at the group's ratio until the tiers hear of its traffic, so
+        // its first request is news at once, even alone. Once the ring is full, one request
+        // after a silence is what a sparse caller sends anyway: a report at it would end
+        // its horizon at an arrival and over-state the rate (a hundred callers at one
+        // request in 25 s were told as 1.13-1.23x their rate), and the budget or the
+        // group's ratio holds it.
         let news_without_allowance =
-            change == Change::None && offered > 0 && was_idle && b.allowed.is_none();
+            change == Change::None && offered > 0 && was_idle && young && b.allowed.is_none();
         if let Some(i) = if news_without_allowance {
             Change::Start
         } else {
