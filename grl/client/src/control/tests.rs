@@ -143,39 +143,37 @@ fn a_fall_under_a_quarter_is_reported_at_once_a_rise_after_two_windows() {
 /// start once let 63 of 100 calls through a 5 rps bucket: its first windows held one
 /// request each, which was neither a start nor, against one window of silence, a rise,
 /// and the tiers heard of it at the next interval.) With an allowance, a lone request
-/// after a silence is no news: the budget holds it.
+/// after a silence is no news: the budget holds it; nor is one after a whole ring of
+/// silence, a sparse caller's (a report at it would over-state the caller's rate).
 #[test]
 fn the_first_request_of_a_bucket_without_an_allowance_is_reported_at_once() {
-    let client = unallowed_client(5.0);
-    let mut now = Instant::now();
-    for _ in 0..3 {
+    // Whether a client given no allowance reports a lone request after `silent` windows.
+    let lone_request_is_news = |silent: usize| {
+        let client = unallowed_client(5.0);
+        let mut now = Instant::now();
+        for _ in 0..silent {
+            now += Duration::from_millis(50);
+            assert!(window::window(&client.inner, now).is_none());
+        }
+        client.decide("gateway", "pay.Pay/Card");
         now += Duration::from_millis(50);
-        assert!(window::window(&client.inner, now).is_none());
-    }
-    client.decide("gateway", "pay.Pay/Card");
-    now += Duration::from_millis(50);
+        window::window(&client.inner, now).is_some()
+    };
     assert!(
-        window::window(&client.inner, now).is_some(),
+        lone_request_is_news(3),
         "a lone first request without an allowance is reported at once"
+    );
+    // A client that has held the bucket for a whole ring of silence: a lone request is what
+    // a sparse caller sends, and a report at it would over-state its rate.
+    assert!(
+        !lone_request_is_news(400),
+        "a lone request after a ring of silence is no news"
     );
     let (_allowed, mut window) = following_client(100.0);
     for _ in 0..3 {
         assert!(!window(0));
     }
     assert!(!window(1), "with an allowance a lone request is no news");
-    // A client that has held the bucket for a whole ring of silence: a lone request is what
-    // a sparse caller sends, and a report at it would over-state its rate.
-    let client = unallowed_client(5.0);
-    for _ in 0..400 {
-        now += Duration::from_millis(50);
-        assert!(window::window(&client.inner, now).is_none());
-    }
-    client.decide("gateway", "pay.Pay/Card");
-    now += Duration::from_millis(50);
-    assert!(
-        window::window(&client.inner, now).is_none(),
-        "a lone request after a ring of silence is no news"
-    );
 }
 
 #[test]
