@@ -34,13 +34,25 @@ fn told_client(
 /// A client with bucket `b` (caller `gateway`, `mode`) allowed `allowed` rps, told the
 /// bucket's drop ratio `ratio` (0: under its limit).
 fn allowed_client(mode: proto::Mode, allowed: f64, ratio: f64) -> crate::Client {
+    configured_client(mode, allowed, Some(allowed), ratio)
+}
+
+/// A client with bucket `b` (caller `gateway`, `mode`, limit `limit` rps), told the
+/// bucket's drop ratio `ratio` and this client's allowance `allowed` (none: the tiers
+/// have not heard of its traffic here).
+fn configured_client(
+    mode: proto::Mode,
+    limit: f64,
+    allowed: Option<f64>,
+    ratio: f64,
+) -> crate::Client {
     let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
     let rule = proto::BucketRule {
         name: "b".into(),
         caller: "gateway".into(),
         scope: proto::Scope::Global as i32,
         mode: mode as i32,
-        limit_rps: Some(allowed),
+        limit_rps: Some(limit),
         ..Default::default()
     };
     client.apply_instruction(&proto::Instruction {
@@ -53,7 +65,7 @@ fn allowed_client(mode: proto::Mode, allowed: f64, ratio: f64) -> crate::Client 
         ratios: vec![proto::DropRatio {
             service: "payments".into(),
             bucket: "b".into(),
-            allowed: Some(allowed),
+            allowed,
             ratio,
             valid_for_ms: 3_600_000,
         }],
@@ -80,30 +92,7 @@ fn allowance(ratio: f64, allowed: f64, valid_for_ms: u32) -> proto::Instruction 
 /// A client with bucket `b` (caller `gateway`, deny, limit `limit` rps) under its limit and
 /// given no allowance: what the tiers say of a bucket before they hear of its traffic here.
 fn unallowed_client(limit: f64) -> crate::Client {
-    let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
-    client.apply_instruction(&proto::Instruction {
-        has_config: true,
-        config: vec![proto::ServiceRules {
-            service: "payments".into(),
-            first_index: None,
-            buckets: vec![proto::BucketRule {
-                name: "b".into(),
-                caller: "gateway".into(),
-                scope: proto::Scope::Global as i32,
-                mode: proto::Mode::Deny as i32,
-                limit_rps: Some(limit),
-                ..Default::default()
-            }],
-        }],
-        ratios: vec![proto::DropRatio {
-            service: "payments".into(),
-            bucket: "b".into(),
-            valid_for_ms: 3_600_000,
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    client
+    configured_client(proto::Mode::Deny, limit, None, 0.0)
 }
 
 fn following_client(allowed: f64) -> (crate::Client, impl FnMut(u64) -> bool) {

@@ -78,13 +78,12 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
         // group's ratio holds it.
         let news_without_allowance =
             change == Change::None && offered > 0 && was_idle && young && b.allowed.is_none();
-        if let Some(i) = if news_without_allowance {
+        let told = if news_without_allowance {
             Change::Start
         } else {
             change
-        }
-        .index()
-        {
+        };
+        if let Some(i) = told.index() {
             inner.rate_changes[i].fetch_add(1, Ordering::Relaxed);
         }
         urgent |= news_without_allowance;
