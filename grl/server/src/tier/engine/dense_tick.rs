@@ -66,6 +66,8 @@ pub struct IndexedSums {
     zones: Vec<Group>,
     /// Every fresh child's offered rate per bucket, NaN where none reported it.
     all: Group,
+    /// The rate horizon the children's rates are counted over.
+    horizon_secs: f64,
 }
 
 /// Whether `c` reports by index at `rules`.
@@ -115,6 +117,7 @@ impl IndexedSums {
             regions: Vec::new(),
             zones: Vec::new(),
             all: Group::new("", n),
+            horizon_secs: cfg.rate_horizon_secs(),
         };
         for c in children {
             let Some(x) = &c.indexed else { continue };
@@ -157,7 +160,10 @@ impl IndexedSums {
         let ratio = groups
             .iter()
             .filter(|g| global || !g.offered[i].is_nan())
-            .map(|g| ratios::drop_ratio(g.sum(i), dense.limit_in(i, |j| g.sum(j))))
+            .map(|g| {
+                let limit = dense.limit_in(i, |j| g.sum(j));
+                ratios::drop_ratio(g.sum(i), limit, self.horizon_secs)
+            })
             .reduce(f64::max);
         (self.all.sum(i), ratio)
     }
@@ -195,7 +201,7 @@ impl IndexedSums {
                         Computed {
                             offered: sum,
                             limit,
-                            ratio: ratios::drop_ratio(sum, limit),
+                            ratio: ratios::drop_ratio(sum, limit, self.horizon_secs),
                         },
                     );
                 }
@@ -280,7 +286,7 @@ impl IndexedSums {
                     Scope::Region | Scope::Zone => g.and_then(|g| g.reported(i)),
                 };
                 let limit = g.map_or(dense.limit[i], |g| dense.limit_in(i, |j| g.sum(j)));
-                let ratio = ratios::drop_ratio(sum.unwrap_or(0.0), limit);
+                let ratio = ratios::drop_ratio(sum.unwrap_or(0.0), limit, horizon);
                 let allowed = sum.and_then(|sum| ratios::share(limit, own, sum, n, horizon));
                 let key = dense.key[i];
                 out.changed = out.changed

@@ -12,16 +12,18 @@ use super::scopes::Owned;
 use crate::tier::FastMap;
 
 /// A tick's ratios of the scopes this tier computes (`scopes`), and its offered rate by
-/// (service, bucket), from `rows` (the children's rows or their sums).
+/// (service, bucket), from `rows` (the children's rows or their sums, rates over
+/// `horizon_secs`).
 pub(super) fn ratios_and_offered<'a>(
     limited: &[ratios::Limited],
     rows: impl Iterator<Item = (ratios::KeyRef<'a>, &'a ratios::Rate)> + Clone,
     owned: &Owned,
+    horizon_secs: f64,
 ) -> (
     BTreeMap<RatioKey, Computed>,
     BTreeMap<(String, String), f64>,
 ) {
-    let computed = ratios::compute(limited, rows.clone(), &owned.computed());
+    let computed = ratios::compute(limited, rows.clone(), &owned.computed(), horizon_secs);
     let mut offered: FastMap<(&str, &str), f64> = FastMap::default();
     for ((service, bucket, ..), r) in rows {
         *offered.entry((service, bucket)).or_default() += r.offered;

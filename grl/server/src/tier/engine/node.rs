@@ -383,6 +383,7 @@ impl Node {
             parent_says_shared,
         );
         st.indexed = IndexedSums::of(&self.cfg, &st.owned, &st.rules, &fresh);
+        let horizon = self.cfg.rate_horizon_secs();
         if st.indexed.is_some() {
             // Made by name only when asked (a scrape, a child reporting by name).
             st.computed.clear();
@@ -394,12 +395,13 @@ impl Node {
             let sums = st.children.sums(&st.rules, st.config_gen, now);
             let rows = sums.iter().map(|(k, r)| (*k, r));
             (st.computed, st.bucket_offered) =
-                ratios_and_offered(&limited, rows.clone(), &st.owned);
+                ratios_and_offered(&limited, rows.clone(), &st.owned, horizon);
             st.upward = ratios::regroup(rows, self.cfg.level == proto::Level::Zone);
         } else {
             let limited = st.rules.limited();
             let rows = st.children.rows(now);
-            (st.computed, st.bucket_offered) = ratios_and_offered(&limited, rows, &st.owned);
+            (st.computed, st.bucket_offered) =
+                ratios_and_offered(&limited, rows, &st.owned, horizon);
         }
         st.parent.ratios.retain(|_, p| p.expires > now);
         instruct::instruct_children(&self.cfg, &self.bytes, st, Round::All, now);
