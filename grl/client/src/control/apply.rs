@@ -120,8 +120,9 @@ fn apply_ratio(
     let (ratio, room) = match book.allowed {
         Some(a) => {
             let share = book.local_share(a);
-            let room = book.room(share, w, inner.cfg.interval.as_secs_f64());
-            (book.budget_ratio(share, w), Some(room))
+            let interval = inner.cfg.interval.as_secs_f64();
+            let room = book.room(share, w, interval);
+            (book.budget_ratio(share, w, interval), Some(room))
         }
         None => (ratio, None),
     };

@@ -233,14 +233,20 @@ impl Budget {
     /// The drop ratio for the next window of `window_secs` at allowance `allowed` when it is
     /// expected to offer `expected` requests per second: it admits what the budget and the
     /// window's refill hold in whole requests, all of it when that covers the expected
-    /// requests (at least one), nothing while it holds less than one request. A burst
-    /// larger than expected is held to what the budget holds by the bucket's room, first
-    /// come first served (`decide::room`), not by this ratio: a ratio sized for the last
-    /// bursts would drop most of a smaller one after a step down.
-    pub(crate) fn ratio(&self, allowed: f64, window_secs: f64, expected: f64) -> f64 {
-        let available = self.available(allowed, window_secs);
+    /// requests (at least one), nothing while it holds less than one request, unless the
+    /// window may owe the rest of one (`owed`: what it may owe beyond the budget, under the
+    /// limit an interval's allowance, see `Book::room`; a sparse caller whose budget began
+    /// with less than a request would otherwise drop its next requests under the limit). A
+    /// burst larger than expected is held to what the budget holds by the bucket's room,
+    /// first come first served (`decide::room`), not by this ratio: a ratio sized for the
+    /// last bursts would drop most of a smaller one after a step down.
+    pub(crate) fn ratio(&self, allowed: f64, window_secs: f64, expected: f64, owed: f64) -> f64 {
+        let mut available = self.available(allowed, window_secs);
         if available < 1.0 {
-            return 1.0;
+            if available + owed.max(0.0) < 1.0 {
+                return 1.0;
+            }
+            available = 1.0;
         }
         let want = (expected * window_secs).max(1.0);
         if want <= available {
@@ -274,7 +280,7 @@ mod tests {
         let (mut admitted_total, mut est, mut frac) = (0u64, 0.0f64, 0.0f64);
         let mut recent = std::collections::VecDeque::new();
         for (i, &n) in offered.iter().enumerate() {
-            let r = b.ratio(a, W, est);
+            let r = b.ratio(a, W, est, 0.0);
             let mut admitted = 0;
             for _ in 0..n {
                 frac += 1.0 - r;
@@ -406,26 +412,40 @@ mod tests {
             "the cap and the budget's phase: {}",
             phased.tokens()
         );
-        assert_eq!(b.ratio(100.0, W, 100.0), 0.0);
-        assert!((b.ratio(100.0, W, 1000.0) - 0.5).abs() < 1e-9);
+        assert_eq!(b.ratio(100.0, W, 100.0, 0.0), 0.0);
+        assert!((b.ratio(100.0, W, 1000.0, 0.0) - 0.5).abs() < 1e-9);
         let mut part = Budget::new();
         part.settle(1.0, W, 0, -1.0, 1.0);
         assert_eq!(
-            part.ratio(1.0, W, 0.1),
+            part.ratio(1.0, W, 0.1, 0.0),
             1.0,
             "a tenth of a request waits for the rest"
+        );
+        assert_eq!(
+            part.ratio(1.0, W, 0.1, 1.0),
+            0.0,
+            "under the limit the window may owe the rest of one"
+        );
+        assert_eq!(
+            part.ratio(1.0, W, 0.1, 0.5),
+            1.0,
+            "but no more than it may owe"
         );
         for _ in 0..18 {
             part.settle(1.0, W, 0, -1.0, 1.0);
         }
-        assert_eq!(part.ratio(1.0, W, 0.1), 0.0, "a whole request is admitted");
+        assert_eq!(
+            part.ratio(1.0, W, 0.1, 0.0),
+            0.0,
+            "a whole request is admitted"
+        );
         assert!(
-            (part.ratio(1.0, W, 80.0) - 0.75).abs() < 1e-9,
+            (part.ratio(1.0, W, 80.0, 0.0) - 0.75).abs() < 1e-9,
             "one request of a window expected to hold four"
         );
         b.settle(100.0, W, 10_000, Budget::floor(100.0, 1.0, 500), 20.0);
         assert_eq!(b.tokens(), -500.0, "owes at most what it admitted recently");
-        assert_eq!(b.ratio(100.0, W, 1000.0), 1.0);
+        assert_eq!(b.ratio(100.0, W, 1000.0, 0.0), 1.0);
         b.settle(100.0, W, 0, Budget::floor(100.0, 1.0, 0), 20.0);
         assert_eq!(b.tokens(), -495.0, "a debt is paid back, not forgiven");
     }
@@ -442,7 +462,7 @@ mod tests {
             let cap = Budget::cap(a, W, 0.0, poisson_credit(rho));
             for _ in 0..(secs as f64 / W) as usize {
                 let n = rng.poisson(rho * a * W);
-                let r = b.ratio(a, W, rho * a);
+                let r = b.ratio(a, W, rho * a, 0.0);
                 let mut admitted = 0;
                 for _ in 0..n {
                     frac += 1.0 - r;

@@ -125,14 +125,22 @@ impl Book {
     }
 
     /// The drop ratio of the next window of `window_secs` at allowance `share`: what the
-    /// budget holds of what the window is expected to offer; nothing in the first window
-    /// after a spell with no request in the ring, whose requests come before anything says
-    /// they will (what it admits beyond the budget is not owed: see `window::window`).
-    pub(crate) fn budget_ratio(&self, share: f64, window_secs: f64) -> f64 {
+    /// budget holds of what the window is expected to offer, and under the limit at least
+    /// one request while the window may still owe it (what [`Book::room`] lets it owe, an
+    /// interval's allowance, `interval_secs`); nothing in the first window after a spell
+    /// with no request in the ring, whose requests come before anything says they will
+    /// (what it admits beyond the budget is not owed: see `window::window`).
+    pub(crate) fn budget_ratio(&self, share: f64, window_secs: f64, interval_secs: f64) -> f64 {
         if self.shape.offered_in_ring() == 0 {
             return 0.0;
         }
-        self.budget.ratio(share, window_secs, self.shape.expected())
+        let owed = if self.over_limit {
+            0.0
+        } else {
+            share * interval_secs
+        };
+        self.budget
+            .ratio(share, window_secs, self.shape.expected(), owed)
     }
 
     /// The most the next window of `window_secs` at allowance `share` may admit (the

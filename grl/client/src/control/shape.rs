@@ -115,9 +115,10 @@ pub(crate) enum Change {
     /// is no change yet (a sparse caller's next request after a quiet spell is the same
     /// rate; a step from idle is found as a rise in the next windows).
     Start,
-    /// The rate did not change, but how often the caller's bursts come became known (the
-    /// second burst since the last change): the rate reported from now on is the cycles'
-    /// average, no longer a guess from one burst.
+    /// The rate did not change, but how often the caller's bursts on a schedule come
+    /// became known (the second burst since the last change): the rate reported from now
+    /// on is the cycles' average, no longer a guess from one burst. Never for random
+    /// arrivals, whose reports do not count over cycles.
     Learned,
     /// The rate since the last rise or fall, counted over at least twice the windows it was
     /// told over, lies more than [`REFINE_DEVIATIONS`] of its deviations from what was told:
@@ -305,15 +306,15 @@ impl Shape {
         let change = self.push_window(offered, admitted, secs);
         if change != Change::None {
             // The report a change sends already carries the cycles, if the new segment
-            // holds them.
-            self.cycles_told = self.cycles().is_some();
+            // holds them and they are what a report counts over.
+            self.cycles_told = self.counts_cycles();
             self.told = None;
             if matches!(change, Change::Rise | Change::Fall) {
                 self.tell();
             }
             return change;
         }
-        if !self.cycles_told && self.cycles().is_some() {
+        if !self.cycles_told && self.counts_cycles() {
             self.cycles_told = true;
             if self.told.is_some() {
                 self.tell();
@@ -696,6 +697,16 @@ impl Shape {
         }
     }
 
+    /// Whether a report counts over the segment's whole cycles ([`Shape::report_rates`]).
+    /// Only then is their becoming known news ([`Change::Learned`]): for random arrivals
+    /// a report counts over the segment whatever their runs, and an urgent report sent at
+    /// the arrival that completes a second run ends its count at an arrival (a sparse
+    /// caller reported 2 requests over the second or two since its last change: ten times
+    /// its rate at 0.05 a second, and a hundred such callers read 1.7x their limit).
+    fn counts_cycles(&self) -> bool {
+        self.cycles().is_some() && self.scheduled()
+    }
+
     /// Whether the segment's traffic comes in bursts on a schedule rather than random
     /// arrivals: runs of [`SCHEDULED_RUN`] requests or more on average, and window counts
     /// more dispersed than Poisson counts can be by chance. Random arrivals that fill most
@@ -982,6 +993,24 @@ mod tests {
         }
         for (i, o) in reported.iter().enumerate().skip(20) {
             assert!((o - 4000.0).abs() <= 1.0, "window {i}: {o}");
+        }
+    }
+
+    #[test]
+    fn random_sparse_arrivals_send_no_learned_reports() {
+        // Poisson arrivals from 0.05 to 2 requests a second, 100 seeds of 400 windows:
+        // their runs are no schedule, so a report never counts over cycles.
+        for rate in [0.05, 0.2, 0.5, 2.0] {
+            let mut learned = 0;
+            for seed in 0..100 {
+                let mut rng = Rng::new(seed);
+                let mut s = after_silence(80);
+                for _ in 0..400 {
+                    let n = rng.poisson(rate * W);
+                    learned += usize::from(s.push(n, n, W) == Change::Learned);
+                }
+            }
+            assert_eq!(learned, 0, "{rate} a second");
         }
     }
 

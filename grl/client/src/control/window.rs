@@ -147,7 +147,7 @@ pub(crate) fn window(inner: &Inner, now: Instant) -> Option<proto::Report> {
                     b.budget.forgive_debt();
                 }
             }
-            let t = threshold(b.budget_ratio(share, w));
+            let t = threshold(b.budget_ratio(share, w, interval.as_secs_f64()));
             changed |= cell.threshold.swap(t, Ordering::Relaxed) != t;
             changed |= cell
                 .room
