@@ -191,8 +191,15 @@ impl RunLog {
         .unwrap_or_else(|_| Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())))
         .map_err(connect_err)?;
         let _ = probe.close().await;
+        // No idle timeout and no lifetime: with either, sqlx 0.9 spawns a pool maintenance
+        // task, and one was seen spinning when its runtime shut down with the pool still
+        // held (a test process at full CPU for 20 minutes in `Runtime::drop`). A
+        // connection is checked before each use (`test_before_acquire`), so one the
+        // server closed is replaced, not handed out.
         let pool = AnyPoolOptions::new()
             .max_connections(if target.is_sqlite() { 1 } else { 5 })
+            .idle_timeout(None)
+            .max_lifetime(None)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect(target.connect_url())
             .await
