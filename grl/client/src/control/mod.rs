@@ -134,13 +134,19 @@ impl Book {
         if self.shape.offered_in_ring() == 0 {
             return 0.0;
         }
-        let owed = if self.over_limit {
+        let owed = self.may_owe(share, interval_secs);
+        self.budget
+            .ratio(share, window_secs, self.shape.expected(), owed)
+    }
+
+    /// What a window may owe beyond its budget at allowance `share`: under the limit an
+    /// interval's allowance (`interval_secs`), over it nothing.
+    fn may_owe(&self, share: f64, interval_secs: f64) -> f64 {
+        if self.over_limit {
             0.0
         } else {
             share * interval_secs
-        };
-        self.budget
-            .ratio(share, window_secs, self.shape.expected(), owed)
+        }
     }
 
     /// The most the next window of `window_secs` at allowance `share` may admit (the
@@ -156,13 +162,10 @@ impl Book {
     /// part of one. Over the limit a window admits what the budget holds and no more.
     pub(crate) fn room(&self, share: f64, window_secs: f64, interval_secs: f64) -> u64 {
         let available = self.budget.available(share, window_secs);
-        let owed = share * interval_secs;
         let room = if self.shape.offered_in_ring() == 0 {
-            available.max(0.0) + owed.max(1.0)
-        } else if self.over_limit {
-            available
+            available.max(0.0) + (share * interval_secs).max(1.0)
         } else {
-            available + owed
+            available + self.may_owe(share, interval_secs)
         };
         room.max(0.0).floor() as u64
     }
