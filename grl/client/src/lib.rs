@@ -81,6 +81,7 @@ pub use metrics::{
 
 use control::Control;
 use decide::buckets::Resolver;
+use decide::buckets::directory::CellDirectory;
 use decide::table::PairTable;
 
 /// What a data plane that enforces by itself may admit in one bucket
@@ -221,6 +222,8 @@ pub(crate) struct Inner {
     /// The current config has a bucket that applies in addition.
     pub(crate) also_on: AtomicBool,
     pub(crate) resolver: ArcSwap<Resolver>,
+    /// Every cell by id (the registry's), for decisions in a class other than the pair's.
+    pub(crate) cells: CellDirectory,
     /// Control-plane state; never taken by `decide`.
     pub(crate) control: Mutex<Control>,
     pub(crate) fail_open: AtomicBool,
@@ -262,6 +265,7 @@ impl Client {
                 also_on: AtomicBool::new(false),
                 cfg,
                 resolver,
+                cells: CellDirectory::new(),
                 control: Mutex::new(control),
                 fail_open: AtomicBool::new(true),
                 connected: AtomicBool::new(false),

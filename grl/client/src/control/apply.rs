@@ -143,6 +143,9 @@ fn apply_config(inner: &Inner, c: &mut Control, ins: &proto::Instruction) {
     // Fold counts under the old bucket mapping before pairs move.
     inner.collect(c);
     let ids: Vec<u32> = rules.names.iter().map(|n| c.id(n)).collect();
+    for (id, cell) in c.registry.cells.iter().enumerate() {
+        inner.cells.publish(id as u32, cell.clone());
+    }
     for &old in &c.active {
         if !ids.contains(&old) {
             let cell = &c.registry.cells[old as usize];
@@ -163,10 +166,9 @@ fn apply_config(inner: &Inner, c: &mut Control, ins: &proto::Instruction) {
     c.version = ins.config_version.clone();
     c.indexing.first_index = first_index_of(&ins.config, &inner.cfg.service);
     for e in inner.table.iter() {
-        e.cell.store(
-            resolver.resolve(e.caller(), e.procedure()),
-            Ordering::Relaxed,
-        );
+        let id = resolver.resolve(e.caller(), e.procedure());
+        e.cell.store(id, Ordering::Relaxed);
+        e.set_classes(resolver.classes_of(id));
     }
     for e in inner.also.get().into_iter().flat_map(PairTable::iter) {
         e.cell.store(

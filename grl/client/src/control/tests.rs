@@ -673,19 +673,33 @@ fn traffic_after_a_silence_is_told_at_once_and_held_only_over_the_limit() {
 /// `critical, default, sheddable`, told the drop ratio of each.
 fn classed_client(ratios: [f64; 3]) -> crate::Client {
     let client = crate::Client::new(crate::ClientConfig::new("payments", "http://x:1"));
-    let names = ["critical", "default", "sheddable"];
-    let rules = names
+    apply_classes(&client, &["critical", "default", "sheddable"], &ratios);
+    client
+}
+
+/// Gives `client` a config whose bucket `b` (caller `gateway`) has the classes `names`
+/// (highest first; `default` is the default class if listed; none: `b` has no classes),
+/// each told its drop ratio in `ratios`.
+fn apply_classes(client: &crate::Client, names: &[&str], ratios: &[f64]) {
+    let bucket = |class: &str| {
+        if names.is_empty() {
+            "b".to_string()
+        } else {
+            format!("b#{class}")
+        }
+    };
+    let rules = if names.is_empty() { &[""][..] } else { names }
         .iter()
         .enumerate()
         .map(|(rank, class)| proto::BucketRule {
-            name: format!("b#{class}"),
+            name: bucket(class),
             caller: "gateway".into(),
             scope: proto::Scope::Global as i32,
             mode: proto::Mode::Deny as i32,
             limit_rps: Some(100.0),
-            class_of: "b".into(),
+            class_of: if names.is_empty() { "" } else { "b" }.into(),
             class_rank: rank as u32,
-            class_count: 3,
+            class_count: names.len() as u32,
             class_default: *class == "default",
             ..Default::default()
         })
@@ -697,20 +711,47 @@ fn classed_client(ratios: [f64; 3]) -> crate::Client {
             first_index: None,
             buckets: rules,
         }],
-        ratios: names
+        ratios: if names.is_empty() { &[""][..] } else { names }
             .iter()
             .zip(ratios)
             .map(|(class, ratio)| proto::DropRatio {
                 service: "payments".into(),
-                bucket: format!("b#{class}"),
-                ratio,
+                bucket: bucket(class),
+                ratio: *ratio,
                 valid_for_ms: 3_600_000,
                 ..Default::default()
             })
             .collect(),
         ..Default::default()
     });
-    client
+}
+
+#[test]
+fn a_pair_follows_its_buckets_classes_from_config_to_config() {
+    let client = classed_client([0.0, 0.0, 1.0]);
+    let decide = |class: &str| client.decide_in_class("gateway", "pay.Pay/Card", class);
+    let drops = |class: &str| (0..100).filter(|_| decide(class) == Decision::Drop).count();
+    assert_eq!(drops("sheddable"), 100);
+    assert_eq!(drops("critical"), 0);
+    // The bucket loses its classes: every class is the bucket's.
+    apply_classes(&client, &[], &[1.0]);
+    assert_eq!(drops("critical"), 100, "decided in the bucket itself");
+    let unknown = client.status().unknown_classes;
+    // Classes again, in another order and with names too long for the pair's copy (those
+    // are found through the resolver).
+    let long = "sheddable-background-prefetch";
+    apply_classes(&client, &["critical", "default", long], &[1.0, 0.0, 0.0]);
+    assert_eq!(drops("critical"), 100);
+    assert_eq!(drops(long), 0);
+    assert_eq!(drops("default"), 0);
+    assert_eq!(client.status().unknown_classes, unknown);
+    assert_eq!(drops("bulk"), 0, "an unknown class counts as default");
+    assert_eq!(client.status().unknown_classes, unknown + 100);
+    let totals = offered_by_bucket(&client);
+    assert_eq!(totals["b"], 100, "{totals:?}");
+    assert_eq!(totals["b#critical"], 200, "{totals:?}");
+    assert_eq!(totals[&format!("b#{long}")], 100, "{totals:?}");
+    assert_eq!(totals["b#default"], 200, "{totals:?}");
 }
 
 #[test]

@@ -60,7 +60,7 @@ impl Client {
             return;
         }
         match self.pair_and_class(caller, procedure, class) {
-            (pair, ClassCell::Other(cell), _) => {
+            (pair, ClassCell::Other(cell)) => {
                 self.record_in_class_cell(cell, pair.ok(), allowed, denied, elapsed);
             }
             (pair, ..) => self.record_in(pair.map(Some), allowed, denied, elapsed),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::Client;
+use buckets::class_table::Lookup;
 use buckets::{BucketCell, ClassCell, Resolver};
 use room::Taken;
 use table::{PairEntry, PairTable};
@@ -66,15 +67,38 @@ impl Client {
         self.decide_classed(caller, procedure, class)
     }
 
-    /// [`decide_in_class`](Self::decide_in_class) where the config has classes.
+    /// [`decide_in_class`](Self::decide_in_class) where the config has classes: the same
+    /// lookup as [`decide`](Self::decide), then the class in the pair's cell.
     #[inline]
     fn decide_classed(&self, caller: &str, procedure: &str, class: &str) -> Decision {
-        let own = self.decide_own_in_class(caller, procedure, class).0;
+        let table = &self.inner.table;
+        let key = table.key(caller, procedure);
+        let own = match table.get(&key, caller, procedure) {
+            Some(e) => self.decide_pair_in_class(e, class),
+            None => self.decide_new_in_class(caller, procedure, class),
+        };
         if self.inner.also_on.load(Ordering::Relaxed) {
             self.decide_in_addition(caller, procedure, own)
         } else {
             own
         }
+    }
+
+    /// The decision of a held pair `e` in class `class`: its own threshold, or its class's
+    /// cell's.
+    #[inline(always)]
+    fn decide_pair_in_class(&self, e: &PairEntry, class: &str) -> Decision {
+        match self.class_of_pair(e, class) {
+            ClassCell::Other(cell) => self.with_cell(cell, |c| e.decide_in(c)),
+            _ => e.decide(|id| self.take_room(id)),
+        }
+    }
+
+    /// The slow path of a decision in a class: a pair not in the table yet.
+    #[cold]
+    #[inline(never)]
+    fn decide_new_in_class(&self, caller: &str, procedure: &str, class: &str) -> Decision {
+        self.decide_own_in_class(caller, procedure, class).0
     }
 
     /// The decision of the request's own bucket in class `class`, and the cell of the
@@ -85,12 +109,14 @@ impl Client {
         procedure: &str,
         class: &str,
     ) -> (Decision, Option<u32>) {
-        let (pair, found, resolver) = self.pair_and_class(caller, procedure, class);
+        let (pair, found) = self.pair_and_class(caller, procedure, class);
         match found {
             ClassCell::Other(cell) => {
-                let c = resolver.cell(cell);
-                let d = c.draw();
-                count_direct(c, pair.ok(), d, 1);
+                let d = self.with_cell(cell, |c| {
+                    let d = c.draw();
+                    count_direct(c, pair.as_ref().ok().copied(), d, 1);
+                    d
+                });
                 (d, Some(cell))
             }
             _ => {
@@ -103,8 +129,9 @@ impl Client {
         }
     }
 
-    /// A request's pair (the resolver and cell id past `max_pairs`), where class `class`
-    /// of its bucket is decided, and the resolver that says so (one load on the hot path);
+    /// A request's pair (the resolver and cell id past `max_pairs`) and where class `class`
+    /// of its bucket is decided: read from the class table of the pair's cell, or, where
+    /// that cannot say (a long class name, a table being written), from the resolver;
     /// counts an unknown class.
     #[inline]
     fn pair_and_class(
@@ -112,23 +139,52 @@ impl Client {
         caller: &str,
         procedure: &str,
         class: &str,
-    ) -> (PairFound<'_>, ClassCell, arc_swap::Guard<Arc<Resolver>>) {
+    ) -> (PairFound<'_>, ClassCell) {
         let table = &self.inner.table;
         let key = table.key(caller, procedure);
         let pair = match table.get(&key, caller, procedure) {
             Some(e) => Ok(e),
             None => self.pair(caller, procedure),
         };
-        let id = match &pair {
-            Ok(e) => e.cell.load(Ordering::Relaxed),
-            Err((_, id)) => *id,
+        let found = match &pair {
+            Ok(e) => self.class_of_pair(e, class),
+            Err((resolver, id)) => self.counted(resolver.class_cell(*id, class), class),
         };
-        let resolver = self.inner.resolver.load();
-        let found = resolver.class_cell(id, class);
+        (pair, found)
+    }
+
+    /// Where class `class` of pair `e`'s bucket is decided: read from the pair's copy of
+    /// the bucket's classes, or, where that cannot say (a long class name, a copy being
+    /// written), from the resolver; counts an unknown class.
+    #[inline]
+    fn class_of_pair(&self, e: &PairEntry, class: &str) -> ClassCell {
+        let id = e.cell.load(Ordering::Relaxed);
+        let found = match e.class(class) {
+            Lookup::NoClasses => ClassCell::Own,
+            Lookup::Cell(cell) if cell == id => ClassCell::Own,
+            Lookup::Cell(cell) => ClassCell::Other(cell),
+            Lookup::Unknown => ClassCell::Unknown,
+            Lookup::Unsure => self.inner.resolver.load().class_cell(id, class),
+        };
+        self.counted(found, class)
+    }
+
+    /// `found`, having counted it if it is an unknown class.
+    #[inline]
+    fn counted(&self, found: ClassCell, class: &str) -> ClassCell {
         if found == ClassCell::Unknown && !class.is_empty() {
             self.inner.unknown_classes.fetch_add(1, Ordering::Relaxed);
         }
-        (pair, found, resolver)
+        found
+    }
+
+    /// `f` of cell `id`: from the directory of cells, or past its capacity the resolver.
+    #[inline]
+    fn with_cell<R>(&self, id: u32, f: impl FnOnce(&BucketCell) -> R) -> R {
+        match self.inner.cells.get(id) {
+            Some(c) => f(c),
+            None => f(self.inner.resolver.load().cell(id)),
+        }
     }
 
     /// The decision of the request's own bucket: its pair's threshold, or (a pair not yet
@@ -220,7 +276,7 @@ impl Client {
         class: &str,
     ) -> Option<(u32, Option<&PairEntry>)> {
         match self.pair_and_class(caller, procedure, class) {
-            (pair, ClassCell::Other(cell), _) => Some((cell, pair.ok())),
+            (pair, ClassCell::Other(cell)) => Some((cell, pair.ok())),
             _ => None,
         }
     }
@@ -324,11 +380,13 @@ impl Client {
         match entry {
             Some(e) => {
                 e.arm(cell.room.is_limited());
+                e.set_classes(resolver.classes_of(id));
                 let now = inner.resolver.load();
                 if !Arc::ptr_eq(&resolver, &now) {
                     // The config changed while this pair was being added: resolve again.
-                    e.cell
-                        .store(resolve(&now, caller, procedure), Ordering::Relaxed);
+                    let id = resolve(&now, caller, procedure);
+                    e.cell.store(id, Ordering::Relaxed);
+                    e.set_classes(now.classes_of(id));
                     sync_pair(e, &now.cells);
                 }
                 Ok(e)

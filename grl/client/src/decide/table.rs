@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use crossbeam_utils::CachePadded;
 
 use crate::Decision;
+use crate::decide::buckets::class_table::{ClassTable, Lookup};
+use crate::decide::buckets::{BucketCell, Classes};
 use crate::decide::pair_key::{PairKey, PairKeyer};
 use crate::decide::room::Taken;
 use crate::local;
@@ -83,6 +85,9 @@ pub(crate) struct PairEntry {
     pub(crate) reported: [AtomicU64; DECISIONS],
     /// Counts per decision of threads that own no shard.
     shared: Shard,
+    /// The priority classes of the pair's bucket, made the first time its bucket has any.
+    /// Written by the control plane only.
+    classes: OnceLock<Box<ClassTable>>,
 }
 
 impl PairEntry {
@@ -111,6 +116,28 @@ impl PairEntry {
                 .map(|_| Shard::new(Counts::new()))
                 .collect(),
             shared: Shard::new(Counts::new()),
+            classes: OnceLock::new(),
+        }
+    }
+
+    /// Holds the classes of the pair's bucket (`None`: it has none).
+    pub(crate) fn set_classes(&self, classes: Option<&Classes>) {
+        match classes {
+            Some(c) => self.classes.get_or_init(Box::default).set(c.iter()),
+            None => {
+                if let Some(t) = self.classes.get() {
+                    t.set(std::iter::empty());
+                }
+            }
+        }
+    }
+
+    /// Where class `class` of the pair's bucket is decided (see `class_table`).
+    #[inline]
+    pub(crate) fn class(&self, class: &str) -> Lookup {
+        match self.classes.get() {
+            Some(t) => t.lookup(class),
+            None => Lookup::NoClasses,
         }
     }
 
@@ -150,6 +177,27 @@ impl PairEntry {
         } else {
             self.decide_unowned(shard, decision, room)
         }
+    }
+
+    /// A decision drawn against another cell's threshold, in its mode (a priority class
+    /// of the pair's bucket other than its own, see `Client::decide_in_class`), counted in
+    /// this pair (its rows hold every class) and in the cell's paired counts, with the one
+    /// thread-local access [`decide`](Self::decide) makes.
+    #[inline]
+    pub(crate) fn decide_in(&self, c: &BucketCell) -> Decision {
+        let (shard, hit) = local::shard_and_hit(c.threshold.load(Ordering::Relaxed));
+        if shard == local::UNSET {
+            local::claim();
+            return self.decide_in(c);
+        }
+        let d = c.decision(hit);
+        let (s, owned) = match self.owned.get(shard) {
+            Some(s) => (s, true),
+            None => (&self.shared, false),
+        };
+        local::add(&s.counts[d as usize], 1, owned, Ordering::Relaxed);
+        c.add_paired(shard, self.cell.load(Ordering::Relaxed), d, 1);
+        d
     }
 
     /// An admission past the owned shard `s`'s trip count: room taken from the bucket

@@ -7,8 +7,12 @@
 //! `AtomicU32` and counts never move between unrelated buckets). Cell 0 stands for
 //! "matched no bucket" and is never limited. The [`Resolver`] is an immutable snapshot of
 //! one config version (matcher + cell ids) behind an `ArcSwap`; only the slow path (a pair
-//! seen for the first time, or overflow) loads it.
+//! seen for the first time, or overflow) loads it. A decision in a priority class finds
+//! its class in its pair's copy of the bucket's classes (`class_table`) and that class's
+//! cell in the `directory` of cells by id, without loading the resolver.
 
+pub(crate) mod class_table;
+pub(crate) mod directory;
 pub(crate) mod refusal;
 
 use std::collections::HashMap;
@@ -105,6 +109,7 @@ impl BucketCell {
     }
 
     /// The decision for a request the cell refuses (`refused`) or not, in its mode.
+    #[inline]
     pub(crate) fn decision(&self, refused: bool) -> Decision {
         match (refused, self.shadow.load(Ordering::Relaxed)) {
             (false, _) => Decision::Allow,
@@ -146,12 +151,23 @@ pub(crate) struct Resolver {
     classes: Vec<Option<Arc<Classes>>>,
 }
 
-/// A bucket's priority classes as the hot path finds them.
+/// A bucket's priority classes as the resolver holds them (each pair holds a copy its
+/// decisions read, see `class_table`).
 pub(crate) struct Classes {
     /// Class names, highest first.
     names: Vec<String>,
     /// Their cell ids.
     cells: Vec<u32>,
+}
+
+impl Classes {
+    /// Each class's name and cell id, highest first.
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = (&str, u32)> {
+        self.names
+            .iter()
+            .map(String::as_str)
+            .zip(self.cells.iter().copied())
+    }
 }
 
 /// Which cell a request of a priority class is decided in.
@@ -220,6 +236,12 @@ impl Resolver {
     /// The cell of a pair.
     pub(crate) fn cell(&self, id: u32) -> &BucketCell {
         &self.cells[id as usize]
+    }
+
+    /// The priority classes of the bucket whose pairs resolve to cell `id` (its default
+    /// class's), if it has any.
+    pub(crate) fn classes_of(&self, id: u32) -> Option<&Classes> {
+        self.classes.get(id as usize)?.as_deref()
     }
 
     /// What a refusal by cell `id` says; `None` for a cell not in this config.
