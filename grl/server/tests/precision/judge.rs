@@ -1,7 +1,11 @@
 //! What a cell measured, from the loadgens' per-second counts and the controller's offered
 //! estimate, and the targets of issue 38 it is held to:
 //!
-//! - steady at ≤ 0.8 L: dropped ≤ 0.5 %; ≤ 0.95 L: ≤ 2 %;
+//! - steady at ≤ 0.8 L: dropped ≤ 0.5 %; ≤ 0.95 L: ≤ 2 %, by the load the cell offered
+//!   over its judged seconds, not the load it planned (a Poisson count lands on either
+//!   side: a hundred instances planned at 0.95 L of a 5 rps bucket offered 1.05-1.10 L in
+//!   some runs); over the limit, the part over it may be dropped on top
+//!   ([`under_limit_bound`]);
 //! - steady from 1.5 L to 30 L: admitted mean within ±5 % of L (±20 % where L < 10);
 //! - steady with a true total of ≥ 20 rps: the controller's offered estimate within ±10 %;
 //! - steps up (idle → 10 L, 0.5 L → 30 L): first second ≤ 1.5 L, second ≤ 1.1 L, then every
@@ -175,6 +179,19 @@ fn converge(
     settled
 }
 
+/// The share of its requests a bucket that offered `load` times its limit may drop: 0.5 %
+/// up to 0.8 L, 2 % up to 0.95 L (the issue's bounds), and over that 2 % and the part of
+/// the load over the limit (`1 - 1 / load`), which is the bucket's to drop.
+pub(crate) fn under_limit_bound(load: f64) -> f64 {
+    if load <= 0.8 {
+        0.005
+    } else if load <= 0.95 {
+        0.02
+    } else {
+        0.02 + (1.0 - 1.0 / load).max(0.0)
+    }
+}
+
 /// Judges `cell` on what was observed.
 pub(crate) fn judge(cell: Cell, tl: &Timeline, o: &Observed) -> Outcome {
     let l = cell.limit;
@@ -250,7 +267,8 @@ pub(crate) fn judge(cell: Cell, tl: &Timeline, o: &Observed) -> Outcome {
 
     match cell.traffic {
         Traffic::Steady(x) if x < 1.0 => {
-            let bound = if x <= 0.8 { 0.005 } else { 0.02 };
+            let offered_load = out.offered_rps / l;
+            let bound = under_limit_bound(offered_load);
             let worst = (from..=end)
                 .map(|t| dropped_share(second(t)))
                 .fold(0.0, f64::max);
@@ -258,7 +276,7 @@ pub(crate) fn judge(cell: Cell, tl: &Timeline, o: &Observed) -> Outcome {
             out.converge = Some(converge(&o.seconds, 1, end, |c| dropped_share(*c) <= bound));
             miss(
                 format!(
-                    "dropped {:.2}% > {:.1}% at {x} L",
+                    "dropped {:.2}% > {:.1}% at {x} L (offered {offered_load:.2} L)",
                     out.dropped * 100.0,
                     bound * 100.0
                 ),

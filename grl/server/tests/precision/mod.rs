@@ -61,6 +61,27 @@ fn batch(cells: &[Cell]) {
     );
 }
 
+/// A cell under the limit is held to the issue's bound for the load it offered: the
+/// planned load's bound where it offered that, and over the limit the excess on top.
+#[test]
+fn the_under_limit_bound_is_the_issues_for_the_load_offered() {
+    use judge::under_limit_bound as bound;
+    for (load, want) in [
+        (0.5, 0.005),
+        (0.8, 0.005),
+        (0.81, 0.02),
+        (0.95, 0.02),
+        (1.0, 0.02),
+    ] {
+        assert!(
+            (bound(load) - want).abs() < 1e-12,
+            "{load}: {}",
+            bound(load)
+        );
+    }
+    assert!((bound(1.1) - (0.02 + 0.1 / 1.1)).abs() < 1e-12);
+}
+
 /// 10 Poisson instances under the limit and over it, and one rising alone from 0.1 L to
 /// 0.5 L while the bucket runs at 0.6 L.
 #[test]
