@@ -68,7 +68,8 @@ impl Client {
     }
 
     /// [`decide_in_class`](Self::decide_in_class) where the config has classes: the same
-    /// lookup as [`decide`](Self::decide), then the class in the pair's cell.
+    /// lookup as [`decide`](Self::decide), then the class in the pair's copy of its
+    /// bucket's classes.
     #[inline]
     fn decide_classed(&self, caller: &str, procedure: &str, class: &str) -> Decision {
         let table = &self.inner.table;
@@ -130,9 +131,8 @@ impl Client {
     }
 
     /// A request's pair (the resolver and cell id past `max_pairs`) and where class `class`
-    /// of its bucket is decided: read from the class table of the pair's cell, or, where
-    /// that cannot say (a long class name, a table being written), from the resolver;
-    /// counts an unknown class.
+    /// of its bucket is decided ([`class_of_pair`](Self::class_of_pair), or the resolver
+    /// past `max_pairs`); counts an unknown class.
     #[inline]
     fn pair_and_class(
         &self,
@@ -368,19 +368,21 @@ impl Client {
         let id = resolve(&resolver, caller, procedure);
         let cell = resolver.cell(id);
         let entry = table.insert(&key, caller, procedure, || {
-            PairEntry::new(
+            let e = PairEntry::new(
                 key,
                 caller,
                 procedure,
                 id,
                 cell.threshold.load(Ordering::Relaxed),
                 cell.shadow.load(Ordering::Relaxed),
-            )
+            );
+            // Before it is in the table: a config applied meanwhile writes its own after.
+            e.set_classes(resolver.classes_of(id));
+            e
         });
         match entry {
             Some(e) => {
                 e.arm(cell.room.is_limited());
-                e.set_classes(resolver.classes_of(id));
                 let now = inner.resolver.load();
                 if !Arc::ptr_eq(&resolver, &now) {
                     // The config changed while this pair was being added: resolve again.

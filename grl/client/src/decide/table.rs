@@ -309,9 +309,13 @@ impl PairEntry {
         )
     }
 
-    /// Heap bytes this entry owns (itself, its names, its owned counter shards).
+    /// Heap bytes this entry owns (itself, its names, its owned counter shards, its copy
+    /// of its bucket's classes).
     fn allocated_bytes(&self) -> usize {
-        size_of::<Self>() + self.names.len() + self.owned.len() * size_of::<Shard>()
+        size_of::<Self>()
+            + self.names.len()
+            + self.owned.len() * size_of::<Shard>()
+            + self.classes.get().map_or(0, |_| size_of::<ClassTable>())
     }
 }
 

@@ -8,7 +8,7 @@
 //! see BENCHMARKS.md). Here each name is packed into three words (its length and up to
 //! [`INLINE`] bytes), so a lookup is a few word compares. The control plane writes a
 //! pair's table when it applies a config or adds the pair (`PairEntry::set_classes`),
-//! under a sequence number (a seqlock): a reader that saw the number change, or odd, asks
+//! under a sequence number (a seqlock, whose writers take turns): a reader that saw the number change, or odd, asks
 //! the resolver instead, as it does for a class name longer than [`INLINE`] bytes or a
 //! table of more than [`MAX_CLASSES`] classes. A name in the table longer than that keeps
 //! only its length, which no packed request name has, so it never matches here.
@@ -118,12 +118,28 @@ impl ClassTable {
     }
 
     /// Holds `classes` (name and cell id, highest first); none: the bucket has no classes.
-    /// The control plane is the only writer.
+    /// Writers take turns: the control plane applying a config and a thread that added the
+    /// pair while the config changed may both write.
     pub(crate) fn set<'a>(&self, classes: impl ExactSizeIterator<Item = (&'a str, u32)>) {
         let n = classes.len().min(u32::MAX as usize) as u64;
-        let seq = (self.state.load(Ordering::Relaxed) >> 32) as u32;
-        self.state
-            .store(u64::from(seq.wrapping_add(1)) << 32, Ordering::Relaxed);
+        let seq = loop {
+            let state = self.state.load(Ordering::Relaxed);
+            let seq = (state >> 32) as u32;
+            if seq & 1 == 0
+                && self
+                    .state
+                    .compare_exchange_weak(
+                        state,
+                        u64::from(seq.wrapping_add(1)) << 32,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                break seq;
+            }
+            std::hint::spin_loop();
+        };
         fence(Ordering::Release);
         for (s, (name, cell)) in self.slots.iter().zip(classes) {
             // A long name keeps its length alone: no packed name matches it.
@@ -197,21 +213,25 @@ mod tests {
         let a = [("critical", 1), ("default", 2), ("sheddable", 3)];
         let b = [("sheddable", 13), ("default", 12), ("critical", 11)];
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let writer = {
-            let (t, stop) = (t.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    t.set(if i.is_multiple_of(2) { a } else { b }.into_iter());
-                    i += 1;
-                    // Stable spells as well as writes, for the reader to see both.
-                    for _ in 0..(i % 64) {
-                        std::hint::spin_loop();
+        // Two writers, as when a pair added during a config change is written by its
+        // thread while the control plane writes it too.
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let (t, stop) = (t.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = w;
+                    while !stop.load(Ordering::Relaxed) {
+                        t.set(if i.is_multiple_of(2) { a } else { b }.into_iter());
+                        i += 1;
+                        // Stable spells as well as writes, for the reader to see both.
+                        for _ in 0..(i % 64) {
+                            std::hint::spin_loop();
+                        }
                     }
-                }
-                i
+                    i - w
+                })
             })
-        };
+            .collect();
         let (mut seen, mut unsure) = (0, 0);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while seen < 100_000 && std::time::Instant::now() < deadline {
@@ -225,7 +245,7 @@ mod tests {
             }
         }
         stop.store(true, Ordering::Relaxed);
-        let writes = writer.join().unwrap();
+        let writes: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
         assert_eq!(seen, 100_000, "{unsure} lookups unsure, {writes} writes");
         assert!(writes > 1_000, "{writes} writes");
     }
