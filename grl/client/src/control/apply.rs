@@ -17,7 +17,7 @@ use crate::Inner;
 use crate::control::budget::Budget;
 use crate::control::indexed::first_index_of;
 use crate::control::{Control, budget, indexed};
-use crate::decide::buckets::{RuleSet, threshold};
+use crate::decide::buckets::{Classes, RuleSet, threshold};
 use crate::decide::table::PairTable;
 
 /// Applies one instruction received at `now`.
@@ -168,7 +168,7 @@ fn apply_config(inner: &Inner, c: &mut Control, ins: &proto::Instruction) {
     for e in inner.table.iter() {
         let id = resolver.resolve(e.caller(), e.procedure());
         e.cell.store(id, Ordering::Relaxed);
-        e.set_classes(resolver.classes_of(id));
+        e.set_classes(resolver.classes_of(id).map(Classes::iter));
     }
     for e in inner.also.get().into_iter().flat_map(PairTable::iter) {
         e.cell.store(

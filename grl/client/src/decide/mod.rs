@@ -7,6 +7,7 @@
 //! threshold; `elsewhere` serves a data plane that decides by itself.
 
 pub(crate) mod buckets;
+pub(crate) mod class_table;
 mod elsewhere;
 pub(crate) mod pair_key;
 pub(crate) mod room;
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::Client;
-use buckets::class_table::Lookup;
-use buckets::{BucketCell, ClassCell, Resolver};
+use buckets::{BucketCell, ClassCell, Classes, Resolver};
+use class_table::Lookup;
 use room::Taken;
 use table::{PairEntry, PairTable};
 
@@ -90,7 +91,12 @@ impl Client {
     #[inline(always)]
     fn decide_pair_in_class(&self, e: &PairEntry, class: &str) -> Decision {
         match self.class_of_pair(e, class) {
-            ClassCell::Other(cell) => self.with_cell(cell, |c| e.decide_in(c)),
+            ClassCell::Other(cell) => self.with_cell(cell, |c| {
+                let threshold = c.threshold.load(Ordering::Relaxed);
+                let (d, shard) = e.decide_as(threshold, c.shadow.load(Ordering::Relaxed));
+                c.add_paired(shard, e.cell.load(Ordering::Relaxed), d, 1);
+                d
+            }),
             _ => e.decide(|id| self.take_room(id)),
         }
     }
@@ -377,7 +383,7 @@ impl Client {
                 cell.shadow.load(Ordering::Relaxed),
             );
             // Before it is in the table: a config applied meanwhile writes its own after.
-            e.set_classes(resolver.classes_of(id));
+            e.set_classes(resolver.classes_of(id).map(Classes::iter));
             e
         });
         match entry {
@@ -388,7 +394,7 @@ impl Client {
                     // The config changed while this pair was being added: resolve again.
                     let id = resolve(&now, caller, procedure);
                     e.cell.store(id, Ordering::Relaxed);
-                    e.set_classes(now.classes_of(id));
+                    e.set_classes(now.classes_of(id).map(Classes::iter));
                     sync_pair(e, &now.cells);
                 }
                 Ok(e)

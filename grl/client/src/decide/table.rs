@@ -21,8 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use crossbeam_utils::CachePadded;
 
 use crate::Decision;
-use crate::decide::buckets::class_table::{ClassTable, Lookup};
-use crate::decide::buckets::{BucketCell, Classes};
+use crate::decide::class_table::{ClassTable, Lookup};
 use crate::decide::pair_key::{PairKey, PairKeyer};
 use crate::decide::room::Taken;
 use crate::local;
@@ -120,10 +119,14 @@ impl PairEntry {
         }
     }
 
-    /// Holds the classes of the pair's bucket (`None`: it has none).
-    pub(crate) fn set_classes(&self, classes: Option<&Classes>) {
+    /// Holds the classes of the pair's bucket, name and cell id, highest first (`None`: it
+    /// has none).
+    pub(crate) fn set_classes<'a>(
+        &self,
+        classes: Option<impl ExactSizeIterator<Item = (&'a str, u32)>>,
+    ) {
         match classes {
-            Some(c) => self.classes.get_or_init(Box::default).set(c.iter()),
+            Some(c) => self.classes.get_or_init(Box::default).set(c),
             None => {
                 if let Some(t) = self.classes.get() {
                     t.set(std::iter::empty());
@@ -179,25 +182,25 @@ impl PairEntry {
         }
     }
 
-    /// A decision drawn against another cell's threshold, in its mode (a priority class
-    /// of the pair's bucket other than its own, see `Client::decide_in_class`), counted in
-    /// this pair (its rows hold every class) and in the cell's paired counts, with the one
-    /// thread-local access [`decide`](Self::decide) makes.
+    /// A decision drawn against another cell's `threshold`, in its mode (`shadow`): a
+    /// priority class of the pair's bucket other than its own (see
+    /// `Client::decide_in_class`), counted in this pair (its rows hold every class), with
+    /// the one thread-local access [`decide`](Self::decide) makes. Returns the decision and
+    /// this thread's shard index, where the class's cell counts it too.
     #[inline]
-    pub(crate) fn decide_in(&self, c: &BucketCell) -> Decision {
-        let (shard, hit) = local::shard_and_hit(c.threshold.load(Ordering::Relaxed));
+    pub(crate) fn decide_as(&self, threshold: u64, shadow: bool) -> (Decision, usize) {
+        let (shard, hit) = local::shard_and_hit(threshold);
         if shard == local::UNSET {
             local::claim();
-            return self.decide_in(c);
+            return self.decide_as(threshold, shadow);
         }
-        let d = c.decision(hit);
+        let d = Decision::from_index(usize::from(hit) << usize::from(shadow));
         let (s, owned) = match self.owned.get(shard) {
             Some(s) => (s, true),
             None => (&self.shared, false),
         };
         local::add(&s.counts[d as usize], 1, owned, Ordering::Relaxed);
-        c.add_paired(shard, self.cell.load(Ordering::Relaxed), d, 1);
-        d
+        (d, shard)
     }
 
     /// An admission past the owned shard `s`'s trip count: room taken from the bucket

@@ -8,10 +8,9 @@
 //! "matched no bucket" and is never limited. The [`Resolver`] is an immutable snapshot of
 //! one config version (matcher + cell ids) behind an `ArcSwap`; only the slow path (a pair
 //! seen for the first time, or overflow) loads it. A decision in a priority class finds
-//! its class in its pair's copy of the bucket's classes (`class_table`) and that class's
-//! cell in the `directory` of cells by id, without loading the resolver.
+//! its class in its pair's copy of the bucket's classes (`decide::class_table`) and that
+//! class's cell in the `directory` of cells by id, without loading the resolver.
 
-pub(crate) mod class_table;
 pub(crate) mod directory;
 pub(crate) mod refusal;
 
@@ -152,7 +151,7 @@ pub(crate) struct Resolver {
 }
 
 /// A bucket's priority classes as the resolver holds them (each pair holds a copy its
-/// decisions read, see `class_table`).
+/// decisions read, see `decide::class_table`).
 pub(crate) struct Classes {
     /// Class names, highest first.
     names: Vec<String>,

@@ -2,7 +2,7 @@
 //! pairs, read with plain atomic loads, no lock and no reference count to take and give
 //! back.
 //!
-//! The [`Resolver`](super::Resolver) holds the same classes as strings; finding them there
+//! The [`Resolver`](super::buckets::Resolver) holds the same classes as strings; finding them there
 //! cost a guarded load of the resolver (two atomic read-modify-writes) and a string
 //! compare per class, which made a decision in a class 2.6x one without (1.8x this way,
 //! see BENCHMARKS.md). Here each name is packed into three words (its length and up to
